@@ -1,0 +1,3 @@
+"""dots: test-time synthesis of post-trained LLMs from sparsified task vectors."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,399 @@
+"""Lazy checkpoint reader and streaming, atomic safetensors writer.
+
+`Checkpoint` opens a local model directory or a Hub repo id and reads one tensor at a
+time (safetensors mmap), so nothing forces a whole model into memory.
+`CheckpointWriter` lays out every shard from a plan of (name, shape, dtype) before any
+data arrives, so each tensor is written straight to its final offset and freed: no
+buffering, any write order. It writes into a temporary sibling directory and renames it
+into place only when every planned tensor has been written.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+import torch
+from safetensors import safe_open
+
+from dots.errors import DotsError
+
+log = logging.getLogger(__name__)
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".gguf")
+INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+# Files written by dots itself; never copied from a source into an output.
+OWN_FILES = ("README.md",)
+
+_ST_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL",
+}
+for _name, _code in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
+    if hasattr(torch, _name):
+        _ST_DTYPES[getattr(torch, _name)] = _code
+_TORCH_DTYPES = {v: k for k, v in _ST_DTYPES.items()}
+
+
+def dtype_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def resolve_model_dir(path_or_id: str | os.PathLike, revision: str | None = None) -> Path:
+    """Return a local directory for a model path or a Hub repo id.
+
+    A Hub id is fetched with `huggingface_hub.snapshot_download` (weights, configs and
+    tokenizer files only), which honours HF_HUB_OFFLINE and the local cache.
+    """
+    text = str(path_or_id)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise DotsError(f"not a model directory (a file): {text}")
+    looks_like_path = text.startswith((".", "/", "~")) or text.count("/") != 1 or os.sep in text.replace("/", "")
+    if looks_like_path:
+        raise DotsError(f"model path does not exist: {text}")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        local = snapshot_download(
+            repo_id=text,
+            revision=revision,
+            allow_patterns=["*.safetensors", "*.json", "*.txt", "*.model", "*.jinja", "*.tiktoken", "*.py"],
+        )
+    except LocalEntryNotFoundError:
+        raise DotsError(
+            f"model {text!r} is neither a local directory nor in the Hub cache"
+            + (" (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") else " and could not be downloaded")
+        ) from None
+    except (HfHubHTTPError, ValueError, OSError) as exc:
+        raise DotsError(f"cannot fetch {text!r} from the Hub: {str(exc).splitlines()[0]}") from None
+    return Path(local)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * dtype_size(self.dtype)
+
+
+class Checkpoint:
+    """A model directory read lazily: names, shapes, dtypes, one tensor at a time, config."""
+
+    def __init__(self, path_or_id: str | os.PathLike, revision: str | None = None):
+        self.source = str(path_or_id)
+        self.path = resolve_model_dir(path_or_id, revision)
+        self._files = self._weight_files()
+        self._where: dict[str, Path] = {}
+        self._info: dict[str, TensorInfo] = {}
+        for file in self._files:
+            try:
+                with safe_open(file, framework="pt") as handle:
+                    for name in handle.keys():
+                        sl = handle.get_slice(name)
+                        self._where[name] = file
+                        self._info[name] = TensorInfo(tuple(sl.get_shape()), _TORCH_DTYPES[sl.get_dtype()])
+            except Exception as exc:  # corrupt header, truncated file
+                raise DotsError(f"cannot read safetensors file {file}: {exc}") from None
+        self._handles: dict[Path, object] = {}
+
+    def _weight_files(self) -> list[Path]:
+        index = self.path / "model.safetensors.index.json"
+        if index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = sorted({self.path / f for f in weight_map.values()})
+            missing = [f.name for f in files if not f.exists()]
+            if missing:
+                raise DotsError(f"{self.path}: index names missing shard(s) {', '.join(missing[:3])}")
+            return files
+        files = sorted(self.path.glob("*.safetensors"))
+        if files:
+            return files
+        if list(self.path.glob("*.bin")) or list(self.path.glob("*.pt")):
+            raise DotsError(
+                f"{self.path} holds only PyTorch .bin weights; convert it first: "
+                f"python -m dots.checkpoint convert {self.path} OUTPUT_DIR"
+            )
+        raise DotsError(f"not a model directory (no *.safetensors weights): {self.path}")
+
+    # --- metadata -------------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return list(self._info)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._info
+
+    def info(self, name: str) -> TensorInfo:
+        return self._info[name]
+
+    @property
+    def config(self) -> dict:
+        cfg = self.path / "config.json"
+        if not cfg.exists():
+            raise DotsError(f"{self.path} has no config.json")
+        return json.loads(cfg.read_text())
+
+    @property
+    def architecture(self) -> str:
+        archs = self.config.get("architectures") or [self.config.get("model_type", "?")]
+        return str(archs[0])
+
+    @property
+    def tie_word_embeddings(self) -> bool:
+        return bool(self.config.get("tie_word_embeddings", False))
+
+    def aux_files(self) -> list[Path]:
+        """Config, tokenizer and generation files: everything but weights and indexes."""
+        return sorted(
+            p for p in self.path.iterdir()
+            if p.is_file() and not p.name.endswith(WEIGHT_SUFFIXES)
+            and p.name not in INDEX_NAMES and p.name not in OWN_FILES and not p.name.startswith(".")
+        )
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(i.nbytes for i in self._info.values())
+
+    # --- data -----------------------------------------------------------------------------
+    def get(self, name: str) -> torch.Tensor:
+        """One tensor, copied out of the mmap so it stays valid after the file closes."""
+        file = self._where.get(name)
+        if file is None:
+            raise KeyError(name)
+        handle = self._handles.get(file)
+        if handle is None:
+            handle = self._handles[file] = safe_open(file, framework="pt")
+        return handle.get_tensor(name)  # type: ignore[attr-defined]
+
+    def tensors(self, names: Iterable[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        for name in names if names is not None else self.names:
+            yield name, self.get(name)
+
+    def close(self) -> None:
+        self._handles.clear()
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.source!r}, {len(self._info)} tensors)"
+
+
+def open_checkpoints(spec: Mapping[str, str], revisions: Mapping[str, str | None] | None = None) -> dict[str, Checkpoint]:
+    revisions = revisions or {}
+    return {key: Checkpoint(path, revisions.get(key)) for key, path in spec.items()}
+
+
+# --- writing ------------------------------------------------------------------------------
+
+def _shard_plan(plan: Mapping[str, TensorInfo], max_shard_bytes: int) -> list[list[str]]:
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, info in plan.items():
+        if shards[-1] and size + info.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += info.nbytes
+    return shards
+
+
+def _header(names: list[str], plan: Mapping[str, TensorInfo], metadata: Mapping[str, str]) -> tuple[bytes, dict[str, int]]:
+    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
+    offsets: dict[str, int] = {}
+    start = 0
+    for name in names:
+        info = plan[name]
+        header[name] = {"dtype": _ST_DTYPES[info.dtype], "shape": list(info.shape), "data_offsets": [start, start + info.nbytes]}
+        offsets[name] = start
+        start += info.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors pads the header with spaces to 8 bytes
+    return raw, offsets
+
+
+class CheckpointWriter:
+    """Write a planned set of tensors as (sharded) safetensors, atomically.
+
+    `plan` maps every output name to its TensorInfo; shard layout and headers are fixed
+    up front, then `write(name, tensor)` puts each tensor at its offset in any order.
+    `commit()` checks that everything was written, copies aux files and renames the
+    temporary directory onto `out_dir`. On error (or `abort()`), nothing is left behind.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        plan: Mapping[str, TensorInfo],
+        max_shard_bytes: int = 5 * 2**30,
+        overwrite: bool = False,
+        metadata: Mapping[str, str] | None = None,
+        weights_name: str = "model",
+    ):
+        self.out_dir = Path(out_dir).expanduser().resolve()
+        if self.out_dir.exists() and not overwrite:
+            raise DotsError(f"output exists: {self.out_dir} (pass overwrite=true to replace it)")
+        if not plan:
+            raise DotsError("nothing to write: the tensor plan is empty")
+        self.overwrite = overwrite
+        self.plan = dict(plan)
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir = self.out_dir.parent / f".{self.out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+        self.tmp_dir.mkdir()
+        shards = _shard_plan(self.plan, max_shard_bytes)
+        n = len(shards)
+        self._files: dict[str, tuple[Path, int]] = {}
+        self.weight_map: dict[str, str] = {}
+        meta = {"format": "pt", **(metadata or {})}
+        for i, names in enumerate(shards, 1):
+            fname = f"{weights_name}.safetensors" if n == 1 else f"{weights_name}-{i:05d}-of-{n:05d}.safetensors"
+            header, offsets = _header(names, self.plan, meta)
+            path = self.tmp_dir / fname
+            data_bytes = sum(self.plan[x].nbytes for x in names)
+            with open(path, "wb") as fh:
+                fh.write(len(header).to_bytes(8, "little"))
+                fh.write(header)
+                fh.truncate(8 + len(header) + data_bytes)
+            base = 8 + len(header)
+            for name in names:
+                self._files[name] = (path, base + offsets[name])
+                self.weight_map[name] = fname
+        self._open: dict[Path, object] = {}
+        self._written: set[str] = set()
+        self.index_name = f"{weights_name}.safetensors.index.json" if n > 1 else None
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        info = self.plan.get(name)
+        if info is None:
+            raise KeyError(f"{name} is not in the write plan")
+        if tuple(tensor.shape) != info.shape:
+            raise ValueError(f"{name}: shape {tuple(tensor.shape)} != planned {info.shape}")
+        data = tensor.detach().to("cpu", info.dtype).contiguous().reshape(-1).view(torch.uint8)
+        path, offset = self._files[name]
+        fh = self._open.get(path)
+        if fh is None:
+            fh = self._open[path] = open(path, "r+b")
+        fh.seek(offset)  # type: ignore[attr-defined]
+        fh.write(memoryview(data.numpy()))  # type: ignore[attr-defined]
+        self._written.add(name)
+
+    def write_all(self, items: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in items:
+            self.write(name, tensor)
+
+    def add_file(self, name: str, content: str | bytes) -> None:
+        target = self.tmp_dir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content.encode() if isinstance(content, str) else content)
+
+    def commit(self, copy_from: Checkpoint | str | os.PathLike | None = None) -> Path:
+        """Check completeness, copy aux files from `copy_from`, move into place."""
+        for fh in self._open.values():
+            fh.close()  # type: ignore[attr-defined]
+        self._open.clear()
+        missing = [n for n in self.plan if n not in self._written]
+        if missing:
+            self.abort()
+            raise RuntimeError(f"{len(missing)} planned tensors were never written (first: {missing[0]})")
+        if copy_from is not None:
+            src = copy_from if isinstance(copy_from, Checkpoint) else None
+            files = src.aux_files() if src else [p for p in Path(copy_from).iterdir() if p.is_file()]
+            for f in files:
+                if not (self.tmp_dir / f.name).exists():
+                    shutil.copy2(f, self.tmp_dir / f.name)
+        if self.index_name:
+            total = sum(i.nbytes for i in self.plan.values())
+            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(self.weight_map.items()))}
+            (self.tmp_dir / self.index_name).write_text(json.dumps(index, indent=2))
+        if self.out_dir.exists():
+            trash = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+            self.out_dir.rename(trash)
+            self.tmp_dir.rename(self.out_dir)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            self.tmp_dir.rename(self.out_dir)
+        return self.out_dir
+
+    def abort(self) -> None:
+        for fh in self._open.values():
+            fh.close()  # type: ignore[attr-defined]
+        self._open.clear()
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+    def __enter__(self) -> "CheckpointWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif self.tmp_dir.exists():  # left without commit
+            self.abort()
+
+
+def convert_bin_to_safetensors(src: str | os.PathLike, out: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Convert a PyTorch .bin checkpoint directory to safetensors, shard by shard."""
+    src = Path(src)
+    shards = sorted(src.glob("pytorch_model*.bin")) or sorted(src.glob("*.bin"))
+    if not shards:
+        raise DotsError(f"no .bin weights in {src}")
+    plan: dict[str, TensorInfo] = {}
+    for shard in shards:  # first pass: shapes only (mmap keeps memory low)
+        sd = torch.load(shard, map_location="cpu", mmap=True, weights_only=True)
+        plan.update({k: TensorInfo(tuple(v.shape), v.dtype) for k, v in sd.items()})
+        del sd
+    with CheckpointWriter(out, plan, overwrite=overwrite) as writer:
+        for shard in shards:
+            sd = torch.load(shard, map_location="cpu", mmap=True, weights_only=True)
+            writer.write_all(sd.items())
+            del sd
+        for f in src.iterdir():
+            if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES) and f.name not in INDEX_NAMES:
+                shutil.copy2(f, writer.tmp_dir / f.name)
+        return writer.commit()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    from dots.errors import cli_errors
+
+    parser = argparse.ArgumentParser(prog="python -m dots.checkpoint")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    conv = sub.add_parser("convert", help="convert a .bin checkpoint directory to safetensors")
+    conv.add_argument("src")
+    conv.add_argument("out")
+    conv.add_argument("--overwrite", action="store_true")
+    info = sub.add_parser("info", help="list tensors of a checkpoint")
+    info.add_argument("src")
+    args = parser.parse_args(argv)
+
+    @cli_errors
+    def run() -> None:
+        if args.cmd == "convert":
+            print(convert_bin_to_safetensors(args.src, args.out, args.overwrite))
+        else:
+            ckpt = Checkpoint(args.src)
+            for name in ckpt.names:
+                i = ckpt.info(name)
+                print(f"{name}\t{list(i.shape)}\t{str(i.dtype).replace('torch.', '')}")
+            print(f"# {len(ckpt.names)} tensors, {ckpt.total_bytes / 2**20:.1f} MiB, {ckpt.architecture}")
+
+    run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The lab: a small base/SFT/RLVR trio trained on CPU (the embedded default backbone)."""

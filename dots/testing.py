@@ -1,0 +1,102 @@
+"""Tiny generated checkpoints for tests and benchmarks (nothing is downloaded).
+
+`make_tiny_model` builds a real transformers model (Qwen2 or Llama architecture) with a
+char-level tokenizer and saves it as safetensors; `make_finetuned` derives a "fine-tuned"
+checkpoint from it by adding seeded noise, optionally sparse, optionally in another dtype.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+
+from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
+
+
+def name_seed(name: str, seed: int) -> int:
+    """A per-tensor seed that depends only on (name, seed), never on processing order."""
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def make_tiny_model(
+    path: str | os.PathLike,
+    arch: str = "qwen2",
+    dtype: torch.dtype = torch.float32,
+    tie_word_embeddings: bool = False,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    intermediate_size: int = 128,
+    seed: int = 0,
+    max_shard_size: str | int | None = None,
+) -> Path:
+    """Save a randomly initialised causal LM (+ char tokenizer) under `path`."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    from dots.lab.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    common = dict(
+        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        max_position_embeddings=512, tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    if arch == "qwen2":
+        config = Qwen2Config(**common)
+    elif arch == "llama":
+        config = LlamaConfig(**common)
+    else:
+        raise ValueError(f"unknown arch {arch!r}")
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # default init of norms is ones; perturb so merges touch them
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.02 * torch.randn_like(p))
+    model = model.to(dtype)
+    model.config.torch_dtype = dtype
+    path = Path(path)
+    kwargs = {"safe_serialization": True}
+    if max_shard_size is not None:
+        kwargs["max_shard_size"] = max_shard_size
+    model.save_pretrained(path, **kwargs)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_finetuned(
+    base: str | os.PathLike,
+    out: str | os.PathLike,
+    seed: int,
+    scale: float = 0.01,
+    density: float = 1.0,
+    dtype: torch.dtype | None = None,
+    max_shard_bytes: int = 5 * 2**30,
+) -> Path:
+    """θ = θ0 + noise: seeded per tensor name; `density` < 1 leaves the rest unchanged."""
+    ckpt = Checkpoint(base)
+    plan = {n: TensorInfo(ckpt.info(n).shape, dtype or ckpt.info(n).dtype) for n in ckpt.names}
+    with CheckpointWriter(out, plan, max_shard_bytes=max_shard_bytes) as writer:
+        for name, tensor in ckpt.tensors():
+            if tensor.is_floating_point():
+                gen = torch.Generator().manual_seed(name_seed(name, seed))
+                noise = torch.randn(tensor.shape, generator=gen) * scale
+                if density < 1.0:
+                    keep = torch.rand(tensor.shape, generator=gen) < density
+                    noise = noise * keep
+                tensor = tensor.float() + noise
+            writer.write(name, tensor)
+        out_path = writer.commit(copy_from=ckpt)
+    if dtype is not None:
+        import json
+
+        cfg_path = out_path / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["torch_dtype"] = str(dtype).replace("torch.", "")
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+    return out_path
