@@ -183,6 +183,18 @@ class Checkpoint:
             handle = self._handles[file] = safe_open(file, framework="pt")
         return handle.get_tensor(name)  # type: ignore[attr-defined]
 
+    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of a tensor (dim 0), read through a mapping that is closed
+        right after, so resident memory stays at the size of the slice however much of
+        the file a long stream has touched (cached handles keep every touched page)."""
+        file = self._where.get(name)
+        if file is None:
+            raise KeyError(name)
+        with safe_open(file, framework="pt") as handle:
+            if not self._info[name].shape:
+                return handle.get_tensor(name)
+            return handle.get_slice(name)[start:stop]
+
     def tensors(self, names: Iterable[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         for name in names if names is not None else self.names:
             yield name, self.get(name)
