@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
 import torch
-from safetensors import safe_open
 
 from dots.errors import DotsError
 
@@ -101,18 +100,12 @@ class Checkpoint:
         self.source = str(path_or_id)
         self.path = resolve_model_dir(path_or_id, revision)
         self._files = self._weight_files()
-        self._where: dict[str, Path] = {}
+        self._where: dict[str, tuple[Path, int, int]] = {}  # name -> (file, byte offset, nbytes)
         self._info: dict[str, TensorInfo] = {}
         for file in self._files:
-            try:
-                with safe_open(file, framework="pt") as handle:
-                    for name in handle.keys():
-                        sl = handle.get_slice(name)
-                        self._where[name] = file
-                        self._info[name] = TensorInfo(tuple(sl.get_shape()), _TORCH_DTYPES[sl.get_dtype()])
-            except Exception as exc:  # corrupt header, truncated file
-                raise DotsError(f"cannot read safetensors file {file}: {exc}") from None
-        self._handles: dict[Path, object] = {}
+            for name, (info, offset, nbytes) in read_safetensors_header(file).items():
+                self._where[name] = (file, offset, nbytes)
+                self._info[name] = info
 
     def _weight_files(self) -> list[Path]:
         index = self.path / "model.safetensors.index.json"
@@ -174,33 +167,36 @@ class Checkpoint:
 
     # --- data -----------------------------------------------------------------------------
     def get(self, name: str) -> torch.Tensor:
-        """One tensor, copied out of the mmap so it stays valid after the file closes."""
-        file = self._where.get(name)
-        if file is None:
-            raise KeyError(name)
-        handle = self._handles.get(file)
-        if handle is None:
-            handle = self._handles[file] = safe_open(file, framework="pt")
-        return handle.get_tensor(name)  # type: ignore[attr-defined]
+        """One tensor read into private memory (plain file read, no mmap).
 
-    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        """Rows [start, stop) of a tensor (dim 0), read through a mapping that is closed
-        right after, so resident memory stays at the size of the slice however much of
-        the file a long stream has touched (cached handles keep every touched page)."""
-        file = self._where.get(name)
-        if file is None:
+        Reading instead of mapping keeps the process's RSS bounded by the tensors alive,
+        whatever the file size, and the result may be modified in place freely.
+        """
+        where = self._where.get(name)
+        if where is None:
             raise KeyError(name)
-        with safe_open(file, framework="pt") as handle:
-            if not self._info[name].shape:
-                return handle.get_tensor(name)
-            return handle.get_slice(name)[start:stop]
+        file, offset, nbytes = where
+        info = self._info[name]
+        buf = bytearray(nbytes)
+        with open(file, "rb", buffering=0) as fh:
+            fh.seek(offset)
+            view = memoryview(buf)
+            got = 0
+            while got < nbytes:
+                n = fh.readinto(view[got:])
+                if not n:
+                    raise DotsError(f"{file} is truncated (reading {name})")
+                got += n
+        if nbytes == 0:
+            return torch.empty(info.shape, dtype=info.dtype)
+        return torch.frombuffer(buf, dtype=info.dtype).reshape(info.shape)
 
     def tensors(self, names: Iterable[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         for name in names if names is not None else self.names:
             yield name, self.get(name)
 
     def close(self) -> None:
-        self._handles.clear()
+        """Nothing is held open between reads; kept for symmetry with writers."""
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.source!r}, {len(self._info)} tensors)"
@@ -212,6 +208,28 @@ def open_checkpoints(spec: Mapping[str, str], revisions: Mapping[str, str | None
 
 
 # --- writing ------------------------------------------------------------------------------
+
+def read_safetensors_header(file: Path) -> dict[str, tuple[TensorInfo, int, int]]:
+    """Parse a safetensors header: name -> (TensorInfo, absolute byte offset, nbytes)."""
+    try:
+        with open(file, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            if size <= 0 or size > 100 * 2**20:
+                raise ValueError(f"implausible header size {size}")
+            header = json.loads(fh.read(size))
+    except (OSError, ValueError) as exc:
+        raise DotsError(f"cannot read safetensors file {file}: {exc}") from None
+    out: dict[str, tuple[TensorInfo, int, int]] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _TORCH_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise DotsError(f"{file}: unsupported dtype {entry['dtype']} for {name}")
+        start, end = entry["data_offsets"]
+        out[name] = (TensorInfo(tuple(entry["shape"]), dtype), 8 + size + start, end - start)
+    return out
+
 
 def _shard_plan(plan: Mapping[str, TensorInfo], max_shard_bytes: int) -> list[list[str]]:
     shards: list[list[str]] = [[]]

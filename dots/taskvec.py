@@ -143,7 +143,7 @@ class SourceVector:
     def get(self, name: str) -> torch.Tensor:
         tensor = self.weights.get(name).float()
         gamma = self.scale(name)
-        return tensor.mul_(gamma) if gamma != 1.0 else tensor
+        return tensor.mul_(gamma) if gamma != 1.0 else tensor  # get() returns private memory
 
 
 class TaskVectors:

@@ -1,0 +1,98 @@
+"""Lazy reader and atomic planned writer on real safetensors files."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo, convert_bin_to_safetensors
+from dots.errors import DotsError
+from dots.testing import make_tiny_model
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("m") / "sharded", dtype=torch.bfloat16, max_shard_size="20KB")
+
+
+def test_reader_sees_every_shard_lazily(sharded):
+    assert (sharded / "model.safetensors.index.json").exists()
+    ckpt = Checkpoint(sharded)
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(ckpt.names) == set(index)
+    name = "model.embed_tokens.weight"
+    assert ckpt.info(name).dtype == torch.bfloat16
+    assert tuple(ckpt.get(name).shape) == ckpt.info(name).shape
+    assert ckpt.architecture == "Qwen2ForCausalLM"
+    assert {"config.json", "tokenizer.json"} <= {p.name for p in ckpt.aux_files()}
+
+
+def test_writer_roundtrip_any_order_and_shards(tmp_path):
+    tensors = {f"t{i}": torch.randn(50, 10 + i) for i in range(7)}
+    tensors["ints"] = torch.arange(12, dtype=torch.int64)
+    plan = {k: TensorInfo(tuple(v.shape), torch.bfloat16 if k != "ints" else torch.int64) for k, v in tensors.items()}
+    with CheckpointWriter(tmp_path / "out", plan, max_shard_bytes=3000) as w:
+        for k in reversed(list(tensors)):  # order must not matter
+            w.write(k, tensors[k])
+        out = w.commit()
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    back = Checkpoint(out)
+    for k, v in tensors.items():
+        assert torch.equal(back.get(k), v.to(plan[k].dtype))
+    # files are valid for the reference loader too
+    for f in set(index["weight_map"].values()):
+        load_file(out / f)
+    assert not list(tmp_path.glob(".out.tmp-*"))
+
+
+def test_writer_leaves_nothing_on_error(tmp_path):
+    plan = {"a": TensorInfo((2, 2), torch.float32), "b": TensorInfo((3,), torch.float32)}
+    with pytest.raises(RuntimeError):
+        with CheckpointWriter(tmp_path / "out", plan) as w:
+            w.write("a", torch.ones(2, 2))
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    w = CheckpointWriter(tmp_path / "out", plan)
+    w.write("a", torch.ones(2, 2))
+    with pytest.raises(RuntimeError, match="never written"):
+        w.commit()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_writer_refuses_existing_output(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(DotsError, match="overwrite=true"):
+        CheckpointWriter(tmp_path / "out", {"a": TensorInfo((1,), torch.float32)})
+    with CheckpointWriter(tmp_path / "out", {"a": TensorInfo((1,), torch.float32)}, overwrite=True) as w:
+        w.write("a", torch.ones(1))
+        w.commit()
+    assert torch.equal(Checkpoint(tmp_path / "out").get("a"), torch.ones(1))
+
+
+def test_bad_paths_are_one_line_errors(tmp_path):
+    with pytest.raises(DotsError, match="does not exist"):
+        Checkpoint(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DotsError, match="not a model directory"):
+        Checkpoint(tmp_path / "empty")
+
+
+def test_bin_checkpoint_is_converted(tmp_path, sharded):
+    src = tmp_path / "bin"
+    src.mkdir()
+    ckpt = Checkpoint(sharded)
+    torch.save(dict(ckpt.tensors()), src / "pytorch_model.bin")
+    (src / "config.json").write_text((sharded / "config.json").read_text())
+    with pytest.raises(DotsError, match="convert"):
+        Checkpoint(src)
+    out = convert_bin_to_safetensors(src, tmp_path / "st")
+    conv = Checkpoint(out)
+    assert conv.names and all(torch.equal(conv.get(n), ckpt.get(n)) for n in ckpt.names)
+
+
+def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(DotsError, match="Hub cache"):
+        Checkpoint("nobody/no-such-model")
