@@ -172,24 +172,41 @@ class Checkpoint:
         Reading instead of mapping keeps the process's RSS bounded by the tensors alive,
         whatever the file size, and the result may be modified in place freely.
         """
-        where = self._where.get(name)
-        if where is None:
+        info = self.info(name) if name in self._info else None
+        if info is None:
             raise KeyError(name)
-        file, offset, nbytes = where
+        return self._read(name, 0, info.shape[0] if info.shape else 1)
+
+    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of a tensor along dim 0, read alone (for streaming in chunks)."""
+        info = self._info.get(name)
+        if info is None:
+            raise KeyError(name)
+        if not info.shape:
+            return self.get(name)
+        start, stop = max(0, start), min(stop, info.shape[0])
+        return self._read(name, start, max(start, stop))
+
+    def _read(self, name: str, start: int, stop: int) -> torch.Tensor:
+        file, offset, nbytes = self._where[name]
         info = self._info[name]
-        buf = bytearray(nbytes)
+        rows = info.shape[0] if info.shape else 1
+        row_bytes = nbytes // rows if rows else 0
+        shape = (stop - start, *info.shape[1:]) if info.shape else ()
+        count = (stop - start) * row_bytes
+        if count == 0:
+            return torch.empty(shape, dtype=info.dtype)
+        buf = bytearray(count)
         with open(file, "rb", buffering=0) as fh:
-            fh.seek(offset)
+            fh.seek(offset + start * row_bytes)
             view = memoryview(buf)
             got = 0
-            while got < nbytes:
+            while got < count:
                 n = fh.readinto(view[got:])
                 if not n:
                     raise DotsError(f"{file} is truncated (reading {name})")
                 got += n
-        if nbytes == 0:
-            return torch.empty(info.shape, dtype=info.dtype)
-        return torch.frombuffer(buf, dtype=info.dtype).reshape(info.shape)
+        return torch.frombuffer(buf, dtype=info.dtype).reshape(shape)
 
     def tensors(self, names: Iterable[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         for name in names if names is not None else self.names:
