@@ -1,0 +1,137 @@
+"""Answer extraction, math-verify equivalence and consistency (SPEC §3, §7)."""
+import threading
+
+import pytest
+
+from dots.answers import (answers_equivalent, boxed_answers, consistency, consistency_of_labels,
+                          equivalence_classes, extract_answer, extract_choice, is_correct,
+                          majority_answer)
+
+EXTRACTION = [
+    # (completion, expected answer)
+    ("so the result is \\boxed{42}.", "42"),
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+    ("nested: \\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}"),
+    ("set: \\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces do not close the box
+    ("first \\boxed{1} then corrected \\boxed{2}", "2"),  # last box wins
+    ("\\boxed{3} and a truncated \\boxed{\\frac{1}{", "3"),  # unclosed box ignored
+    ("\\fbox{7}", "7"),
+    ("\\boxed 5 is it", "5"),
+    ("$\\boxed{ x^2 + 1 }$", "x^2 + 1"),
+    ("interval \\boxed{[0, 1)}", "[0, 1)"),
+    ("<think>maybe \\boxed{1}</think> final: \\boxed{2}", "2"),
+    ("No box. The answer is 17.", "17"),
+    ("Therefore, the final answer is $\\frac{3}{4}$.", "\\frac{3}{4}"),
+    ("Answer: 12\nmore text", "12"),
+    ("I am not sure.", None),
+    ("", None),
+    ("the sum is 3 + 4 = 7", None),  # no last-number fallback by default
+    ("\\boxedvalue{3}", None),  # not a box command
+]
+
+
+@pytest.mark.parametrize("text,expected", EXTRACTION)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_last_number_fallback_is_opt_in():
+    assert extract_answer("the sum is 3 + 4 = 7", fallbacks=("answer_is", "last_number")) == "7"
+    assert extract_answer("total 1,234 apples", fallbacks=("last_number",)) == "1234"
+    with pytest.raises(ValueError):
+        extract_answer("x", fallbacks=("bogus",))
+
+
+def test_boxed_answers_in_order():
+    assert boxed_answers("\\boxed{a} x \\boxed{b{c}} \\boxed{") == ["a", "b{c}"]
+
+
+EQUIVALENT = [
+    ("\\frac12", "0.5"),
+    ("\\frac{1}{2}", "1/2"),
+    ("\\dfrac{3}{4}", "0.75"),
+    ("[0,1)", "[0, 1)"),
+    ("x+1", "1+x"),
+    ("\\sqrt{2}/2", "\\frac{\\sqrt2}{2}"),
+    ("10", "10.0"),
+    ("\\{1,2\\}", "\\{2,1\\}"),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"),
+    ("3", "x=3"),
+]
+NOT_EQUIVALENT = [
+    ("(0,1)", "[0,1]"),  # open vs closed interval
+    ("2", "3"),
+    ("abc", "abd"),
+    ("\\frac{1}{2}", "\\frac{1}{3}"),
+    ("(1,2)", "(2,1)"),  # ordered pair vs its reverse
+]
+
+
+@pytest.mark.parametrize("a,b", EQUIVALENT)
+def test_equivalent_forms(a, b):
+    assert answers_equivalent(a, b)
+
+
+@pytest.mark.parametrize("a,b", NOT_EQUIVALENT)
+def test_different_answers(a, b):
+    assert not answers_equivalent(a, b)
+
+
+def test_no_answer_is_never_equivalent():
+    assert not answers_equivalent(None, None)
+    assert equivalence_classes([None, "1", None, "1.0"]) == [None, 0, None, 0]
+
+
+CHOICES = [
+    ("The answer is (B).", "B"),
+    ("\\boxed{C}", "C"),
+    ("\\boxed{\\text{D}}", "D"),
+    ("\\boxed{(A) 42}", "A"),
+    ("Answer: J", "J"),
+    ("<think>A or B?</think> The answer is A", "A"),
+    ("I think it is a trick question.", None),
+    ("B", "B"),
+]
+
+
+@pytest.mark.parametrize("text,expected", CHOICES)
+def test_extract_choice(text, expected):
+    assert extract_choice(text) == expected
+
+
+def test_consistency_definition():
+    box = lambda s: f"... \\boxed{{{s}}}"  # noqa: E731
+    # 3 of 5 agree (0.5, \frac12, 1/2 are one answer), so C = 3/5
+    assert consistency([box("0.5"), box("\\frac12"), box("1/2"), box("2"), box("3")]) == pytest.approx(0.6)
+    # no-answer samples count in m but never form the majority
+    assert consistency(["no idea", "none", "?", box("7"), box("8")]) == pytest.approx(0.2)
+    assert consistency(["no idea"] * 4) == 0.0
+    assert consistency([box("4")] * 8) == 1.0
+    assert consistency(["The answer is (B)", "\\boxed{B}", "(C)", "answer: C", "Answer: B"], mode="choice") == pytest.approx(0.6)
+    assert consistency_of_labels([]) == 0.0
+
+
+def test_majority_and_correctness():
+    outs = ["\\boxed{0.5}", "\\boxed{1/2}", "\\boxed{2}"]
+    assert majority_answer(outs) == "0.5"
+    assert majority_answer(["nothing"]) is None
+    assert is_correct("so \\boxed{\\frac{1}{2}}", "0.5")
+    assert is_correct("so \\boxed{\\frac{1}{2}}", "\\boxed{\\frac12}")
+    assert not is_correct("so \\boxed{3}", "0.5")
+    assert not is_correct("no answer", "0.5")
+    assert is_correct("The answer is (C)", "C", mode="choice")
+    assert not is_correct("The answer is (C)", "D", mode="choice")
+
+
+def test_scoring_off_the_main_thread():
+    """math-verify's SIGALRM timeout fails in threads; scoring there must still be exact."""
+    results = {}
+
+    def work():
+        results["c"] = consistency(["\\boxed{\\frac12}", "\\boxed{0.5}", "\\boxed{2}"])
+        results["eq"] = answers_equivalent("[0,1)", "[0, 1)")
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=300)
+    assert results == {"c": pytest.approx(2 / 3), "eq": True}
