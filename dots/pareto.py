@@ -1,0 +1,92 @@
+"""Pareto front of (consistency ↑, perplexity ↓), the pick rules (App. A.2), and plots."""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from dots.errors import DotsError
+
+PICKS = ("max_consistency", "knee")
+
+
+@dataclass(frozen=True)
+class Point:
+    number: int
+    consistency: float
+    perplexity: float
+    params: Mapping[str, float]
+
+
+def pareto_front(points: Sequence[Point]) -> list[Point]:
+    """Points not dominated by another (higher-or-equal C and lower-or-equal PPL, one strictly)."""
+    front = []
+    for p in points:
+        dominated = any(
+            (q.consistency >= p.consistency and q.perplexity <= p.perplexity)
+            and (q.consistency > p.consistency or q.perplexity < p.perplexity)
+            for q in points
+        )
+        if not dominated:
+            front.append(p)
+    return sorted(front, key=lambda p: (-p.consistency, p.perplexity, p.number))
+
+
+def pick(front: Sequence[Point], rule: str = "max_consistency") -> Point:
+    """max_consistency: highest C, ties → lower PPL (then the earlier trial).
+    knee: min-max normalise both objectives over the front and take the point nearest to
+    the ideal (max C, min PPL) in Euclidean distance."""
+    if not front:
+        raise DotsError("no complete trial to pick from")
+    if rule == "max_consistency":
+        return min(front, key=lambda p: (-p.consistency, p.perplexity, p.number))
+    if rule == "knee":
+        cs = [p.consistency for p in front]
+        ps = [p.perplexity for p in front]
+        c_lo, c_hi, p_lo, p_hi = min(cs), max(cs), min(ps), max(ps)
+
+        def distance(p: Point) -> float:
+            dc = 0.0 if c_hi == c_lo else (c_hi - p.consistency) / (c_hi - c_lo)
+            dp = 0.0 if p_hi == p_lo else (p.perplexity - p_lo) / (p_hi - p_lo)
+            return math.hypot(dc, dp)
+
+        return min(front, key=lambda p: (distance(p), -p.consistency, p.number))
+    raise DotsError(f"unknown pick rule {rule!r}; choose one of {', '.join(PICKS)}")
+
+
+def write_trials_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_front(points: Sequence[Point], front: Sequence[Point], chosen: Point, path: Path, title: str = "") -> None:
+    """All trials (colored by trial number), the front as a line, the pick starred."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=130)
+    sc = ax.scatter([p.perplexity for p in points], [p.consistency for p in points], c=[p.number for p in points],
+                    cmap="viridis", s=22, alpha=0.75, label="trials")
+    fig.colorbar(sc, ax=ax, label="trial")
+    f = sorted(front, key=lambda p: p.perplexity)
+    ax.plot([p.perplexity for p in f], [p.consistency for p in f], "-o", color="tab:red", ms=5, lw=1.4,
+            mfc="none", label="Pareto front")
+    ax.scatter([chosen.perplexity], [chosen.consistency], marker="*", s=260, color="gold", edgecolor="black",
+               zorder=5, label="pick: " + ", ".join(f"{k}={v:.2f}" for k, v in chosen.params.items()))
+    ax.set_xlabel("perplexity on adaptation prompts (lower is better)")
+    ax.set_ylabel("mean answer consistency (higher is better)")
+    ax.set_title(title or "DoTS coefficient search")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
