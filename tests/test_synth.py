@@ -1,0 +1,74 @@
+"""DoTS synthesis θ0 + Σ λ_i τ̃_i (SPEC §2) on real tiny checkpoints."""
+import pytest
+import torch
+
+from dots.checkpoint import Checkpoint
+from dots.errors import DotsError
+from dots.synth import synthesize, synthesize_dict
+from dots.taskvec import SparsifyConfig, build_task_vectors
+from dots.testing import make_finetuned, make_tiny_model
+
+
+@pytest.fixture(scope="module", params=[torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def cache(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp("synth")
+    make_tiny_model(d / "base", dtype=request.param)
+    make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
+    make_finetuned(d / "base", d / "rl", seed=2, scale=0.005, density=0.2)
+    base = Checkpoint(d / "base")
+    tv = build_task_vectors(base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")},
+                            SparsifyConfig(), d / "cache")
+    return base, tv
+
+
+def test_matches_eq6_in_base_dtype(cache):
+    base, tv = cache
+    lam = {"sft": 0.79, "rl": 1.82}
+    out = synthesize_dict(tv, lam)
+    assert list(out) == base.names  # every tensor, in checkpoint order
+    for name in base.names:
+        theta0 = base.get(name)
+        assert out[name].dtype == theta0.dtype and out[name].device.type == "cpu"
+        if name in tv.names:
+            ref = theta0.float() + 0.79 * tv.get("sft", name) + 1.82 * tv.get("rl", name)
+            # float32 sum (order of rounding may differ by one ulp), then one cast to the base dtype
+            ulp = 2.0 ** -7 if theta0.dtype == torch.bfloat16 else 2.0 ** -22
+            torch.testing.assert_close(out[name].float(), ref.to(theta0.dtype).float(), rtol=ulp, atol=1e-6)
+        else:
+            assert torch.equal(out[name], theta0)
+    assert any(not torch.equal(out[n], base.get(n)) for n in tv.names)
+
+
+def test_each_call_starts_from_the_pristine_base(cache):
+    base, tv = cache
+    first = synthesize_dict(tv, {"sft": 1.0, "rl": 1.0})
+    synthesize_dict(tv, {"sft": 2.0, "rl": 0.0})  # another λ in between
+    again = synthesize_dict(tv, {"sft": 1.0, "rl": 1.0})
+    zero = synthesize_dict(tv, {"sft": 0.0, "rl": 0.0})
+    for name in base.names:
+        assert torch.equal(first[name], again[name])
+        assert torch.equal(zero[name], base.get(name))  # λ = 0 is exactly θ0
+
+
+def test_is_lazy(cache):
+    _, tv = cache
+    stream = synthesize(tv, {"sft": 1.0, "rl": 1.0}, device="cpu")
+    name, tensor = next(stream)
+    assert isinstance(name, str) and isinstance(tensor, torch.Tensor)
+
+
+@pytest.mark.parametrize("coefs", [{"sft": 1.0}, {"sft": 1.0, "rl": 1.0, "dpo": 1.0}, {"sft": float("nan"), "rl": 1.0}])
+def test_bad_coefficients_are_user_errors(cache, coefs):
+    _, tv = cache
+    with pytest.raises(DotsError):
+        next(synthesize(tv, coefs))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_cuda_matches_cpu(cache):
+    _, tv = cache
+    lam = {"sft": 0.5, "rl": 1.5}
+    cpu = synthesize_dict(tv, lam, "cpu")
+    for name, t in synthesize(tv, lam, "cuda"):
+        assert t.device.type == "cuda"
+        torch.testing.assert_close(t.cpu(), cpu[name], rtol=0, atol=0) if t.dtype == torch.float32 else None
