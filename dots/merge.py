@@ -1,0 +1,264 @@
+"""Streaming merge executor and the `python -m dots.merge` CLI (SPEC §5).
+
+For each tensor name (in the base's order) it reads the base and every source, forms
+τ_i = θ_i − θ0 in float32, calls the method, writes θ0 + δ cast to the base dtype at
+its planned offset (`CheckpointWriter`) and frees everything before the next name.
+Reads go through a mapping that is closed right after (`Checkpoint.get_rows`), so the
+resident set stays at a few copies of the largest tensor — about (K + 4)·float32 of it
+plus a fixed overhead — whatever the model size. Methods with whole-model statistics
+get a first pass over the same stream before the writing pass.
+
+    python -m dots.merge method=ties backbone.base=DIR_OR_ID \
+        +backbone.sources.sft=DIR +backbone.sources.rlvr=DIR output=DIR [overwrite=true]
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+
+from dots.checkpoint import Checkpoint, CheckpointWriter
+from dots.errors import DotsError, cli_errors
+from dots.methods import MergeContext, build_options, get_method
+from dots.progress import progress_bar
+
+log = logging.getLogger(__name__)
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
+
+
+# --- reading ----------------------------------------------------------------------------
+
+def read_full(ckpt: Checkpoint, name: str, rows: int | None) -> torch.Tensor:
+    """A whole tensor (its first `rows` rows), read without keeping the file mapped."""
+    if rows is None:
+        return ckpt.get_rows(name, 0, 0)
+    return ckpt.get_rows(name, 0, rows)
+
+
+def read_inputs(alignment, name: str, with_deltas: bool = True) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """θ0 (float32) and the task vectors τ_i = θ_i − θ0 (float32) of one merged tensor."""
+    info = alignment.base.info(name)
+    rows = info.shape[0] if info.shape else None
+    base = read_full(alignment.base, name, rows).to(torch.float32)
+    deltas: list[torch.Tensor] = []
+    if with_deltas:
+        for key, ckpt in alignment.sources.items():
+            theta = read_full(ckpt, alignment.source_name(key, name), rows)
+            if not bool(torch.isfinite(theta).all()):
+                raise DotsError(f"source {key} ({ckpt.source}) has NaN/Inf values in {name}")
+            tau = theta if theta.dtype == torch.float32 else theta.to(torch.float32)
+            del theta
+            deltas.append(tau.sub_(base))
+    return base, deltas
+
+
+def tensor_stream(alignment, names: Sequence[str], with_deltas: bool = True) -> Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]:
+    for name in names:
+        yield (name, *read_inputs(alignment, name, with_deltas))
+
+
+# --- options ----------------------------------------------------------------------------
+
+def resolve_weights(weights: Any, keys: Sequence[str]) -> list[float]:
+    """Per-source weights from None (all 1), a number (all equal), a list (source order) or a mapping."""
+    if weights is None:
+        values = [1.0] * len(keys)
+    elif isinstance(weights, (int, float)):
+        values = [float(weights)] * len(keys)
+    elif isinstance(weights, Mapping):
+        unknown = sorted(set(map(str, weights)) - set(keys))
+        if unknown:
+            raise DotsError(f"weights name unknown source(s) {', '.join(unknown)} (sources: {', '.join(keys)})")
+        values = [float(weights.get(k, 1.0)) for k in keys]
+    else:
+        values = [float(w) for w in weights]
+        if len(values) != len(keys):
+            raise DotsError(f"{len(values)} weights for {len(keys)} sources")
+    if not all(math.isfinite(v) for v in values):
+        raise DotsError(f"weights must be finite numbers, got {values}")
+    return values
+
+
+def _check_output(output: str | os.PathLike, overwrite: bool, inputs: Sequence[Checkpoint]) -> Path:
+    out = Path(output).expanduser().resolve()
+    if out.exists() and not overwrite:
+        raise DotsError(f"output exists: {out} (pass overwrite=true to replace it)")
+    for ckpt in inputs:
+        if ckpt.path.resolve() == out:
+            raise DotsError(f"output {out} is one of the input checkpoints")
+    return out
+
+
+# --- executor ---------------------------------------------------------------------------
+
+def merge_checkpoints(
+    base: str | os.PathLike,
+    sources: Mapping[str, str | os.PathLike],
+    output: str | os.PathLike,
+    method: str = "ties",
+    options: Mapping[str, Any] | None = None,
+    weights: Any = None,
+    overwrite: bool = False,
+    revision: str | None = None,
+    config_from: str = "base",
+    cache_dir: str | os.PathLike | None = None,
+    pool: Mapping | None = None,
+    format_prompt: Callable[[str], str] | None = None,
+    device: str = "cpu",
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    card_config: Mapping[str, Any] | None = None,
+) -> Path:
+    """Merge `sources` into `base` with `method` and write a loadable model to `output`."""
+    from dots.align import align, config_differences
+    from dots.modelcard import render_model_card
+
+    spec = get_method(method)
+    opts = build_options(spec, dict(options or {}))
+    if weights is not None and not spec.weighted:
+        raise DotsError(f"method {spec.name} takes no per-model weights")
+    if not sources:
+        raise DotsError("no source checkpoints given (add +backbone.sources.KEY=PATH)")
+    n = len(sources)
+    if n < spec.min_sources or (spec.max_sources is not None and n > spec.max_sources):
+        want = (f"exactly {spec.min_sources}" if spec.max_sources == spec.min_sources
+                else f"at least {spec.min_sources}" if spec.max_sources is None
+                else f"{spec.min_sources} to {spec.max_sources}")
+        raise DotsError(f"method {spec.name} needs {want} sources, got {n} ({', '.join(sources)})")
+    if Path(output).expanduser().exists() and not overwrite:  # before opening anything large
+        raise DotsError(f"output exists: {Path(output).expanduser().resolve()} (pass overwrite=true to replace it)")
+
+    base_ckpt = Checkpoint(base, revision)
+    source_ckpts = {str(k): Checkpoint(v, revision) for k, v in sources.items()}
+    out = _check_output(output, overwrite, [base_ckpt, *source_ckpts.values()])
+    al = align(base_ckpt, source_ckpts)
+    for field_name, values in config_differences(base_ckpt, source_ckpts).items():
+        log.warning("config field %s differs: %s", field_name, values)
+    keys = list(source_ckpts)
+    weight_list = resolve_weights(weights, keys) if spec.weighted else [1.0] * n
+    output_config = al.output_config(config_from)
+    context = MergeContext(al, Path(cache_dir) if cache_dir else None, pool, format_prompt, device)
+
+    stats = None
+    if spec.first_pass is not None:
+        stats = spec.first_pass(lambda: tensor_stream(al, al.merged), opts, context)
+
+    card = render_model_card(
+        method=spec.name, options={f: getattr(opts, f) for f in opts.__dataclass_fields__},
+        base=str(base), sources={k: str(v) for k, v in sources.items()},
+        weights=dict(zip(keys, weight_list)) if spec.weighted else None, config=card_config,
+    )
+    merged = set(al.merged)
+    copy_from = base_ckpt if config_from == "base" else source_ckpts[config_from]
+    with CheckpointWriter(out, al.out_plan, max_shard_bytes=max_shard_bytes, overwrite=overwrite) as writer:
+        for name in progress_bar(list(al.out_plan), f"merge ({spec.name})"):
+            if name in merged:
+                tensor = _merge_one(al, name, spec, opts, weight_list, stats)
+            else:
+                info = base_ckpt.info(name)
+                tensor = read_full(base_ckpt, name, info.shape[0] if info.shape else None)
+            writer.write(name, tensor)
+            del tensor
+        writer.add_file("config.json", json.dumps(output_config, indent=2) + "\n")
+        writer.add_file("README.md", card)
+        result = writer.commit(copy_from=copy_from)
+    log.info("wrote %s (%d merged, %d copied tensors)", result, len(al.merged), len(al.copied))
+    return result
+
+
+def _merge_one(al, name: str, spec, opts, weights: Sequence[float], stats) -> torch.Tensor:
+    base, deltas = read_inputs(al, name, spec.reads_deltas)
+    delta = spec.merge(name, base, deltas, weights, opts, stats)
+    del deltas
+    if tuple(delta.shape) != tuple(base.shape):
+        raise RuntimeError(f"method {spec.name} returned shape {tuple(delta.shape)} for {name}, expected {tuple(base.shape)}")
+    merged = base.add_(delta)
+    del delta
+    extra = al.extra_rows_tensor(name)
+    if extra is not None:
+        merged = torch.cat([merged.to(extra.dtype), extra])
+    return merged
+
+
+# --- CLI --------------------------------------------------------------------------------
+
+def _prompt_formatter(template: str | None, tokenizer_path: str) -> Callable[[str], str] | None:
+    """question → prompt text under the backbone's SPEC §8 template (for SAR's calibration)."""
+    if not template or template == "plain":
+        return None
+    from dots.prompts import format_prompt
+
+    tokenizer = None
+    if template == "chat":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    return lambda question: format_prompt(question, template, tokenizer)
+
+
+def run_from_config(cfg) -> Path:
+    """Run one merge from a composed Hydra config (conf/merge.yaml)."""
+    from omegaconf import OmegaConf
+
+    container = OmegaConf.to_container(cfg, resolve=True)
+    backbone = container.get("backbone") or {}
+    method_cfg = dict(container.get("method") or {})
+    name = method_cfg.pop("name", None)
+    if not name:
+        raise DotsError("the method config has no name (pick one with method=NAME)")
+    weights = method_cfg.pop("weights", None)
+    if not container.get("output"):
+        raise DotsError("no output directory given (add output=DIR)")
+    if not backbone.get("base"):
+        raise DotsError("no base model given (add backbone.base=DIR_OR_ID)")
+    revision = backbone.get("revision")
+    return merge_checkpoints(
+        base=backbone["base"], sources=backbone.get("sources") or {}, output=container["output"],
+        method=name, options=method_cfg, weights=weights, overwrite=bool(container.get("overwrite", False)),
+        revision=revision if isinstance(revision, str) else None,
+        config_from=str(backbone.get("config_from") or "base"),
+        cache_dir=container.get("cache_dir"), pool=container.get("pool"),
+        format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
+        device=_device(container.get("device", "auto")),
+        max_shard_bytes=int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES),
+        card_config=container,
+    )
+
+
+def _device(device: str | None) -> str:
+    from dots.fisher import resolve_device
+
+    return resolve_device(device)
+
+
+def _check_method_choice(argv: Sequence[str]) -> None:
+    """`method=NAME` with no conf/method/NAME.yaml: one line instead of Hydra's report."""
+    for arg in argv:
+        if arg.startswith("method="):
+            choice = arg.split("=", 1)[1]
+            if not (CONF_DIR / "method" / f"{choice}.yaml").exists():
+                known = sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
+                raise DotsError(f"unknown merge method {choice!r} (known: {', '.join(known)})")
+
+
+def main() -> None:
+    import hydra
+
+    @hydra.main(config_path="../conf", config_name="merge", version_base="1.3")
+    def _main(cfg) -> None:
+        path = cli_errors(run_from_config)(cfg)
+        print(path)
+
+    cli_errors(_check_method_choice)(sys.argv[1:])
+    _main()
+
+
+if __name__ == "__main__":
+    main()

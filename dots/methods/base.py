@@ -1,0 +1,211 @@
+"""What a merge method is, and the arithmetic several methods share (SPEC §5).
+
+A method is a short function of one parameter's float32 tensors::
+
+    merge(name, base, deltas, weights, options, stats) -> merged delta
+
+`deltas` are the task vectors τ_i = θ_i − θ0 (the method may overwrite them in place:
+the executor hands over tensors it will not use again, which keeps peak memory at a
+few tensors), `weights` the per-model weights w_i, `stats` whatever the method's
+optional `first_pass` gathered over the whole model (RAM+'s ρ, SAR's Fisher, the τ̃
+cache of dots_fixed). The executor (`dots.merge`) owns I/O, dtypes, memory and
+progress and computes θ = θ0 + merged delta.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import torch
+
+from dots.errors import DotsError
+from dots.testing import name_seed
+
+if TYPE_CHECKING:
+    from dots.align import Alignment
+
+# (name, base float32, [τ_1..τ_K] float32) for every merged tensor, in checkpoint order.
+TensorStream = Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]
+MergeFn = Callable[[str, torch.Tensor, list[torch.Tensor], Sequence[float], Any, Any], torch.Tensor]
+
+
+@dataclass
+class MergeContext:
+    """Whole-run facts a first pass may need beyond the tensor stream."""
+
+    alignment: "Alignment"
+    cache_dir: Path | None = None
+    pool: Mapping | None = None  # pool config (dots.pools) for calibration sets
+    format_prompt: Callable[[str], str] | None = None  # question -> prompt text (backbone template)
+    device: str = "cpu"
+
+    @property
+    def source_keys(self) -> list[str]:
+        return list(self.alignment.sources)
+
+
+FirstPassFn = Callable[[Callable[[], TensorStream], Any, MergeContext], Any]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered merge method.
+
+    `first_pass(stream_factory, options, context)` runs once before merging; calling
+    `stream_factory()` streams every merged tensor (each call is a fresh pass).
+    `weighted`: the method accepts per-model weights. `reads_deltas`: the executor
+    must read the sources tensor by tensor (False when the method reads its own cache).
+    """
+
+    name: str
+    options: type
+    merge: MergeFn
+    first_pass: FirstPassFn | None = None
+    min_sources: int = 1
+    max_sources: int | None = None
+    weighted: bool = False
+    reads_deltas: bool = True
+    summary: str = ""
+
+
+def build_options(method: Method, values: Mapping[str, Any]) -> Any:
+    """Instantiate a method's options dataclass, naming any unknown key."""
+    known = {f.name for f in dataclasses.fields(method.options)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise DotsError(f"unknown option(s) for method {method.name}: {', '.join(unknown)} "
+                        f"(known: {', '.join(sorted(known)) or 'none'})")
+    try:
+        return method.options(**dict(values))
+    except TypeError as exc:
+        raise DotsError(f"bad options for method {method.name}: {exc}") from None
+
+
+def check_density(density: float, what: str = "density") -> float:
+    try:
+        value = float(density)
+    except (TypeError, ValueError):
+        raise DotsError(f"{what} must be a number in (0, 1], got {density!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise DotsError(f"{what} must be in (0, 1], got {density}")
+    return value
+
+
+def check_probability(p: float, what: str = "p") -> float:
+    try:
+        value = float(p)
+    except (TypeError, ValueError):
+        raise DotsError(f"{what} must be a number in [0, 1), got {p!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise DotsError(f"drop probability {what} must be in [0, 1), got {p}")
+    return value
+
+
+def check_choice(value: str, choices: Iterable[str], what: str) -> str:
+    choices = tuple(choices)
+    if value not in choices:
+        raise DotsError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+# --- shared arithmetic -----------------------------------------------------------------
+
+CHUNK = 1 << 22  # entries per chunk in bounded-memory scans
+
+
+def _chunks(flat: torch.Tensor, size: int = CHUNK) -> Iterator[torch.Tensor]:
+    for start in range(0, flat.numel(), size):
+        yield flat[start:start + size]
+
+
+def topk_magnitude_mask(x: torch.Tensor, density: float) -> torch.Tensor:
+    """Keep exactly k = round(density·n) entries of largest |x|; ties go to lower flat indices.
+
+    Selection is exact and streams over chunks of the tensor (two-level radix histogram
+    of float32 bit patterns, `dots.taskvec.global_kth_largest`), so it needs only the
+    boolean mask and one chunk beyond the input — a full sort or `kthvalue` would copy
+    the tensor and allocate int64 indices (3× its size). Tensors of at most one chunk
+    use `kthvalue` (`dots.taskvec.topk_mask`, same selection), which is faster there.
+    """
+    from dots.taskvec import global_kth_largest, topk_mask
+
+    flat = x.reshape(-1)
+    n = flat.numel()
+    k = round(float(density) * n)
+    if k >= n:
+        return torch.ones(x.shape, dtype=torch.bool)
+    if k <= 0:
+        return torch.zeros(x.shape, dtype=torch.bool)
+    if n <= CHUNK:
+        return topk_mask(x.abs(), k)
+    threshold, need = global_kth_largest(lambda: _chunks(flat), k)
+    mask = torch.empty(n, dtype=torch.bool)
+    start = 0
+    for chunk in _chunks(flat):
+        mag = chunk.abs()
+        keep = mag > threshold
+        if need > 0:
+            ties = mag == threshold
+            count = int(ties.sum())
+            if count <= need:
+                keep |= ties
+                need -= count
+            else:
+                keep |= ties & (torch.cumsum(ties, 0) <= need)
+                need = 0
+        mask[start:start + chunk.numel()] = keep
+        start += chunk.numel()
+    return mask.view(x.shape)
+
+
+def weighted_sum(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """Σ_i w_i·τ_i in float32 (into a fresh tensor)."""
+    out = torch.zeros_like(deltas[0])
+    for delta, w in zip(deltas, weights):
+        out.add_(delta, alpha=float(w))
+    return out
+
+
+def disjoint_mean(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """TIES sign election + disjoint mean (Yadav et al. 2023, Eq. for τ_m). Overwrites `deltas`.
+
+    Elected sign = sign(Σ_i w_i·τ_i); result = Σ_{i agrees} w_i·τ_i / Σ_{i agrees} w_i over
+    the non-zero entries whose sign equals the elected sign (0 where none agrees). With
+    unit weights this is the paper's plain disjoint mean. Weights must be positive.
+    """
+    total = weighted_sum(deltas, weights)
+    positive, negative = total > 0, total < 0
+    del total
+    numerator = torch.zeros_like(deltas[0])
+    denominator = torch.zeros_like(deltas[0])
+    for delta, w in zip(deltas, weights):
+        agrees = ((delta > 0) & positive) | ((delta < 0) & negative)
+        numerator.add_(delta.mul_(agrees), alpha=float(w))
+        denominator.add_(agrees, alpha=float(w))
+        del agrees
+    # where no model agrees the numerator is 0, so a tiny floor leaves 0 there
+    return numerator.div_(denominator.clamp_(min=torch.finfo(torch.float32).tiny))
+
+
+def seeded_generator(name: str, seed: int) -> torch.Generator:
+    """A CPU generator whose stream depends only on (tensor name, seed)."""
+    return torch.Generator().manual_seed(name_seed(name, int(seed)))
+
+
+def dare_drop(deltas: list[torch.Tensor], p: float, name: str, seed: int) -> list[torch.Tensor]:
+    """DARE (Yu et al. 2024): drop each entry with probability p, survivors ×1/(1−p), in place.
+
+    Masks: one generator seeded by name_seed(name, seed); source i's mask is the i-th
+    draw `torch.rand(shape) >= p` from it, so the result depends only on (name, seed,
+    source order), never on the order in which tensors are processed.
+    """
+    if p <= 0.0:
+        return deltas
+    gen = seeded_generator(name, seed)
+    for delta in deltas:
+        keep = torch.rand(delta.shape, generator=gen) >= p
+        delta.mul_(keep).div_(1.0 - p)
+        del keep
+    return deltas

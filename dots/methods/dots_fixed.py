@@ -1,0 +1,53 @@
+"""`dots_fixed`: DoTS synthesis at fixed coefficients (DoTS Eq. 6; SPEC §2).
+
+θ = θ0 + Σ_i λ_i·τ̃_i with τ̃_i the sparsified, norm-rescaled task vectors of
+`dots.taskvec` (top `density` 0.3 per tensor, global γ rescale by default) read from
+the on-disk τ̃ cache — the same arithmetic as the search's synthesis, at the λ of the
+paper's ablations: (1, 1), (0.5, 0.5), (1/√2, 1/√2). λ_i are the per-model weights
+(`weights`, default 1.0 each). The sum is taken in source order in float32.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from dots.methods.base import Method, MergeContext, TensorStream
+from dots.methods.registry import register
+
+
+@dataclass(frozen=True)
+class DotsFixedOptions:
+    density: float = 0.3
+    scope: str = "tensor"
+    rescale: str = "global"
+
+    def __post_init__(self) -> None:
+        self.sparsify()  # validates (DotsError on bad values)
+
+    def sparsify(self):
+        from dots.taskvec import SparsifyConfig
+
+        return SparsifyConfig(density=float(self.density), scope=str(self.scope), rescale=str(self.rescale))
+
+
+def first_pass(stream: Callable[[], TensorStream], options: DotsFixedOptions, context: MergeContext):
+    """Build (or reuse) the τ̃ cache of every source."""
+    from dots.taskvec import build_task_vectors
+
+    al = context.alignment
+    root = context.cache_dir / "taskvec" if context.cache_dir is not None else None
+    return build_task_vectors(al.base, al.sources, options.sparsify(), root, alignment=al)
+
+
+def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
+          options: DotsFixedOptions, stats) -> torch.Tensor:
+    out = torch.zeros_like(base)
+    for key, lam in zip(stats.sources, weights):
+        out.add_(stats.get(key, name), alpha=float(lam))
+    return out
+
+
+register(Method("dots_fixed", DotsFixedOptions, merge, first_pass=first_pass, weighted=True, reads_deltas=False,
+                summary="θ0 + Σ λ_i τ̃_i at fixed λ (DoTS synthesis)"))
