@@ -1,0 +1,353 @@
+"""`python -m dots.search`: the DoTS pipeline (Algorithm 1), resumable stage by stage.
+
+task vectors (cached) → difficulty-aware selection (selection.jsonl) → Optuna TPE study
+over λ ∈ [lo, hi]^K with ONE live engine whose weights are swapped per trial
+(study.db) → pick from the Pareto front (result.yaml, trials.csv, pareto.png) → export
+(model/, with a model card; optionally pushed to the Hub). Every stage writes into the
+run directory and is skipped on rerun when its inputs have not changed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import hydra
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+import dots.lab  # noqa: F401  (registers the ${lab:...} resolver)
+from dots.align import align, config_differences
+from dots.answers import consistency as answer_consistency
+from dots.checkpoint import Checkpoint
+from dots.errors import DotsError, cli_errors
+from dots.pools import Query, load_pool
+from dots.prompts import format_prompt
+from dots.selection import (SelectionConfig, choose, load_selection, random_selection, save_selection,
+                            score_difficulty, selection_key)
+from dots.taskvec import SparsifyConfig, TaskVectors, build_task_vectors, fingerprint
+
+log = logging.getLogger("dots.search")
+
+
+# --- configuration helpers ----------------------------------------------------------------
+
+def plain(cfg: Any) -> Any:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def _hash(obj: Any, n: int = 10) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def check_range(bounds: Sequence[float]) -> tuple[float, float]:
+    if len(bounds) != 2:
+        raise DotsError(f"search.range must be [low, high], got {list(bounds)}")
+    lo, hi = float(bounds[0]), float(bounds[1])
+    if lo < 0 or hi < 0:
+        raise DotsError(f"search.range must not be negative, got [{lo}, {hi}]")
+    if hi <= lo:
+        raise DotsError(f"search.range is inverted or empty: [{lo}, {hi}] (need low < high)")
+    return lo, hi
+
+
+def run_identity(cfg: DictConfig, base: Checkpoint, sources: Mapping[str, Checkpoint]) -> dict:
+    """What a run's results depend on (the trial count excluded, so it can be raised later)."""
+    search = {k: v for k, v in plain(cfg.search).items() if k not in ("n_trials", "storage", "workers", "fixed")}
+    return {
+        "base": fingerprint(base), "sources": {k: fingerprint(v) for k, v in sources.items()},
+        "sparsify": plain(cfg.sparsify), "selection": plain(cfg.selection), "pool": plain(cfg.pool),
+        "search": search, "prompt": cfg.backbone.prompt, "seed": cfg.seed,
+    }
+
+
+def resolve_run_dir(cfg: DictConfig, identity: dict) -> Path:
+    if cfg.run_dir:
+        return Path(str(cfg.run_dir)).expanduser()
+    return Path(os.environ.get("DOTS_OUTPUTS", "outputs")) / "search" / f"{cfg.backbone.name}-{_hash(identity, 8)}"
+
+
+# --- the study ------------------------------------------------------------------------------
+
+@dataclass
+class TrialResult:
+    consistency: float
+    perplexity: float
+    per_query: list[float]
+    tokens: int
+    times: dict[str, float]
+
+
+class Scorer:
+    """Evaluates one λ on the live engine: swap → generate k → consistency; prompt NLL → PPL."""
+
+    def __init__(self, engine: Any, prompts: list[str], cfg: DictConfig, tokenizer: Any = None):
+        self.engine = engine
+        self.prompts = prompts
+        self.k = int(cfg.search.k)
+        self.temperature = float(cfg.search.temperature)
+        self.top_p = float(cfg.search.top_p)
+        self.max_tokens = int(cfg.search.max_tokens)
+        self.mode = str(cfg.search.get("answer_mode", "math"))
+        self.tokenizer = tokenizer
+
+    def __call__(self, coefficients: Mapping[str, float], seed: int) -> TrialResult:
+        t0 = time.perf_counter()
+        self.engine.swap_coefficients(dict(coefficients))
+        t1 = time.perf_counter()
+        outs = self.engine.generate(self.prompts, n=self.k, temperature=self.temperature, top_p=self.top_p,
+                                    max_tokens=self.max_tokens, seed=seed)
+        t2 = time.perf_counter()
+        per_query = [answer_consistency(samples, mode=self.mode) for samples in outs]
+        t3 = time.perf_counter()
+        nll = self.engine.prompt_nll(self.prompts)
+        t4 = time.perf_counter()
+        total_tokens = sum(x.tokens for x in nll)
+        ppl = math.exp(sum(x.nll for x in nll) / max(total_tokens, 1))
+        if self.tokenizer is not None:
+            texts = [s for samples in outs for s in samples]
+            tokens = sum(len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]) if texts else 0
+        else:
+            tokens = sum(len(s) for samples in outs for s in samples)
+        return TrialResult(
+            sum(per_query) / len(per_query), ppl, per_query, tokens,
+            {"swap": t1 - t0, "generate": t2 - t1, "consistency": t3 - t2, "perplexity": t4 - t3, "total": t4 - t0},
+        )
+
+
+def open_storage(url: str | None, run_dir: Path) -> Any:
+    """SQLite in the run dir by default; a `*.journal`/`*.log` path → journal file; else an RDB URL."""
+    import optuna
+    from optuna.storages import JournalStorage, RDBStorage
+
+    if not url:
+        url = f"sqlite:///{(run_dir / 'study.db').resolve()}"
+    try:
+        if url.endswith((".journal", ".log")) and "://" not in url:
+            from optuna.storages.journal import JournalFileBackend
+
+            Path(url).parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(url))
+        return RDBStorage(url, heartbeat_interval=None if url.startswith("sqlite") else 60,
+                          engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None)
+    except Exception as exc:
+        raise DotsError(f"cannot open the study storage {url!r}: {str(exc).splitlines()[0]}") from None
+
+
+def _fail_stale_running(study: Any) -> int:
+    """Trials left RUNNING by a killed process (single worker): mark them FAIL so they are redone."""
+    from optuna.trial import TrialState
+
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in stale:
+        study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+    return len(stale)
+
+
+def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[float, float], n_trials: int,
+              seed: int, fixed: list[list[float]] | None = None) -> None:
+    """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored)."""
+    from optuna.trial import TrialState
+
+    from dots.progress import progress_enabled
+
+    def complete() -> list:
+        return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+    if fixed is not None:
+        done = {tuple(round(t.params[f"lambda_{s}"], 10) for s in sources) for t in complete()}
+        todo = [tuple(float(x) for x in p) for p in fixed if tuple(round(float(x), 10) for x in p) not in done]
+        for point in todo:
+            study.enqueue_trial({f"lambda_{s}": v for s, v in zip(sources, point)}, skip_if_exists=True)
+        target = len(complete()) + len(todo)
+    else:
+        target = n_trials
+    start = len(complete())
+    if start >= target:
+        log.info("study already has %d complete trials", start)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+               TimeRemainingColumn(), TextColumn("{task.fields[best]}"))
+    with Progress(*columns, disable=not progress_enabled()) as bar:
+        task = bar.add_task("trials", total=target, completed=start, best="")
+        while len(complete()) < target:
+            trial = study.ask()
+            lam = {s: trial.suggest_float(f"lambda_{s}", *bounds) for s in sources}
+            try:
+                res = scorer(lam, seed=seed + trial.number)
+            except Exception:
+                study.tell(trial, state=TrialState.FAIL)
+                raise
+            for key, value in (("per_query_consistency", res.per_query), ("tokens_generated", res.tokens),
+                               ("time", res.times)):
+                trial.set_user_attr(key, value)
+            study.tell(trial, [res.consistency, res.perplexity])
+            best = max(complete(), key=lambda t: (t.values[0], -t.values[1]))
+            bar.update(task, completed=len(complete()),
+                       best=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}")
+            log.info("trial %d: %s → C=%.4f PPL=%.4f (%.2fs)", trial.number,
+                     ", ".join(f"{k}={v:.3f}" for k, v in lam.items()), res.consistency, res.perplexity,
+                     res.times["total"])
+
+
+# --- the pipeline ---------------------------------------------------------------------------
+
+def _activation(engine: Any, cfg: SelectionConfig, sources: Mapping[str, Checkpoint], names: list[str]) -> dict:
+    if cfg.source == "original":
+        return {s: (lambda p=ckpt.path: engine.swap_checkpoint(p)) for s, ckpt in sources.items()}
+    return {s: (lambda s=s: engine.swap_coefficients({t: float(t == s) for t in names})) for s in sources}
+
+
+def select(cfg: DictConfig, engine: Any, queries: list[Query], prompts: dict[str, str],
+           sources: Mapping[str, Checkpoint], identity: dict, run_dir: Path) -> list[Query]:
+    sel_cfg = SelectionConfig(**plain(cfg.selection))
+    key = selection_key({k: identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")})
+    path = run_dir / "selection.jsonl"
+    saved = load_selection(path, key)
+    if saved is not None:
+        log.info("selection: reusing %s (%d queries)", path, len(saved.queries))
+        return saved.queries
+    if sel_cfg.strategy == "random":
+        selection = random_selection(queries, sel_cfg)
+    else:
+        per_source = score_difficulty(queries, prompts, _activation(engine, sel_cfg, sources, list(sources)),
+                                      engine.generate, sel_cfg, run_dir / f"difficulty-{key}.jsonl",
+                                      mode=str(cfg.search.get("answer_mode", "math")))
+        selection = choose(queries, per_source, sel_cfg)
+    save_selection(selection, path, key)
+    for note in selection.notes:
+        print(f"selection: {note}")
+    return selection.queries
+
+
+def trial_rows(study: Any, sources: list[str]) -> list[dict]:
+    from optuna.trial import TrialState
+
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        times = t.user_attrs.get("time", {})
+        row = {"number": t.number, "state": t.state.name}
+        row.update({f"lambda_{s}": t.params.get(f"lambda_{s}") for s in sources})
+        ok = t.state == TrialState.COMPLETE
+        row.update({"consistency": t.values[0] if ok else None, "perplexity": t.values[1] if ok else None,
+                    "tokens_generated": t.user_attrs.get("tokens_generated")})
+        row.update({f"time_{k}": round(v, 4) for k, v in times.items()})
+        rows.append(row)
+    return rows
+
+
+def pick_and_report(study: Any, sources: list[str], rule: str, run_dir: Path, title: str) -> dict:
+    from optuna.trial import TrialState
+
+    from dots.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
+
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    points = [Point(t.number, t.values[0], t.values[1], {s: t.params[f"lambda_{s}"] for s in sources}) for t in trials]
+    front = pareto_front(points)
+    chosen = pick(front, rule)
+    write_trials_csv(trial_rows(study, sources), run_dir / "trials.csv")
+    plot_front(points, front, chosen, run_dir / "pareto.png", title)
+    result = {
+        "trial": chosen.number, "pick": rule,
+        "coefficients": {s: float(v) for s, v in chosen.params.items()},
+        "objectives": {"consistency": chosen.consistency, "perplexity": chosen.perplexity},
+        "front": [{"trial": p.number, "consistency": p.consistency, "perplexity": p.perplexity,
+                   "coefficients": dict(p.params)} for p in front],
+        "complete_trials": len(points),
+    }
+    (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
+    return result
+
+
+def run_search(cfg: DictConfig) -> Path:
+    """The whole pipeline; returns the run directory."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    bounds = check_range(list(cfg.search.range))
+    if int(cfg.search.n_trials) < 1:
+        raise DotsError(f"search.n_trials must be >= 1, got {cfg.search.n_trials}")
+    backbone = cfg.backbone
+    base = Checkpoint(str(backbone.base), backbone.get("revision"))
+    sources = {str(k): Checkpoint(str(v), backbone.get("revision")) for k, v in backbone.sources.items()}
+    alignment = align(base, sources)
+    for field_name, values in config_differences(base, sources).items():
+        log.warning("config field %s differs: %s (the output takes config_from=%s)", field_name, values,
+                    backbone.get("config_from", "base"))
+    identity = run_identity(cfg, base, sources)
+    run_dir = resolve_run_dir(cfg, identity)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    print(f"run directory: {run_dir}")
+
+    # 1. task vectors
+    tv = build_task_vectors(base, sources, SparsifyConfig(**plain(cfg.sparsify)),
+                            cfg.get("cache_dir") or None, alignment=alignment)
+    names = tv.sources
+    # 2. pool + engine + selection
+    queries = load_pool(cfg.pool)
+    from dots.engines.factory import build_engine
+
+    engine = build_engine(cfg.engine, base.path, tv)
+    try:
+        tokenizer = getattr(engine, "tokenizer", None)
+        prompts = {q.id: format_prompt(q.question, backbone.prompt, tokenizer) for q in queries}
+        chosen = select(cfg, engine, queries, prompts, sources, identity, run_dir)
+        # 3. study
+        storage = open_storage(cfg.search.storage, run_dir)
+        fixed = cfg.search.fixed
+        study_name = cfg.search.study_name or f"dots-{_hash(identity, 12)}" + ("-fixed" if fixed else "")
+        sampler = optuna.samplers.TPESampler(seed=int(cfg.seed), n_startup_trials=int(cfg.search.n_startup_trials),
+                                             multivariate=bool(cfg.search.multivariate),
+                                             constant_liar=int(cfg.search.workers) > 1)
+        study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
+                                    directions=["maximize", "minimize"], load_if_exists=True)
+        study.set_metric_names(["consistency", "perplexity"])
+        if int(cfg.search.workers) <= 1:
+            stale = _fail_stale_running(study)
+            if stale:
+                print(f"study: {stale} trial(s) left running by an interrupted run were marked failed and will be redone")
+        scorer = Scorer(engine, [prompts[q.id] for q in chosen], cfg, tokenizer)
+        fixed_points = [list(map(float, p)) for p in fixed] if fixed else None
+        if fixed_points and any(len(p) != len(names) for p in fixed_points):
+            raise DotsError(f"search.fixed points need {len(names)} coefficients ({', '.join(names)}) each")
+        if fixed_points and any(not bounds[0] <= x <= bounds[1] for p in fixed_points for x in p):
+            raise DotsError(f"search.fixed coefficients must lie in search.range {list(bounds)}")
+        run_study(study, scorer, names, bounds, int(cfg.search.n_trials), int(cfg.seed), fixed_points)
+    finally:
+        engine.close()
+    if fixed_points:
+        from dots.pareto import write_trials_csv
+
+        write_trials_csv(trial_rows(study, names), run_dir / "fixed.csv")
+        print(f"scored {len(fixed_points)} fixed coefficient set(s): {run_dir / 'fixed.csv'}")
+        return run_dir
+    # 4. pick
+    result = pick_and_report(study, names, str(cfg.pick), run_dir, f"DoTS on {backbone.name}")
+    print(f"pick ({cfg.pick}): trial {result['trial']} λ={result['coefficients']} "
+          f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}")
+    # 5. export
+    if cfg.export.enabled:
+        from dots.export import export_model
+
+        export_model(cfg, tv, alignment, result, run_dir, selection_size=len(chosen))
+    return run_dir
+
+
+@hydra.main(config_path="../conf", config_name="search", version_base="1.3")
+@cli_errors
+def main(cfg: DictConfig) -> None:
+    logging.getLogger("dots").setLevel(logging.INFO)
+    run_search(cfg)
+
+
+if __name__ == "__main__":
+    main()
