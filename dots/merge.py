@@ -179,8 +179,8 @@ def _merge_one(al, name: str, spec, opts, weights: Sequence[float], stats) -> to
     del deltas
     if tuple(delta.shape) != tuple(base.shape):
         raise RuntimeError(f"method {spec.name} returned shape {tuple(delta.shape)} for {name}, expected {tuple(base.shape)}")
-    merged = base.add_(delta)
-    del delta
+    merged = delta if spec.absolute else base.add_(delta)
+    del delta, base
     extra = al.extra_rows_tensor(name)
     if extra is not None:
         merged = torch.cat([merged.to(extra.dtype), extra])

@@ -57,6 +57,8 @@ class Method:
     `stream_factory()` streams every merged tensor (each call is a fresh pass).
     `weighted`: the method accepts per-model weights. `reads_deltas`: the executor
     must read the sources tensor by tensor (False when the method reads its own cache).
+    `absolute`: `merge` returns the merged θ itself rather than a delta (dots_fixed, to
+    reproduce the synthesiser's order of float32 additions exactly).
     """
 
     name: str
@@ -67,6 +69,7 @@ class Method:
     max_sources: int | None = None
     weighted: bool = False
     reads_deltas: bool = True
+    absolute: bool = False
     summary: str = ""
 
 

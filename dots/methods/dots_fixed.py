@@ -4,7 +4,9 @@
 `dots.taskvec` (top `density` 0.3 per tensor, global γ rescale by default) read from
 the on-disk τ̃ cache — the same arithmetic as the search's synthesis, at the λ of the
 paper's ablations: (1, 1), (0.5, 0.5), (1/√2, 1/√2). λ_i are the per-model weights
-(`weights`, default 1.0 each). The sum is taken in source order in float32.
+(`weights`, default 1.0 each). Like `dots.synth.synthesize`, it starts from θ0 in
+float32 and adds λ_i·τ̃_i in source order, skipping λ_i = 0, so the written model is
+bit-identical to the synthesiser's at the same λ.
 """
 from __future__ import annotations
 
@@ -43,11 +45,13 @@ def first_pass(stream: Callable[[], TensorStream], options: DotsFixedOptions, co
 
 def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
           options: DotsFixedOptions, stats) -> torch.Tensor:
-    out = torch.zeros_like(base)
+    """θ0 + Σ λ_i·τ̃_i (the merged weights themselves: this method is `absolute`)."""
+    out = base.clone()
     for key, lam in zip(stats.sources, weights):
-        out.add_(stats.get(key, name), alpha=float(lam))
+        if float(lam) != 0.0:
+            out.add_(stats.get(key, name), alpha=float(lam))
     return out
 
 
-register(Method("dots_fixed", DotsFixedOptions, merge, first_pass=first_pass, weighted=True, reads_deltas=False,
+register(Method("dots_fixed", DotsFixedOptions, merge, first_pass=first_pass, weighted=True, reads_deltas=False, absolute=True,
                 summary="θ0 + Σ λ_i τ̃_i at fixed λ (DoTS synthesis)"))

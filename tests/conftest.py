@@ -1,0 +1,83 @@
+"""Shared fixtures: tiny generated checkpoint families (nothing is downloaded).
+
+A family is a base model plus two "fine-tuned" sources derived from it with seeded
+noise (`dots.testing`): `sft` dense, `rlvr` sparse (30% of entries changed), so merges
+see shared, unique and unchanged entries. Families are built once per session.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("DOTS_PROGRESS", "0")  # no progress bars in test logs
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Family:
+    """A base checkpoint directory and its sources (key → directory)."""
+
+    base: Path
+    sources: dict[str, Path] = field(default_factory=dict)
+    arch: str = "qwen2"
+    dtype: torch.dtype = torch.float32
+    tied: bool = False
+    sharded: bool = False
+
+
+def _build_family(root: Path, arch: str, dtype: torch.dtype, tied: bool, sharded: bool,
+                  source_dtype: torch.dtype | None = None) -> Family:
+    from dots.testing import make_finetuned, make_tiny_model
+
+    shard = {"max_shard_size": "40KB"} if sharded else {}
+    shard_bytes = 40_000 if sharded else 5 * 2**30
+    base = make_tiny_model(root / "base", arch=arch, dtype=dtype, tie_word_embeddings=tied, **shard)
+    sft = make_finetuned(base, root / "sft", seed=1, scale=0.02, dtype=source_dtype, max_shard_bytes=shard_bytes)
+    rlvr = make_finetuned(base, root / "rlvr", seed=2, scale=0.01, density=0.3, dtype=source_dtype,
+                          max_shard_bytes=shard_bytes)
+    return Family(base, {"sft": sft, "rlvr": rlvr}, arch, dtype, tied, sharded)
+
+
+FAMILIES = {
+    # name: (arch, base dtype, tied, sharded, source dtype)
+    "qwen_bf16": ("qwen2", torch.bfloat16, False, False, None),
+    "llama_fp32_tied_sharded": ("llama", torch.float32, True, True, None),
+    "qwen_fp32_bf16_sources": ("qwen2", torch.float32, False, True, torch.bfloat16),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_family(tmp_path_factory):
+    """Factory: tiny_family(name) → Family, built once per session per name."""
+    built: dict[str, Family] = {}
+
+    def get(name: str) -> Family:
+        if name not in built:
+            arch, dtype, tied, sharded, source_dtype = FAMILIES[name]
+            built[name] = _build_family(tmp_path_factory.mktemp(name), arch, dtype, tied, sharded, source_dtype)
+        return built[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def qwen_bf16(tiny_family) -> Family:
+    """Qwen2, bfloat16, untied embeddings, single safetensors file."""
+    return tiny_family("qwen_bf16")
+
+
+@pytest.fixture(scope="session")
+def llama_fp32_tied(tiny_family) -> Family:
+    """Llama, float32, tied embeddings, sharded safetensors (base and sources)."""
+    return tiny_family("llama_fp32_tied_sharded")
+
+
+@pytest.fixture(scope="session")
+def qwen_fp32_bf16_sources(tiny_family) -> Family:
+    """Qwen2 float32 base (sharded) with bfloat16 sources: output must come back in float32."""
+    return tiny_family("qwen_fp32_bf16_sources")

@@ -1,0 +1,319 @@
+"""Each merge method against a direct dense computation of its SPEC §5 formula.
+
+The reference functions below are written from the formulas, independently of
+dots.methods (plain loops over models, sorts instead of radix selection). The only
+shared convention is the documented seeding of random masks: one CPU generator seeded
+by dots.testing.name_seed(tensor name, seed), drawing torch.rand(shape) per model.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from dots.errors import DotsError
+from dots.methods import available_methods, build_options, get_method
+from dots.methods.base import CHUNK, MergeContext, topk_magnitude_mask
+from dots.testing import name_seed
+
+EPS = 1e-5
+
+
+# --- references -------------------------------------------------------------------------
+
+def ref_topk(x: torch.Tensor, density: float) -> torch.Tensor:
+    """Top round(density·n) by |x|; among equal magnitudes the lower flat index wins."""
+    flat = x.reshape(-1).abs()
+    k = round(density * flat.numel())
+    order = torch.sort(flat, descending=True, stable=True).indices[:k]
+    mask = torch.zeros(flat.numel(), dtype=torch.bool)
+    mask[order] = True
+    return mask.view(x.shape)
+
+
+def ref_linear(deltas, weights):
+    return sum(w * d for w, d in zip(weights, deltas)) / sum(weights)
+
+
+def ref_task_arithmetic(deltas, weights, scale):
+    return scale * sum(w * d for w, d in zip(weights, deltas))
+
+
+def ref_disjoint_mean(deltas, weights):
+    elected = torch.sign(sum(w * d for w, d in zip(weights, deltas)))
+    num = torch.zeros_like(deltas[0])
+    den = torch.zeros_like(deltas[0])
+    for w, d in zip(weights, deltas):
+        agree = (torch.sign(d) == elected) & (d != 0)
+        num += w * d * agree
+        den += w * agree
+    return torch.where(den > 0, num / torch.where(den > 0, den, 1.0), torch.zeros_like(num))
+
+
+def ref_ties(deltas, weights, density, scale):
+    trimmed = [d * ref_topk(d, density) for d in deltas]
+    return scale * ref_disjoint_mean(trimmed, weights)
+
+
+def ref_dare_masks(name, seed, shape, k, p):
+    gen = torch.Generator().manual_seed(name_seed(name, seed))
+    return [torch.rand(shape, generator=gen) >= p for _ in range(k)]
+
+
+def ref_dare(name, deltas, weights, p, combine, scale, seed=0):
+    masks = ref_dare_masks(name, seed, deltas[0].shape, len(deltas), p)
+    kept = [d * m / (1 - p) for d, m in zip(deltas, masks)]
+    if combine == "ties":
+        return scale * ref_disjoint_mean(kept, weights)
+    return scale * sum(w * d for w, d in zip(weights, kept))
+
+
+def ref_ram_lambdas(flat_deltas, r, alpha, eps=EPS):
+    changed = [d.abs() > eps for d in flat_deltas]
+    count = sum(m.int() for m in changed)
+    lambdas = []
+    for m in changed:
+        shared = int((m & (count >= 2)).sum())
+        unique = int((m & (count == 1)).sum())
+        rho = shared / unique if unique else (math.inf if shared else 0.0)
+        lambdas.append(1 + r * min(max(rho, 0.0), alpha))
+    return lambdas
+
+
+def ref_ram(deltas, lambdas, eps=EPS):
+    """Eq. 7 element by element."""
+    flat = [d.reshape(-1) for d in deltas]
+    out = torch.zeros_like(flat[0])
+    for j in range(out.numel()):
+        active = [t for t in range(len(flat)) if abs(float(flat[t][j])) > eps]
+        if len(active) == 1:
+            out[j] = lambdas[active[0]] * flat[active[0]][j]
+        elif len(active) >= 2:
+            out[j] = sum(flat[t][j] for t in active) / len(active)
+    return out.view(deltas[0].shape)
+
+
+def ref_sar(name, a, b, fisher_a, fisher_b, p, scale, seed=0, eps=EPS):
+    changed_a, changed_b = a.abs() > eps, b.abs() > eps
+    conflict = changed_a & changed_b & (a * b < 0)
+    r = a + b
+    r = torch.where(conflict & (fisher_a > fisher_b), a, r)
+    r = torch.where(conflict & (fisher_b >= fisher_a), b, r)
+    private = changed_a != changed_b
+    if private.any():
+        values = torch.sort(r.abs()[private]).values
+        median = values[(values.numel() - 1) // 2]  # lower median
+        low = private & (r.abs() < median)
+        gen = torch.Generator().manual_seed(name_seed(name, seed))
+        dropped = torch.rand(r.shape, generator=gen) < p
+        r = torch.where(low & dropped, torch.zeros_like(r), r)
+        r = torch.where(low & ~dropped, r / (1 - p), r)
+    return scale * r
+
+
+# --- inputs -----------------------------------------------------------------------------
+
+def sparse_deltas(shape=(23, 29), k=3, seed=0, density=(1.0, 0.4, 0.2)):
+    """Task vectors with unchanged (exact 0 or |τ| ≤ ε), unique, shared and conflicting entries."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(k):
+        d = torch.randn(shape, generator=gen) * 0.01
+        keep = torch.rand(shape, generator=gen) < density[i % len(density)]
+        tiny = torch.rand(shape, generator=gen) < 0.05  # below ε: "unchanged" for RAM/SAR
+        d = torch.where(keep, d, torch.zeros_like(d))
+        d = torch.where(tiny & ~keep, torch.full_like(d, 5e-6), d)
+        out.append(d)
+    return out
+
+
+def run(method: str, name: str, deltas, weights=None, stats=None, **options):
+    spec = get_method(method)
+    opts = build_options(spec, options)
+    base = torch.randn(deltas[0].shape)
+    weights = weights or [1.0] * len(deltas)
+    return spec.merge(name, base, [d.clone() for d in deltas], weights, opts, stats)
+
+
+def close(actual, expected):
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-8)
+
+
+# --- tests ------------------------------------------------------------------------------
+
+def test_registry_lists_every_method_and_rejects_unknown():
+    assert set(available_methods()) >= {"linear", "task_arithmetic", "ties", "dare", "ram", "ram_plus", "sar", "dots_fixed"}
+    with pytest.raises(DotsError, match="unknown merge method 'nope'"):
+        get_method("nope")
+
+
+@pytest.mark.parametrize("method,options,message", [
+    ("ties", {"density": 0.0}, "density"),
+    ("ties", {"density": 1.5}, "density"),
+    ("dare", {"p": 1.0}, "p"),
+    ("dare", {"combine": "mean"}, "combine"),
+    ("ram_plus", {"scope": "layer"}, "scope"),
+    ("dots_fixed", {"density": -0.1}, "density"),
+    ("ties", {"dnsity": 0.3}, "unknown option"),
+])
+def test_bad_options_are_one_line_errors(method, options, message):
+    with pytest.raises(DotsError, match=message) as info:
+        build_options(get_method(method), options)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("shape,density", [((7, 11), 0.2), ((1000,), 0.37), ((3, 5), 1.0), ((4,), 0.1)])
+def test_topk_mask_matches_stable_sort(shape, density):
+    x = torch.randn(shape)
+    assert torch.equal(topk_magnitude_mask(x, density), ref_topk(x, density))
+
+
+def test_topk_mask_ties_and_large_tensor_path():
+    """Beyond one chunk the radix path runs; many equal magnitudes test the tie rule."""
+    n = CHUNK + 12345
+    x = torch.randint(-3, 4, (n,)).float()  # magnitudes 0..3, heavily tied
+    mask = topk_magnitude_mask(x, 0.3)
+    assert int(mask.sum()) == round(0.3 * n)
+    assert torch.equal(mask, ref_topk(x, 0.3))
+
+
+def test_linear_and_task_arithmetic():
+    deltas = sparse_deltas()
+    close(run("linear", "w", deltas, weights=[1.0, 2.0, 0.5]), ref_linear(deltas, [1.0, 2.0, 0.5]))
+    close(run("linear", "w", deltas), sum(deltas) / 3)
+    close(run("task_arithmetic", "w", deltas, weights=[1.0, 0.5, 2.0], scale=0.7),
+          ref_task_arithmetic(deltas, [1.0, 0.5, 2.0], 0.7))
+
+
+@pytest.mark.parametrize("density,scale,weights", [(0.2, 1.0, None), (0.5, 0.8, [1.0, 2.0, 0.5]), (1.0, 1.0, None)])
+def test_ties(density, scale, weights):
+    deltas = sparse_deltas(seed=3)
+    w = weights or [1.0] * 3
+    close(run("ties", "w", deltas, weights=w, density=density, scale=scale), ref_ties(deltas, w, density, scale))
+
+
+def test_ties_disjoint_mean_by_hand():
+    a = torch.tensor([1.0, -2.0, 3.0, 0.0, -1.0])
+    b = torch.tensor([3.0, 1.0, -1.0, 0.0, 1.0])
+    # entry 0: both +, mean 2; entry 1: sum -1 → only a agrees: -2; entry 2: sum 2 → only a: 3;
+    # entry 3: nothing; entry 4: sum 0 → no elected sign → 0
+    expected = torch.tensor([2.0, -2.0, 3.0, 0.0, 0.0])
+    close(run("ties", "w", [a, b], density=1.0), expected)
+
+
+@pytest.mark.parametrize("combine", ["linear", "ties"])
+@pytest.mark.parametrize("p", [0.9, 0.3])
+def test_dare(combine, p):
+    deltas = sparse_deltas(shape=(31, 17), seed=4)
+    w = [1.0, 0.5, 1.5]
+    out = run("dare", "model.layers.0.mlp.up_proj.weight", deltas, weights=w, p=p, combine=combine, scale=0.9)
+    close(out, ref_dare("model.layers.0.mlp.up_proj.weight", deltas, w, p, combine, 0.9))
+
+
+def test_dare_drops_the_expected_share():
+    d = torch.ones(200, 200)
+    out = run("dare", "x", [d], p=0.9)
+    kept = float((out != 0).float().mean())
+    assert abs(kept - 0.1) < 0.01
+    assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 10.0))
+
+
+def test_dare_identical_across_runs_and_tensor_order():
+    tensors = {n: sparse_deltas(shape=(13, 9), seed=i) for i, n in enumerate(["a.weight", "b.weight", "c.bias"])}
+    forward = {n: run("dare", n, d, p=0.5) for n, d in tensors.items()}
+    backward = {n: run("dare", n, d, p=0.5) for n, d in reversed(list(tensors.items()))}
+    again = {n: run("dare", n, d, p=0.5) for n, d in tensors.items()}
+    for n in tensors:
+        assert torch.equal(forward[n], backward[n]) and torch.equal(forward[n], again[n])
+    assert not torch.equal(run("dare", "a.weight", tensors["a.weight"], p=0.5, seed=1), forward["a.weight"])
+
+
+def _ram_stats(method, named_deltas, **options):
+    spec = get_method(method)
+    opts = build_options(spec, options)
+    stream = lambda: ((n, torch.zeros(d[0].shape), [t.clone() for t in d]) for n, d in named_deltas.items())  # noqa: E731
+    return spec.first_pass(stream, opts, MergeContext(alignment=_Keys(len(next(iter(named_deltas.values()))))))
+
+
+class _Keys:
+    """The only thing RAM's first pass reads from the alignment: the source keys (for its log)."""
+
+    def __init__(self, k):
+        self.sources = {f"s{i}": None for i in range(k)}
+
+
+def test_ram_is_eq7_without_rescale():
+    deltas = sparse_deltas(shape=(9, 8), seed=5)
+    close(run("ram", "w", deltas), ref_ram(deltas, [1.0, 1.0, 1.0]))
+
+
+@pytest.mark.parametrize("alpha", [2.0, 0.5])
+def test_ram_plus_global_rho_over_the_whole_model(alpha):
+    named = {"a": sparse_deltas(shape=(9, 8), seed=6), "b": sparse_deltas(shape=(5,), seed=7)}
+    stats = _ram_stats("ram_plus", named, alpha=alpha)
+    flat = [torch.cat([named["a"][i].reshape(-1), named["b"][i].reshape(-1)]) for i in range(3)]
+    lambdas = ref_ram_lambdas(flat, 0.1, alpha)
+    assert stats.lambdas == pytest.approx(lambdas)
+    for n, d in named.items():
+        close(run("ram_plus", n, d, stats=stats, alpha=alpha), ref_ram(d, lambdas))
+
+
+def test_ram_plus_tensor_scope():
+    deltas = sparse_deltas(shape=(9, 8), seed=8)
+    lambdas = ref_ram_lambdas([d.reshape(-1) for d in deltas], 0.1, 2.0)
+    close(run("ram_plus", "w", deltas, scope="tensor"), ref_ram(deltas, lambdas))
+
+
+def test_ram_with_a_model_that_has_no_unique_entries():
+    gen = torch.Generator().manual_seed(9)
+    a = torch.randn(6, 7, generator=gen) * 0.01
+    b = torch.where(torch.rand(6, 7, generator=gen) < 0.5, torch.randn(6, 7, generator=gen) * 0.01, 0.0)
+    b = torch.where(a.abs() > EPS, b, 0.0)  # b only changes what a changed: no unique entry
+    stats = _ram_stats("ram_plus", {"w": [a, b]})
+    assert stats.unique[1] == 0 and stats.lambdas[1] == pytest.approx(1 + 0.1 * 2.0)  # ρ = ∞ → α
+    out = run("ram_plus", "w", [a, b], stats=stats)
+    assert torch.isfinite(out).all()
+    close(out, ref_ram([a, b], stats.lambdas))
+    nothing = _ram_stats("ram_plus", {"w": [torch.zeros(3), torch.zeros(3)]})
+    assert nothing.lambdas == [1.0, 1.0]
+    assert torch.equal(run("ram", "w", [torch.zeros(3), torch.zeros(3)]), torch.zeros(3))
+
+
+def _sar_stats(tmp_path, name, fisher_a, fisher_b):
+    from dots.fisher import FisherTable
+    from dots.methods.sar import SarStats
+
+    tables = []
+    for key, f in (("a", fisher_a), ("b", fisher_b)):
+        save_file({name: f.contiguous()}, str(tmp_path / f"{key}.safetensors"))
+        tables.append(FisherTable(tmp_path / f"{key}.safetensors"))
+    return SarStats(tables)
+
+
+@pytest.mark.parametrize("p,scale", [(0.2, 1.0), (0.5, 0.7), (0.0, 1.0)])
+def test_sar(tmp_path, p, scale):
+    name = "model.layers.1.self_attn.q_proj.weight"
+    a, b = sparse_deltas(shape=(40, 30), k=2, seed=10, density=(0.6, 0.5))
+    gen = torch.Generator().manual_seed(11)
+    fisher_a, fisher_b = torch.rand(40, 30, generator=gen), torch.rand(40, 30, generator=gen)
+    fisher_b[:5] = fisher_a[:5]  # exact ties → B
+    stats = _sar_stats(tmp_path, name, fisher_a, fisher_b)
+    out = run("sar", name, [a, b], stats=stats, p=p, scale=scale)
+    close(out, ref_sar(name, a, b, fisher_a, fisher_b, p, scale))
+
+
+def test_sar_conflicts_follow_fisher(tmp_path):
+    a = torch.tensor([0.1, 0.1, -0.2, 0.3, 0.0])
+    b = torch.tensor([-0.2, -0.2, -0.1, 0.0, 0.0])
+    fa = torch.tensor([2.0, 1.0, 0.0, 0.0, 0.0])
+    fb = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0])
+    out = run("sar", "v", [a, b], stats=_sar_stats(tmp_path, "v", fa, fb), p=0.0)
+    # conflict, S_A > S_B → A; conflict, tie → B; agreeing → sum; private → as is; unchanged → 0
+    close(out, torch.tensor([0.1, -0.2, -0.3, 0.3, 0.0]))
+
+
+def test_sar_needs_two_sources_in_the_registry():
+    spec = get_method("sar")
+    assert (spec.min_sources, spec.max_sources) == (2, 2)
