@@ -52,3 +52,18 @@ class Engine(Protocol):
 
     def close(self) -> None:
         ...
+
+
+def perplexity(nlls: Sequence[PromptNLL]) -> float:
+    """exp(Σ NLL / Σ tokens) over all texts (SPEC §4: one mean over every prompt token)."""
+    import math
+
+    tokens = sum(r.tokens for r in nlls)
+    if tokens == 0:
+        return float("nan")
+    return math.exp(sum(r.nll for r in nlls) / tokens)
+
+
+def engine_perplexity(engine: Engine, texts: Sequence[str]) -> float:
+    """Perplexity of the engine's live weights on `texts` (the adaptation queries' prompts)."""
+    return perplexity(engine.prompt_nll(texts))

@@ -1,0 +1,192 @@
+"""The transformers engine: one live `AutoModelForCausalLM`, weights copied in place.
+
+Generation is batched with left padding and the KV cache (`model.generate`), with a
+generation config built here (no top-k, no repetition penalty: the same sampling as
+vLLM's `SamplingParams`), so greedy outputs match the vLLM engine's. Prompt NLL is one
+forward pass per batch (right padding). A swap copies each tensor into the existing
+parameter storage (`param.copy_`), so nothing is re-allocated and the next call sees
+only the new weights (HF builds a fresh KV cache per `generate`). Runs on CPU or CUDA.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import torch
+
+from dots.checkpoint import Checkpoint
+from dots.engines.base import PromptNLL
+from dots.errors import DotsError
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"auto": "auto", "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> str | torch.dtype:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype or "auto"
+    if dtype not in _DTYPES:
+        raise DotsError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+class HFEngine:
+    """Engine protocol on transformers (see dots.engines.base.Engine)."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        task_vectors=None,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = "auto",
+        batch_size: int = 16,
+        nll_batch_size: int = 4,
+        seed: int = 0,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_path = Checkpoint(model).path  # validates the directory (DotsError)
+        self.device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.batch_size = max(1, int(batch_size))
+        self.nll_batch_size = max(1, int(nll_batch_size))
+        self.seed = seed
+        self.task_vectors = task_vectors
+        torch.manual_seed(seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=resolve_dtype(dtype)).to(self.device)
+        self.model.eval()
+        self._targets = dict(self.model.named_parameters(remove_duplicate=False))
+        self._targets.update({k: v for k, v in self.model.state_dict(keep_vars=True).items() if k not in self._targets})
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(self.tokenizer.eos_token_id)
+        self._eos = sorted(eos_ids)
+
+    # --- inference ------------------------------------------------------------------------
+    def _generation_config(self, n: int, temperature: float, top_p: float, max_tokens: int):
+        from transformers import GenerationConfig
+
+        greedy = temperature <= 0
+        cfg = GenerationConfig(
+            max_new_tokens=int(max_tokens), do_sample=not greedy, num_return_sequences=1 if greedy else n,
+            eos_token_id=self._eos or None, pad_token_id=self.tokenizer.pad_token_id,
+            top_k=None, repetition_penalty=1.0, use_cache=True,
+            bos_token_id=self.model.generation_config.bos_token_id,
+        )
+        if not greedy:
+            cfg.temperature = float(temperature)
+            cfg.top_p = float(top_p)
+        return cfg
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int = 1,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 256,
+        seed: int | None = None,
+    ) -> list[list[str]]:
+        """n completions per prompt; temperature 0 is greedy (its n copies are identical)."""
+        if n < 1:
+            raise DotsError(f"n must be >= 1, got {n}")
+        if seed is not None:
+            torch.manual_seed(seed)
+        greedy = temperature <= 0
+        cfg = self._generation_config(n, temperature, top_p, max_tokens)
+        per_batch = self.batch_size if greedy else max(1, self.batch_size // n)
+        results: list[list[str]] = []
+        for start in range(0, len(prompts), per_batch):
+            batch = list(prompts[start:start + per_batch])
+            enc = self.tokenizer(batch, return_tensors="pt", padding=True, padding_side="left").to(self.device)
+            out = self.model.generate(**enc, generation_config=cfg)
+            new = out[:, enc["input_ids"].shape[1]:]
+            texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
+            k = 1 if greedy else n
+            for i in range(len(batch)):
+                samples = texts[i * k:(i + 1) * k]
+                results.append(samples * n if greedy else samples)
+        return results
+
+    @torch.inference_mode()
+    def prompt_nll(self, texts: Sequence[str]) -> list[PromptNLL]:
+        """Σ −log p(token_t | tokens_<t) over each text's tokens but the first, and their count."""
+        results: list[PromptNLL] = []
+        for start in range(0, len(texts), self.nll_batch_size):
+            batch = list(texts[start:start + self.nll_batch_size])
+            enc = self.tokenizer(batch, return_tensors="pt", padding=True, padding_side="right").to(self.device)
+            ids, mask = enc["input_ids"], enc["attention_mask"]
+            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            keep = mask[:, 1:].bool()
+            nll = -(logp * keep).sum(dim=1)
+            for row in range(len(batch)):
+                results.append(PromptNLL(float(nll[row]), int(keep[row].sum())))
+            del logits, logp
+        return results
+
+    # --- weights --------------------------------------------------------------------------
+    @torch.no_grad()
+    def swap_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy (name, tensor) pairs into the live parameters; names in checkpoint naming.
+
+        A subset of the tensors is fine (the others keep their values). A bad name or shape
+        raises DotsError; tensors copied before it stay copied.
+        """
+        for name, tensor in weights:
+            target = self._targets.get(name)
+            if target is None:
+                raise DotsError(f"swap: {name!r} is not a tensor of the live model {self.model_path}")
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise DotsError(f"swap: {name} has shape {tuple(tensor.shape)}, the live model {tuple(target.shape)}")
+            target.copy_(tensor)
+
+    def _check_checkpoint(self, ckpt: Checkpoint) -> None:
+        unknown = [n for n in ckpt.names if n not in self._targets]
+        wrong = [n for n in ckpt.names if n in self._targets and tuple(ckpt.info(n).shape) != tuple(self._targets[n].shape)]
+        params = {n for n, _ in self.model.named_parameters()}
+        missing = sorted(params - set(ckpt.names))
+        problems = ([f"unknown tensor(s) {unknown[:3]}"] if unknown else []) + \
+            ([f"shape mismatch {wrong[:3]}"] if wrong else []) + ([f"missing {missing[:3]}"] if missing else [])
+        if problems:
+            raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
+
+    def swap_checkpoint(self, path: str | Path) -> None:
+        """Load a saved model of the same architecture and shapes into the live one."""
+        ckpt = Checkpoint(path)
+        self._check_checkpoint(ckpt)
+        self.swap_weights(ckpt.tensors())
+        ckpt.close()
+
+    def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:
+        """θ0 + Σ λ_i τ̃_i built on the model's device from the task-vector cache."""
+        if self.task_vectors is None:
+            raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
+        from dots.synth import synthesize
+
+        self.swap_weights(synthesize(self.task_vectors, coefficients, device=self.device))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of the live weights (tests, debugging)."""
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def close(self) -> None:
+        self.model = None  # type: ignore[assignment]
+        self._targets = {}
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def __enter__(self) -> "HFEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

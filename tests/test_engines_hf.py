@@ -1,0 +1,175 @@
+"""The transformers engine: batched generation, prompt NLL, in-place swaps (SPEC §2, §4)."""
+import math
+
+import pytest
+import torch
+
+from dots.checkpoint import Checkpoint, CheckpointWriter
+from dots.engines import Engine, engine_perplexity, perplexity
+from dots.engines.factory import build_engine, resolve_engine_name
+from dots.engines.hf import HFEngine
+from dots.errors import DotsError
+from dots.synth import synthesize
+from dots.taskvec import SparsifyConfig, build_task_vectors
+from dots.testing import make_finetuned, make_tiny_model
+
+PROMPTS = ["12+34=", "What is 7*8? ", "abc", "The answer is \\boxed{"]
+LAMBDA = {"sft": 0.8, "rl": 1.6}
+
+
+def save_merged(tv, coefficients, base: Checkpoint, out):
+    """A saved copy of θ0 + Σλτ̃: what the official code would write and restart on."""
+    plan = {n: base.info(n) for n in base.names}
+    with CheckpointWriter(out, plan) as writer:
+        writer.write_all(synthesize(tv, coefficients, device="cpu"))
+        return writer.commit(copy_from=base)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf")
+    make_tiny_model(d / "base")
+    make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
+    make_finetuned(d / "base", d / "rl", seed=2, scale=0.01, density=0.3)
+    base = Checkpoint(d / "base")
+    tv = build_task_vectors(base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache")
+    merged = save_merged(tv, LAMBDA, base, d / "merged")
+    return {"dir": d, "base": d / "base", "sft": d / "sft", "merged": merged, "tv": tv}
+
+
+@pytest.fixture(scope="module")
+def engine(models):
+    eng = HFEngine(models["base"], task_vectors=models["tv"], device="cpu", batch_size=3)
+    yield eng
+    eng.close()
+
+
+def greedy(engine, prompts=PROMPTS):
+    return engine.generate(prompts, n=1, temperature=0.0, max_tokens=24)
+
+
+def test_is_an_engine(engine):
+    assert isinstance(engine, Engine)
+
+
+def test_batched_left_padded_generation_equals_one_by_one(engine):
+    batched = greedy(engine)
+    single = [greedy(engine, [p])[0] for p in PROMPTS]
+    assert batched == single
+    assert all(len(r) == 1 and r[0] for r in batched)
+
+
+def test_sampling_is_seeded_and_varied(engine):
+    a = engine.generate(PROMPTS[:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=3)
+    b = engine.generate(PROMPTS[:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=3)
+    assert a == b
+    assert [len(x) for x in a] == [4, 4]
+    assert len(set(a[0])) > 1  # n distinct samples, not n copies
+    assert engine.generate(PROMPTS[:1], n=3, max_tokens=5) == [[greedy(engine, PROMPTS[:1])[0][0][:5]] * 3]
+
+
+def test_prompt_nll_matches_a_plain_forward_pass(engine):
+    results = engine.prompt_nll(PROMPTS)
+    tok = engine.tokenizer
+    for text, res in zip(PROMPTS, results):
+        ids = torch.tensor([tok(text)["input_ids"]])
+        with torch.no_grad():
+            logp = torch.log_softmax(engine.model(ids).logits[0, :-1].float(), -1)
+        ref = -logp.gather(-1, ids[0, 1:, None]).sum().item()
+        assert res.tokens == ids.shape[1] - 1
+        assert res.nll == pytest.approx(ref, rel=1e-5)
+    ppl = perplexity(results)
+    assert ppl == pytest.approx(math.exp(sum(r.nll for r in results) / sum(r.tokens for r in results)))
+    assert engine_perplexity(engine, PROMPTS) == pytest.approx(ppl)
+
+
+def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, models):
+    before, nll_before = greedy(engine), engine.prompt_nll(PROMPTS)
+    fresh = HFEngine(models["merged"], device="cpu")
+    expected, nll_expected = greedy(fresh), fresh.prompt_nll(PROMPTS)
+    fresh_state = fresh.state_dict()
+    fresh.close()
+
+    engine.swap_coefficients(LAMBDA)
+    after = greedy(engine)  # same prompts as before the swap: no stale answer
+    assert after == expected and after != before
+    assert [r.nll for r in engine.prompt_nll(PROMPTS)] == [r.nll for r in nll_expected]
+    live = engine.state_dict()
+    assert all(torch.equal(live[k], fresh_state[k]) for k in fresh_state)
+
+    engine.swap_coefficients({"sft": 0.0, "rl": 0.0})  # back to θ0
+    assert greedy(engine) == before
+    assert [r.nll for r in engine.prompt_nll(PROMPTS)] == [r.nll for r in nll_before]
+
+
+def test_swap_checkpoint_and_weights(engine, models):
+    before = greedy(engine)
+    engine.swap_checkpoint(models["merged"])
+    merged = greedy(engine)
+    assert merged != before
+    engine.swap_weights(Checkpoint(models["base"]).tensors())
+    assert greedy(engine) == before
+    engine.swap_weights(synthesize(models["tv"], LAMBDA, device="cpu"))
+    assert greedy(engine) == merged
+    engine.swap_checkpoint(models["base"])
+    assert greedy(engine) == before
+
+
+def test_bad_swaps_are_user_errors(engine, models, tmp_path):
+    with pytest.raises(DotsError, match="not a tensor"):
+        engine.swap_weights([("model.nope.weight", torch.zeros(2))])
+    with pytest.raises(DotsError, match="shape"):
+        engine.swap_weights([("lm_head.weight", torch.zeros(3, 3))])
+    other = make_tiny_model(tmp_path / "wider", hidden_size=96, num_heads=3)
+    with pytest.raises(DotsError, match="cannot swap"):
+        engine.swap_checkpoint(other)
+    with pytest.raises(DotsError, match="coefficients"):
+        engine.swap_coefficients({"sft": 1.0})
+    with pytest.raises(DotsError, match="task vectors"):
+        HFEngine(models["base"], device="cpu").swap_coefficients(LAMBDA)
+
+
+def test_tied_embeddings_swap(tmp_path):
+    base = make_tiny_model(tmp_path / "tied", tie_word_embeddings=True)
+    ft = make_finetuned(base, tmp_path / "tied_ft", seed=4, scale=0.05)
+    eng = HFEngine(base, device="cpu")
+    before = greedy(eng)
+    eng.swap_checkpoint(ft)
+    assert torch.equal(eng.model.lm_head.weight, Checkpoint(ft).get("model.embed_tokens.weight"))
+    fresh = HFEngine(ft, device="cpu")
+    assert greedy(eng) == greedy(fresh)
+    eng.swap_checkpoint(base)
+    assert greedy(eng) == before
+
+
+def test_factory_builds_hf_and_rejects_typos(models):
+    eng = build_engine({"name": "hf", "device": "cpu", "batch_size": 2, "dtype": "float32"}, models["base"], models["tv"])
+    assert isinstance(eng, HFEngine) and eng.batch_size == 2
+    eng.swap_coefficients(LAMBDA)
+    eng.close()
+    with pytest.raises(DotsError, match="unknown engine option"):
+        build_engine({"name": "hf", "batch_sizes": 2}, models["base"])
+    with pytest.raises(DotsError, match="unknown engine"):
+        build_engine({"name": "tgi"}, models["base"])
+    try:
+        import vllm  # noqa: F401
+        expected = "vllm"
+    except ImportError:
+        expected = "hf"
+    assert resolve_engine_name("auto") == expected
+
+
+def test_engine_config_files_build(models):
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    conf = Path(__file__).resolve().parent.parent / "conf" / "engine"
+    for name in ("auto", "vllm", "hf"):
+        cfg = OmegaConf.load(conf / f"{name}.yaml")
+        assert cfg.name == name
+    cfg = OmegaConf.load(conf / "hf.yaml")
+    cfg.device = "cpu"
+    eng = build_engine(cfg, models["base"])
+    assert isinstance(eng, HFEngine)
+    eng.close()
