@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -203,11 +204,39 @@ def _prompt_formatter(template: str | None, tokenizer_path: str) -> Callable[[st
     return lambda question: format_prompt(question, template, tokenizer)
 
 
-def run_from_config(cfg) -> Path:
-    """Run one merge from a composed Hydra config (conf/merge.yaml)."""
-    from omegaconf import OmegaConf
+SOURCE_OVERRIDE = re.compile(r"^(\+{0,2})backbone\.sources\.([^=]+)=")
 
-    container = OmegaConf.to_container(cfg, resolve=True)
+
+def command_line_sources(overrides: Sequence[str]) -> list[str]:
+    """Source keys given as `[+|++]backbone.sources.KEY=PATH` on the command line."""
+    return [m.group(2) for m in map(SOURCE_OVERRIDE.match, overrides) if m]
+
+
+def _resolved(cfg, keep_sources: Sequence[str]) -> dict:
+    """The config as plain data; sources given on the command line replace the backbone's
+    own (dropped before resolving, so e.g. the lab's `${lab:sft}` is never built)."""
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    if OmegaConf.is_missing(cfg, "output"):
+        raise DotsError("no output directory given (add output=DIR)")
+    if keep_sources and "backbone" in cfg and cfg.backbone.get("sources") is not None:
+        with open_dict(cfg):
+            for key in list(cfg.backbone.sources):
+                if key not in keep_sources:
+                    del cfg.backbone.sources[key]
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, DotsError):
+            raise cause from None
+        raise DotsError(f"bad configuration: {str(exc).splitlines()[0]}") from None
+
+
+def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
+    """Run one merge from a composed Hydra config (conf/merge.yaml)."""
+    container = _resolved(cfg, keep_sources)
     backbone = container.get("backbone") or {}
     method_cfg = dict(container.get("method") or {})
     name = method_cfg.pop("name", None)
@@ -249,14 +278,22 @@ def _check_method_choice(argv: Sequence[str]) -> None:
 
 
 def main() -> None:
+    """Entry of `python -m dots.merge` (Hydra). `+backbone.sources.KEY=` may name a key the
+    backbone already has (it is rewritten to Hydra's add-or-override `++`)."""
     import hydra
+
+    import dots.lab  # noqa: F401  registers the ${lab:...} resolver of the default backbone
+
+    argv = [("+" + a) if re.match(r"^\+backbone\.sources\.", a) else a for a in sys.argv[1:]]
+    sys.argv[1:] = argv
+    keep = command_line_sources(argv)
 
     @hydra.main(config_path="../conf", config_name="merge", version_base="1.3")
     def _main(cfg) -> None:
-        path = cli_errors(run_from_config)(cfg)
+        path = cli_errors(run_from_config)(cfg, keep)
         print(path)
 
-    cli_errors(_check_method_choice)(sys.argv[1:])
+    cli_errors(_check_method_choice)(argv)
     _main()
 
 

@@ -317,3 +317,84 @@ def test_sar_conflicts_follow_fisher(tmp_path):
 def test_sar_needs_two_sources_in_the_registry():
     spec = get_method("sar")
     assert (spec.min_sources, spec.max_sources) == (2, 2)
+
+
+# --- Fisher (SAR's sensitivity, Eq. 13) ---------------------------------------------------
+
+def _reference_fisher(path, pairs):
+    """Mean over examples of (∂ Σ_completion log p / ∂θ)², via transformers' own shifted loss."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(path)
+    total = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
+    for prompt, completion_ids in pairs:
+        prompt_ids = tok(prompt).input_ids
+        ids = torch.tensor([prompt_ids + completion_ids])
+        labels = torch.tensor([[-100] * len(prompt_ids) + completion_ids])
+        model.zero_grad()
+        (model(input_ids=ids, labels=labels).loss * len(completion_ids)).backward()  # = −log p(y|x)
+        for n, p in model.named_parameters():
+            total[n] += p.grad ** 2
+    return {n: t / len(pairs) for n, t in total.items()}, model, tok
+
+
+def test_fisher_with_gold_answers(qwen_bf16):
+    from transformers import AutoTokenizer
+
+    from dots.fisher import CalibrationExample, compute_fisher
+
+    path = qwen_bf16.sources["sft"]
+    tok = AutoTokenizer.from_pretrained(path)
+    examples = [CalibrationExample("12+34=", "\\boxed{46}"), CalibrationExample("What is 9 - 4?", "5")]
+    fisher = compute_fisher(path, examples)
+    pairs = [(e.prompt, tok(e.answer, add_special_tokens=False).input_ids) for e in examples]
+    expected, _, _ = _reference_fisher(path, pairs)
+    assert set(fisher) == set(expected)
+    for name in expected:
+        torch.testing.assert_close(fisher[name], expected[name], rtol=1e-4, atol=1e-12, msg=name)
+    assert all(float(t.sum()) > 0 for t in fisher.values())
+
+
+def test_fisher_without_gold_uses_the_greedy_answer(qwen_bf16):
+    from dots.fisher import CalibrationExample, compute_fisher
+
+    path = qwen_bf16.sources["rlvr"]
+    fisher = compute_fisher(path, [CalibrationExample("7+8=", None)], max_new_tokens=5)
+    _, model, tok = _reference_fisher(path, [("7+8=", [0])])
+    prompt_ids = tok("7+8=", return_tensors="pt").input_ids
+    greedy = model.generate(prompt_ids, max_new_tokens=5, do_sample=False)[0, prompt_ids.shape[1]:].tolist()
+    expected, _, _ = _reference_fisher(path, [("7+8=", greedy)])
+    for name in expected:
+        torch.testing.assert_close(fisher[name], expected[name], rtol=1e-4, atol=1e-12, msg=name)
+
+
+def test_fisher_cache_is_keyed_and_reused(qwen_bf16, tmp_path):
+    from dots.checkpoint import Checkpoint
+    from dots.fisher import builtin_calibration, fisher_for
+
+    ckpt = Checkpoint(qwen_bf16.sources["sft"])
+    examples = builtin_calibration(3, seed=0)
+    first = fisher_for(ckpt, examples, tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert fisher_for(ckpt, examples, tmp_path) == first and first.stat().st_mtime_ns == stamp
+    other = fisher_for(ckpt, builtin_calibration(3, seed=1), tmp_path)
+    assert other != first and len(list(tmp_path.glob("*.safetensors"))) == 2
+
+
+def test_calibration_from_a_pool_keeps_gold_answers(tmp_path):
+    import json
+
+    from dots.fisher import calibration_set
+
+    path = tmp_path / "pool.jsonl"
+    rows = [{"question": f"q{i}", "answer": str(i)} for i in range(10)] + [{"question": "open"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    cfg = {"kind": "jsonl", "path": str(path), "question_key": "question", "answer_key": "answer"}
+    chosen = calibration_set(cfg, n=4, seed=0, format_prompt=lambda q: f"Q: {q}")
+    assert len(chosen) == 4 and all(c.prompt.startswith("Q: ") for c in chosen)
+    everything = calibration_set(cfg, n=64)
+    assert {c.prompt: c.answer for c in everything}["open"] is None
+    assert {c.prompt: c.answer for c in everything}["q3"] == "3"
+    builtin = calibration_set(None, n=64)
+    assert len(builtin) == 64 and all(c.answer.startswith("\\boxed{") for c in builtin)

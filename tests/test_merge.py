@@ -1,0 +1,332 @@
+"""The streaming executor and `python -m dots.merge` on tiny generated checkpoints.
+
+Merged tensors are compared with the dense SPEC references of test_methods applied to
+weights read straight from the safetensors files; outputs are loaded and run in
+transformers; every bad input is tried through the CLI in a subprocess.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
+from dots.merge import merge_checkpoints
+from test_methods import (ref_dare, ref_linear, ref_ram, ref_ram_lambdas, ref_sar, ref_task_arithmetic,
+                          ref_ties)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_state(path: Path) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for file in sorted(Path(path).glob("*.safetensors")):
+        state.update(load_file(str(file)))
+    return state
+
+
+def merged_names(base: dict, sources: list[dict]) -> list[str]:
+    return [n for n, t in base.items() if t.is_floating_point() and all(n in s for s in sources)]
+
+
+def reference_delta(method: str, name: str, deltas: list[torch.Tensor], options: dict, lambdas=None):
+    if method == "linear":
+        return ref_linear(deltas, [1.0] * len(deltas))
+    if method == "task_arithmetic":
+        return ref_task_arithmetic(deltas, [1.0] * len(deltas), options.get("scale", 1.0))
+    if method == "ties":
+        return ref_ties(deltas, [1.0] * len(deltas), options.get("density", 0.2), options.get("scale", 1.0))
+    if method == "dare":
+        return ref_dare(name, deltas, [1.0] * len(deltas), options.get("p", 0.9), options.get("combine", "linear"),
+                        options.get("scale", 1.0))
+    if method in ("ram", "ram_plus"):
+        return ref_ram(deltas, lambdas)
+    raise AssertionError(method)
+
+
+def assert_same_weights(actual: torch.Tensor, expected_f32: torch.Tensor, dtype: torch.dtype, name: str):
+    assert actual.dtype == dtype, name
+    if dtype == torch.float32:
+        torch.testing.assert_close(actual, expected_f32, rtol=1e-5, atol=1e-6, msg=name)
+    else:  # the reference is rounded to bf16 too; allow one rounding step of difference
+        torch.testing.assert_close(actual.float(), expected_f32.to(dtype).float(), rtol=2 ** -7, atol=1e-6, msg=name)
+
+
+CASES = [
+    ("linear", {}), ("task_arithmetic", {"scale": 0.7}), ("ties", {"density": 0.2}),
+    ("dare", {"p": 0.5, "combine": "ties"}), ("ram", {}), ("ram_plus", {}),
+]
+
+
+@pytest.mark.parametrize("family", ["qwen_bf16", "llama_fp32_tied_sharded", "qwen_fp32_bf16_sources"])
+@pytest.mark.parametrize("method,options", CASES, ids=[c[0] for c in CASES])
+def test_merge_matches_dense_reference(tiny_family, tmp_path, family, method, options):
+    fam = tiny_family(family)
+    out = merge_checkpoints(fam.base, fam.sources, tmp_path / "out", method=method, options=options)
+    base = load_state(fam.base)
+    sources = [load_state(p) for p in fam.sources.values()]
+    merged = load_state(out)
+    assert set(merged) == set(base)
+    names = merged_names(base, sources)
+    deltas = {n: [s[n].float() - base[n].float() for s in sources] for n in names}
+    lambdas = [1.0, 1.0]
+    if method == "ram_plus":  # ρ over the whole model
+        flat = [torch.cat([deltas[n][i].reshape(-1) for n in names]) for i in range(2)]
+        lambdas = ref_ram_lambdas(flat, 0.1, 2.0)
+    for name in names:
+        expected = base[name].float() + reference_delta(method, name, deltas[name], options, lambdas)
+        assert_same_weights(merged[name], expected, base[name].dtype, name)
+    config = json.loads((out / "config.json").read_text())
+    assert config.get("tie_word_embeddings", False) == fam.tied
+
+
+def test_sar_merge_with_cached_fisher(qwen_bf16, tmp_path):
+    options = {"calibration_size": 4, "p": 0.2}
+    cache = tmp_path / "cache"
+    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "out", method="sar", options=options,
+                            cache_dir=cache)
+    files = sorted((cache / "fisher").glob("*.safetensors"))
+    assert len(files) == 2
+    stamps = [f.stat().st_mtime_ns for f in files]
+    again = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "again", method="sar", options=options,
+                              cache_dir=cache)
+    assert [f.stat().st_mtime_ns for f in files] == stamps  # reused, not recomputed
+    assert load_state(out).keys() == load_state(again).keys()
+    # which cache file belongs to which source: recompute the keys
+    from dots.fisher import builtin_calibration, fisher_key
+
+    examples = builtin_calibration(4, 0)
+    fisher = [load_file(str(cache / "fisher" / f"{fisher_key(Checkpoint(p), examples, 256, torch.float32)}.safetensors"))
+              for p in qwen_bf16.sources.values()]
+    base = load_state(qwen_bf16.base)
+    sources = [load_state(p) for p in qwen_bf16.sources.values()]
+    merged = load_state(out)
+    for name in merged_names(base, sources):
+        a, b = (s[name].float() - base[name].float() for s in sources)
+        expected = base[name].float() + ref_sar(name, a, b, fisher[0][name], fisher[1][name], 0.2, 1.0)
+        assert_same_weights(merged[name], expected, base[name].dtype, name)
+    again_state = load_state(again)
+    assert all(torch.equal(merged[n], again_state[n]) for n in merged)
+
+
+def test_dots_fixed_is_the_synthesiser_bit_for_bit(llama_fp32_tied, tmp_path):
+    from dots.synth import synthesize
+    from dots.taskvec import SparsifyConfig, build_task_vectors
+
+    weights = {"sft": 0.5, "rlvr": 0.7071}
+    out = merge_checkpoints(llama_fp32_tied.base, llama_fp32_tied.sources, tmp_path / "out", method="dots_fixed",
+                            weights=weights, cache_dir=tmp_path / "cache")
+    tv = build_task_vectors(Checkpoint(llama_fp32_tied.base),
+                            {k: Checkpoint(v) for k, v in llama_fp32_tied.sources.items()},
+                            SparsifyConfig(), tmp_path / "cache" / "taskvec")
+    merged = load_state(out)
+    for name, tensor in synthesize(tv, weights, device="cpu"):
+        assert torch.equal(merged[name], tensor), name
+
+
+@pytest.mark.parametrize("method", ["linear", "task_arithmetic", "ties", "dare_linear", "dare_ties", "ram",
+                                    "ram_plus", "dots_fixed"])
+def test_merged_model_loads_and_generates(qwen_bf16, tmp_path, method):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dots.merge import CONF_DIR
+    import yaml
+
+    cfg = yaml.safe_load((CONF_DIR / "method" / f"{method}.yaml").read_text())
+    name = cfg.pop("name")
+    weights = cfg.pop("weights", None)
+    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "m", method=name, options=cfg,
+                            weights=weights, cache_dir=tmp_path / "cache")
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    state = load_state(out)
+    for pname, param in model.named_parameters():
+        assert torch.equal(param.detach(), state[pname]), pname
+    ids = tok("12+34=", return_tensors="pt").input_ids
+    generated = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert generated.shape[1] == ids.shape[1] + 4 or int(generated[0, -1]) == tok.eos_token_id
+    card = (out / "README.md").read_text()
+    import dots
+
+    assert f"`{name}`" in card and dots.__version__ in card and str(qwen_bf16.sources["rlvr"]) in card
+
+
+def test_tied_family_generates(llama_fp32_tied, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = merge_checkpoints(llama_fp32_tied.base, llama_fp32_tied.sources, tmp_path / "m", method="ties")
+    assert len(list(out.glob("*.safetensors"))) == 1  # 5 GiB shard limit: one file for a tiny model
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.tie_word_embeddings
+    logits = model(torch.tensor([[1, 2, 3]])).logits
+    assert torch.isfinite(logits).all()
+
+
+def test_sharded_output(qwen_bf16, tmp_path):
+    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "m", method="linear",
+                            max_shard_bytes=30_000)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(out)
+
+
+def test_extra_vocab_rows_come_from_the_source(qwen_bf16, tmp_path):
+    """A source with 3 added tokens: its extra embedding/lm_head rows are appended."""
+    src = Checkpoint(qwen_bf16.sources["sft"])
+    plan = {}
+    for n in src.names:
+        info = src.info(n)
+        grow = n in ("model.embed_tokens.weight", "lm_head.weight")
+        plan[n] = TensorInfo((info.shape[0] + 3, *info.shape[1:]) if grow else info.shape, info.dtype)
+    extra = {}
+    with CheckpointWriter(tmp_path / "grown", plan) as writer:
+        for n in src.names:
+            t = src.get(n)
+            if plan[n].shape != t.shape:
+                extra[n] = torch.randn(3, t.shape[1]).to(t.dtype)
+                t = torch.cat([t, extra[n]])
+            writer.write(n, t)
+        writer.commit(copy_from=src)
+    out = merge_checkpoints(qwen_bf16.base, {"sft": tmp_path / "grown", "rlvr": qwen_bf16.sources["rlvr"]},
+                            tmp_path / "m", method="task_arithmetic")
+    merged = load_state(out)
+    for n, rows in extra.items():
+        assert torch.equal(merged[n][-3:], rows)
+    config = json.loads((out / "config.json").read_text())
+    assert config["vocab_size"] == merged["model.embed_tokens.weight"].shape[0]
+
+
+# --- the CLI ------------------------------------------------------------------------------
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs"),
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "dots.merge", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def family_args(fam, keys=("sft", "rlvr")) -> list[str]:
+    return [f"backbone.base={fam.base}", *(f"+backbone.sources.{k}={fam.sources[k]}" for k in keys)]
+
+
+def test_cli_merges_as_documented(qwen_bf16, tmp_path):
+    out = tmp_path / "merged"
+    proc = run_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}")
+    assert proc.returncode == 0, proc.stderr
+    assert "ties" in (out / "README.md").read_text()
+    expected = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "api", method="ties")
+    a, b = load_state(out), load_state(expected)
+    assert all(torch.equal(a[n], b[n]) for n in b)
+    # an existing output is replaced only with overwrite=true
+    proc = run_cli(tmp_path, "method=linear", *family_args(qwen_bf16), f"output={out}", "overwrite=true")
+    assert proc.returncode == 0, proc.stderr
+    assert "`linear`" in (out / "README.md").read_text()
+
+
+def test_cli_dare_is_identical_across_runs(qwen_bf16, tmp_path):
+    for out in ("one", "two"):
+        proc = run_cli(tmp_path, "method=dare_ties", "method.p=0.3", *family_args(qwen_bf16), f"output={tmp_path / out}")
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "one" / "model.safetensors").read_bytes() == (tmp_path / "two" / "model.safetensors").read_bytes()
+
+
+def _copy_with(src: Path, out: Path, drop: str | None = None, poison: str | None = None) -> Path:
+    ckpt = Checkpoint(src)
+    plan = {n: ckpt.info(n) for n in ckpt.names if n != drop}
+    with CheckpointWriter(out, plan) as writer:
+        for n in plan:
+            t = ckpt.get(n)
+            if n == poison:
+                t = t.clone()
+                t.view(-1)[0] = float("nan")
+            writer.write(n, t)
+        writer.commit(copy_from=ckpt)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory, qwen_bf16, llama_fp32_tied):
+    from dots.testing import make_tiny_model
+
+    root = tmp_path_factory.mktemp("bad")
+    (root / "not_a_model").mkdir()
+    (root / "not_a_model" / "notes.txt").write_text("hello")
+    wider = make_tiny_model(root / "wider", arch="qwen2", dtype=torch.bfloat16, hidden_size=96, num_heads=2)
+    last = Checkpoint(qwen_bf16.base).names[-1]
+    return {
+        "not_a_model": root / "not_a_model",
+        "wider": wider,
+        "lacking": _copy_with(qwen_bf16.sources["sft"], root / "lacking", drop="model.norm.weight"),
+        "nan": _copy_with(qwen_bf16.sources["rlvr"], root / "nan", poison=last),
+        "llama": llama_fp32_tied.sources["sft"],
+    }
+
+
+BAD = {
+    "missing_path": (lambda f, b: [f"backbone.base={f.base}", "+backbone.sources.sft=/nonexistent/model",
+                                   f"+backbone.sources.rlvr={f.sources['rlvr']}"], "does not exist"),
+    "not_a_model": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={b['not_a_model']}",
+                                  f"+backbone.sources.rlvr={f.sources['rlvr']}"], "not a model"),
+    "architecture": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={b['llama']}",
+                                   f"+backbone.sources.rlvr={f.sources['rlvr']}"], "architectures differ"),
+    "shape": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={b['wider']}",
+                            f"+backbone.sources.rlvr={f.sources['rlvr']}"], "shapes differ"),
+    "lacking_tensor": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={b['lacking']}",
+                                     f"+backbone.sources.rlvr={f.sources['rlvr']}"], "lacks tensor model.norm.weight"),
+    "nan": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={f.sources['sft']}",
+                          f"+backbone.sources.rlvr={b['nan']}"], "NaN/Inf"),
+    "density": (lambda f, b: family_args(f) + ["method.density=0"], "density must be in \\(0, 1\\]"),
+    "density_high": (lambda f, b: family_args(f) + ["method.density=1.2"], "density must be in \\(0, 1\\]"),
+    "unknown_method": (lambda f, b: family_args(f) + ["method=nope"], "unknown merge method 'nope'"),
+    "unknown_method_name": (lambda f, b: family_args(f) + ["method.name=nope"], "unknown merge method 'nope'"),
+    "sar_three": (lambda f, b: family_args(f) + ["method=sar", f"+backbone.sources.third={f.sources['sft']}"],
+                  "exactly 2 sources"),
+    "sar_one": (lambda f, b: family_args(f, keys=("sft",)) + ["method=sar"], "exactly 2 sources"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_cli_bad_input_is_one_line_and_leaves_nothing(qwen_bf16, bad_inputs, tmp_path, case):
+    make_args, message = BAD[case]
+    out = tmp_path / "merged"
+    proc = run_cli(tmp_path, *make_args(qwen_bf16, bad_inputs), f"output={out}")
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: "), proc.stderr
+    import re
+
+    assert re.search(message, errors[0]), errors[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not out.exists()
+    assert not list(tmp_path.glob(".merged.*"))  # no temporary directory left behind
+
+
+def test_cli_existing_output_needs_overwrite(qwen_bf16, tmp_path):
+    out = tmp_path / "merged"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    proc = run_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}")
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "output exists" in errors[0] and "overwrite=true" in errors[0]
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_nan_found_after_writing_began_leaves_nothing(qwen_bf16, bad_inputs, tmp_path):
+    """The poisoned tensor is the last one: the writer has written others and must abort."""
+    from dots.errors import DotsError
+
+    with pytest.raises(DotsError, match="NaN/Inf"):
+        merge_checkpoints(qwen_bf16.base, {"sft": qwen_bf16.sources["sft"], "rlvr": bad_inputs["nan"]},
+                          tmp_path / "out", method="ties")
+    assert list(tmp_path.iterdir()) == []
