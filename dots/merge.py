@@ -10,6 +10,11 @@ get a first pass over the same stream before the writing pass.
 
     python -m dots.merge method=ties backbone.base=DIR_OR_ID \
         +backbone.sources.sft=DIR +backbone.sources.rlvr=DIR output=DIR [overwrite=true]
+
+Sources named on the command line replace the backbone's own sources; a bad input
+(missing or non-model path, mismatched architecture/shapes/tensors, NaN/Inf, bad
+option, unknown method, existing output) ends with one `error:` line, exit code 2
+and nothing written at the output path.
 """
 from __future__ import annotations
 

@@ -170,13 +170,16 @@ def test_topk_mask_matches_stable_sort(shape, density):
     assert torch.equal(topk_magnitude_mask(x, density), ref_topk(x, density))
 
 
-def test_topk_mask_ties_and_large_tensor_path():
-    """Beyond one chunk the radix path runs; many equal magnitudes test the tie rule."""
+@pytest.mark.parametrize("density", [0.3, 0.9])
+def test_topk_mask_ties_and_large_tensor_path(density):
+    """small=0 forces the chunked radix path (over two chunks); equal magnitudes test the tie rule."""
     n = CHUNK + 12345
     x = torch.randint(-3, 4, (n,)).float()  # magnitudes 0..3, heavily tied
-    mask = topk_magnitude_mask(x, 0.3)
-    assert int(mask.sum()) == round(0.3 * n)
-    assert torch.equal(mask, ref_topk(x, 0.3))
+    mask = topk_magnitude_mask(x, density, small=0)
+    assert int(mask.sum()) == round(density * n)
+    assert torch.equal(mask, ref_topk(x, density))
+    y = torch.randn(n)
+    assert torch.equal(topk_magnitude_mask(y, density, small=0), ref_topk(y, density))
 
 
 def test_linear_and_task_arithmetic():

@@ -116,6 +116,7 @@ def check_choice(value: str, choices: Iterable[str], what: str) -> str:
 # --- shared arithmetic -----------------------------------------------------------------
 
 CHUNK = 1 << 22  # entries per chunk in bounded-memory scans
+SMALL = 1 << 24  # up to this many entries a top-k may use kthvalue (≤ ~200 MB of temporaries)
 
 
 def _chunks(flat: torch.Tensor, size: int = CHUNK) -> Iterator[torch.Tensor]:
@@ -123,14 +124,25 @@ def _chunks(flat: torch.Tensor, size: int = CHUNK) -> Iterator[torch.Tensor]:
         yield flat[start:start + size]
 
 
-def topk_magnitude_mask(x: torch.Tensor, density: float) -> torch.Tensor:
+def chunkwise(fn: Callable[..., Any], *tensors: torch.Tensor, size: int = CHUNK) -> None:
+    """Apply an in-place `fn` to aligned chunks of equally sized contiguous tensors.
+
+    Mixing dtypes in one elementwise op (float += bool mask, float /= uint8 count) makes
+    torch materialise a converted copy of the whole operand; chunking bounds that copy.
+    """
+    flats = [t.view(-1) for t in tensors]
+    for start in range(0, flats[0].numel(), size):
+        fn(*(f[start:start + size] for f in flats))
+
+
+def topk_magnitude_mask(x: torch.Tensor, density: float, small: int = SMALL) -> torch.Tensor:
     """Keep exactly k = round(density·n) entries of largest |x|; ties go to lower flat indices.
 
-    Selection is exact and streams over chunks of the tensor (two-level radix histogram
-    of float32 bit patterns, `dots.taskvec.global_kth_largest`), so it needs only the
-    boolean mask and one chunk beyond the input — a full sort or `kthvalue` would copy
-    the tensor and allocate int64 indices (3× its size). Tensors of at most one chunk
-    use `kthvalue` (`dots.taskvec.topk_mask`, same selection), which is faster there.
+    For large tensors the selection is exact and streams over chunks (two-level radix
+    histogram of float32 bit patterns, `dots.taskvec.global_kth_largest`), so it needs
+    only the boolean mask and one chunk beyond the input — `kthvalue` would copy the
+    tensor and allocate int64 indices (3× its size). Tensors of at most `small` entries
+    use `kthvalue` (`dots.taskvec.topk_mask`, the same selection), which is faster.
     """
     from dots.taskvec import global_kth_largest, topk_mask
 
@@ -141,7 +153,7 @@ def topk_magnitude_mask(x: torch.Tensor, density: float) -> torch.Tensor:
         return torch.ones(x.shape, dtype=torch.bool)
     if k <= 0:
         return torch.zeros(x.shape, dtype=torch.bool)
-    if n <= CHUNK:
+    if n <= small:
         return topk_mask(x.abs(), k)
     threshold, need = global_kth_largest(lambda: _chunks(flat), k)
     mask = torch.empty(n, dtype=torch.bool)
@@ -163,6 +175,11 @@ def topk_magnitude_mask(x: torch.Tensor, density: float) -> torch.Tensor:
     return mask.view(x.shape)
 
 
+def keep_only(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x ⊙ mask in place (entries outside the boolean mask become 0)."""
+    return x.masked_fill_(~mask, 0.0)
+
+
 def weighted_sum(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
     """Σ_i w_i·τ_i in float32 (into a fresh tensor)."""
     out = torch.zeros_like(deltas[0])
@@ -176,20 +193,28 @@ def disjoint_mean(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> t
 
     Elected sign = sign(Σ_i w_i·τ_i); result = Σ_{i agrees} w_i·τ_i / Σ_{i agrees} w_i over
     the non-zero entries whose sign equals the elected sign (0 where none agrees). With
-    unit weights this is the paper's plain disjoint mean. Weights must be positive.
+    unit weights this is the paper's plain disjoint mean (the count is kept in uint8).
+    Weights must be positive.
     """
     total = weighted_sum(deltas, weights)
     positive, negative = total > 0, total < 0
     del total
+    unit = all(float(w) == 1.0 for w in weights) and len(deltas) < 256
     numerator = torch.zeros_like(deltas[0])
-    denominator = torch.zeros_like(deltas[0])
+    denominator = torch.zeros(deltas[0].shape, dtype=torch.uint8 if unit else torch.float32)
     for delta, w in zip(deltas, weights):
-        agrees = ((delta > 0) & positive) | ((delta < 0) & negative)
-        numerator.add_(delta.mul_(agrees), alpha=float(w))
-        denominator.add_(agrees, alpha=float(w))
+        agrees = (delta > 0).logical_and_(positive).logical_or_((delta < 0).logical_and_(negative))
+        numerator.add_(keep_only(delta, agrees), alpha=float(w))
+        if unit:
+            denominator.add_(agrees)  # bool → uint8: a quarter-size temporary at most
+        else:
+            chunkwise(lambda d, a: d.add_(a, alpha=float(w)), denominator, agrees)
         del agrees
-    # where no model agrees the numerator is 0, so a tiny floor leaves 0 there
-    return numerator.div_(denominator.clamp_(min=torch.finfo(torch.float32).tiny))
+    del positive, negative
+    # where no model agrees the numerator is 0; the floor only avoids 0/0
+    floor = 1 if unit else torch.finfo(torch.float32).tiny
+    chunkwise(lambda n, d: n.div_(d.clamp(min=floor)), numerator, denominator)
+    return numerator
 
 
 def seeded_generator(name: str, seed: int) -> torch.Generator:
@@ -208,7 +233,7 @@ def dare_drop(deltas: list[torch.Tensor], p: float, name: str, seed: int) -> lis
         return deltas
     gen = seeded_generator(name, seed)
     for delta in deltas:
-        keep = torch.rand(delta.shape, generator=gen) >= p
-        delta.mul_(keep).div_(1.0 - p)
-        del keep
+        dropped = torch.rand(delta.shape, generator=gen) < p
+        delta.masked_fill_(dropped, 0.0).div_(1.0 - p)
+        del dropped
     return deltas

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.methods.base import Method, MergeContext, TensorStream, check_choice
+from dots.methods.base import Method, MergeContext, TensorStream, check_choice, chunkwise
 from dots.methods.registry import register
 
 log = logging.getLogger(__name__)
@@ -123,12 +123,14 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
     only_one = counts == 1
     out = torch.zeros_like(deltas[0])
     for delta, lam in zip(deltas, lambdas):
-        delta.mul_(delta.abs() > eps)  # entries this model did not change contribute nothing
+        delta.masked_fill_(delta.abs() <= eps, 0.0)  # entries this model did not change contribute nothing
         if lam != 1.0:
-            delta.mul_(torch.where(only_one, lam, 1.0))
+            chunkwise(lambda d, o: d.mul_(torch.where(o, lam, 1.0)), delta, only_one)
         out.add_(delta)
     del only_one
-    return out.div_(counts.clamp_(min=1))  # c ≥ 2: the mean over changers; c ≤ 1: unchanged
+    # c ≥ 2: the mean over the models that changed the entry; c ≤ 1: as is
+    chunkwise(lambda o, c: o.div_(c.clamp(min=1)), out, counts)
+    return out
 
 
 register(Method("ram", RamOptions, merge, first_pass=first_pass, min_sources=2,

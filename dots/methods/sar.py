@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.methods.base import Method, MergeContext, TensorStream, check_probability, seeded_generator
+from dots.methods.base import Method, MergeContext, TensorStream, check_probability, chunkwise, seeded_generator
 from dots.methods.registry import register
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,11 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
         low = private & (magnitude < median)
         del magnitude
         dropped = torch.rand(r.shape, generator=seeded_generator(name, int(options.seed))) < p
-        r.masked_fill_(low & dropped, 0.0)
-        r[low & ~dropped] /= 1.0 - p
+        survivors = low & ~dropped
+        r.masked_fill_(low.logical_and_(dropped), 0.0)
         del low, dropped
+        chunkwise(lambda x, s: x.copy_(torch.where(s, x / (1.0 - p), x)), r, survivors)
+        del survivors
     return r.mul_(float(options.scale))
 
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from dots.methods.base import Method, check_density, disjoint_mean, topk_magnitude_mask
+from dots.methods.base import Method, check_density, disjoint_mean, keep_only, topk_magnitude_mask
 from dots.methods.registry import register
 
 
@@ -29,7 +29,7 @@ def trim(deltas: list[torch.Tensor], density: float) -> list[torch.Tensor]:
     """Zero all but the top-`density` entries of each τ_i by magnitude, in place."""
     if density < 1.0:
         for delta in deltas:
-            delta.mul_(topk_magnitude_mask(delta, density))
+            keep_only(delta, topk_magnitude_mask(delta, density))
     return deltas
 
 
