@@ -21,7 +21,7 @@ def _pct(x: float | None) -> str:
 
 
 def markdown_table(report: Mapping) -> str:
-    """Models as rows, benchmarks (with their metric) as columns, plus the average; best in bold."""
+    """Models as rows, benchmarks (with their metric) as columns, plus the average; the best in bold."""
     benchmarks = list(report["benchmarks"])
     models = list(report["models"])
     scores = report["scores"]
@@ -35,11 +35,13 @@ def markdown_table(report: Mapping) -> str:
         cells = []
         for c in columns:
             text = _pct(value[m][c])
-            if value[m][c] is not None and len(models) > 1 and round(value[m][c], 6) == round(best[c], 6):
+            present = [value[k][c] for k in models if value[k][c] is not None]
+            tied = len({round(v, 6) for v in present}) <= 1
+            if value[m][c] is not None and not tied and round(value[m][c], 6) == round(best[c], 6):
                 text = f"**{text}**"
             cells.append(text)
         lines.append("| " + " | ".join([m] + cells) + " |")
-    sizes = ", ".join(f"{b}: {report['benchmarks'][b]['problems']} problems × {report['benchmarks'][b]['samples']}"
+    sizes = ", ".join(f"{b}: {report['benchmarks'][b]['problems']} problems × {report['benchmarks'][b]['samples']} samples"
                       for b in benchmarks)
     return "\n".join(lines) + f"\n\nScores in %. {sizes}.\n"
 
