@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Mapping
 
 from dots.align import align
-from dots.analysis.counts import PairCounts, SignInterference, SourceCounts, count_pass1, count_pass2, count_pass3
+from dots.analysis.counts import (PairCounts, SignInterference, SourceCounts, TopKState, count_pass1, count_pass2,
+                                  count_pass3)
 from dots.analysis.report import build_report
 from dots.analysis.stream import plan_chunks, task_vector_chunks
 from dots.analysis.topk import RadixSelect, TopKMask
@@ -120,32 +121,31 @@ def compute_analysis(base: Checkpoint, sources: Mapping[str, Checkpoint], cfg: A
 
     top_k = {k: round(cfg.top_fraction * numel) for k in keys}
     retention_k = [round(r * numel) for r in cfg.retentions]
-    selectors = {k: RadixSelect([top_k[k]] + (retention_k if roles and k == roles[0] else [])) for k in keys}
+    selectors = {k: RadixSelect([1, top_k[k]] + (retention_k if roles and k == roles[0] else [])) for k in keys}
     source_counts = {n: {k: SourceCounts() for k in keys} for n in names}
     pair_counts = {n: {p: PairCounts() for p in pairs} for n in names}
 
     for chunk, taus in task_vector_chunks(al, chunks, "analyze 1/3 (norms, signs, overlap)"):
         count_pass1(taus, cfg.eps, source_counts[chunk.name], pair_counts[chunk.name], selectors)
-
-    relative_cut = None
-    if cfg.relative_eps is not None:
-        relative_cut = {k: cfg.relative_eps * max(source_counts[n][k].maxabs for n in names) for k in keys}
     for chunk, taus in task_vector_chunks(al, chunks, "analyze 2/3 (top-k thresholds)"):
-        count_pass2(taus, source_counts[chunk.name], selectors, relative_cut)
+        count_pass2(taus, selectors)
     thresholds = {k: selectors[k].thresholds() for k in keys}
+    max_abs = {k: thresholds[k][1].value if thresholds[k][1].k else 0.0 for k in keys}
 
+    relative_cut = {k: cfg.relative_eps * max_abs[k] for k in keys} if cfg.relative_eps is not None else None
     top_masks = {k: TopKMask(thresholds[k][top_k[k]]) for k in keys}
     interference = None
     if roles:
         sft, rlvr = roles
         masks = [TopKMask(thresholds[sft][k]) for k in retention_k]
         interference = SignInterference(sft, rlvr, list(cfg.retentions), masks)
+    state = TopKState(top_masks, interference)
     for chunk, taus in task_vector_chunks(al, chunks, "analyze 3/3 (top-k masks)"):
-        count_pass3(taus, source_counts[chunk.name], top_masks, interference)
+        count_pass3(taus, source_counts[chunk.name], state, relative_cut)
 
     report = build_report(
         names=names, keys=keys, source_counts=source_counts, pair_counts=pair_counts,
-        thresholds=thresholds, top_k=top_k, interference=interference, eps=cfg.eps,
+        thresholds=thresholds, top_k=top_k, max_abs=max_abs, interference=interference, eps=cfg.eps,
         relative_eps=cfg.relative_eps, top_fraction=cfg.top_fraction, roles=roles,
     )
     report["copied_tensors"] = len(al.copied)

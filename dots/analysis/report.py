@@ -67,6 +67,7 @@ def build_report(
     pair_counts: Mapping[str, Mapping[tuple[str, str], PairCounts]],
     thresholds: Mapping[str, Mapping[int, Threshold]],
     top_k: Mapping[str, int],
+    max_abs: Mapping[str, float],
     interference: SignInterference | None,
     eps: float,
     relative_eps: float | None,
@@ -115,6 +116,7 @@ def build_report(
         "eps": eps,
         "overall": {k: 1.0 - total[k].changed / numel for k in keys},
         "exact_zero": {k: 1.0 - total[k].nonzero / numel for k in keys},
+        "max_abs": dict(max_abs),
         "per_layer": {k: g.per_layer(lambda grp, k=k: sparsity(grp, k)) for k in keys},
         "non_layer": {k: {c: sparsity(ns, k) for c, ns in g.non_layer.items()} for k in keys},
         "by_module": {k: {c: sparsity(ns, k) for c, ns in g.modules.items()} for k in keys},
@@ -124,7 +126,7 @@ def build_report(
     if relative_eps is not None:
         spars["relative"] = {
             "relative_eps": relative_eps,
-            "max_abs": {k: total[k].maxabs for k in keys},
+            "max_abs": dict(max_abs),
             "overall": {k: 1.0 - total[k].changed_rel / numel for k in keys},
             "per_layer": {k: g.per_layer(lambda grp, k=k: sparsity(grp, k, "changed_rel")) for k in keys},
             "by_module": {k: {c: sparsity(ns, k, "changed_rel") for c, ns in g.modules.items()} for k in keys},

@@ -4,7 +4,8 @@ A non-negative float32's bit pattern, read as int32, orders like the value. Pass
 histograms the high 16 bits of every |τ| (65,536 counters); the bucket holding the k-th
 largest value is then known. Pass 2 histograms the low 16 bits of the entries in that
 bucket, which pins the k-th largest value exactly. Several k (and several sources) share
-the two passes. Memory: two 65,536-entry int64 histograms per (source, bucket).
+the two passes: a lookup table sends each entry of a wanted bucket to that bucket's
+histogram in one sweep. Memory: 65,536 int64 counters per (source, wanted bucket).
 
 Selecting exactly k entries (SPEC §1) needs a tie rule: entries equal to the threshold
 are kept in stream order (tensor order, then flat index) until k are kept — the rule
@@ -16,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
+import numpy as np
 import torch
 
 _BINS = 1 << 16
@@ -26,17 +28,17 @@ def magnitude_bits(magnitude: torch.Tensor) -> torch.Tensor:
     return magnitude.reshape(-1).to(torch.float32).contiguous().view(torch.int32)
 
 
-def _accumulate(hist: torch.Tensor, index: torch.Tensor) -> None:
+def _accumulate(hist: np.ndarray, index: np.ndarray) -> None:
     """hist[i] += #(index == i); a scatter for small inputs, where a full-width bincount
     would cost more than the data."""
-    if index.numel() * 8 < hist.numel():
-        hist.index_put_((index.to(torch.int64),), torch.ones(index.numel(), dtype=torch.int64), accumulate=True)
-    elif index.numel():
-        hist += torch.bincount(index, minlength=hist.numel())
+    if index.size * 8 < hist.size:
+        np.add.at(hist, index, 1)
+    elif index.size:
+        hist += np.bincount(index, minlength=hist.size)
 
 
-def _count_at_or_above(hist: torch.Tensor) -> torch.Tensor:
-    return torch.flip(torch.cumsum(torch.flip(hist, [0]), 0), [0])
+def _count_at_or_above(hist: np.ndarray) -> np.ndarray:
+    return np.cumsum(hist[::-1])[::-1]
 
 
 @dataclass(frozen=True)
@@ -61,13 +63,14 @@ class RadixSelect:
 
     def __init__(self, ks: Iterable[int]):
         self.ks = sorted(set(int(k) for k in ks))
-        self.high = torch.zeros(_BINS, dtype=torch.int64)
+        self.high = np.zeros(_BINS, dtype=np.int64)
         self.total = 0
         self._buckets: dict[int, int] | None = None  # k -> high bucket
-        self._low: dict[int, torch.Tensor] = {}  # bucket -> low histogram
+        self._slot: np.ndarray | None = None  # high bucket -> row of self._low, or -1
+        self._low = np.zeros((0, _BINS), dtype=np.int64)
 
     def add_high(self, bits: torch.Tensor) -> None:
-        _accumulate(self.high, bits >> 16)
+        _accumulate(self.high, bits.numpy() >> 16)
         self.total += bits.numel()
 
     def _plan(self) -> dict[int, int]:
@@ -77,18 +80,23 @@ class RadixSelect:
             for k in self.ks:
                 kk = min(k, self.total)
                 if kk > 0:
-                    buckets[kk] = int((above >= kk).nonzero().max())
+                    buckets[kk] = int(np.nonzero(above >= kk)[0].max())
             self._buckets = buckets
-            self._low = {b: torch.zeros(_BINS, dtype=torch.int64) for b in set(buckets.values())}
+            wanted = sorted(set(buckets.values()))
+            self._slot = np.full(_BINS, -1, dtype=np.int64)
+            self._slot[wanted] = np.arange(len(wanted))
+            self._low = np.zeros((len(wanted), _BINS), dtype=np.int64)
         return self._buckets
 
     def add_low(self, bits: torch.Tensor) -> None:
         self._plan()
-        if not self._low:
+        if not len(self._low):
             return
-        high = bits >> 16
-        for bucket, hist in self._low.items():
-            _accumulate(hist, bits[high == bucket] & 0xFFFF)
+        values = bits.numpy()
+        slot = self._slot[values >> 16]
+        inside = slot >= 0
+        index = slot[inside] * _BINS + (values[inside] & 0xFFFF)
+        _accumulate(self._low.reshape(-1), index)
 
     def thresholds(self) -> dict[int, Threshold]:
         """k -> Threshold; k <= 0 keeps nothing, k >= the stream length keeps everything."""
@@ -102,32 +110,81 @@ class RadixSelect:
                 continue
             bucket = buckets[kk]
             larger = int(above_high[bucket + 1]) if bucket + 1 < _BINS else 0
-            above_low = _count_at_or_above(self._low[bucket]) + larger
-            idx = int((above_low >= kk).nonzero().max())
+            above_low = _count_at_or_above(self._low[self._slot[bucket]]) + larger
+            idx = int(np.nonzero(above_low >= kk)[0].max())
             strictly = int(above_low[idx + 1]) if idx + 1 < _BINS else larger
-            value = torch.tensor([(bucket << 16) | idx], dtype=torch.int32).view(torch.float32).item()
+            value = float(np.array([(bucket << 16) | idx], dtype=np.int32).view(np.float32)[0])
             out[k] = Threshold(kk, value, kk - strictly)
         return out
 
 
 class TopKMask:
-    """Stateful mask of the global top-k: call `mask` on every chunk in stream order."""
+    """Stateful membership in the global top-k: call `mask` or `select` on every chunk,
+    in stream order, so that the ties at the threshold are handed out in that order.
+    `n_ties` (the chunk's number of entries equal to the threshold, see `TieCounter`)
+    saves a sweep of the chunk; without it the chunk is scanned while ties remain."""
 
     def __init__(self, threshold: Threshold):
         self.threshold = threshold
         self.ties_left = threshold.ties
 
-    def mask(self, magnitude: torch.Tensor) -> torch.Tensor:
+    def _ties(self, flat: torch.Tensor, n_ties: int | None) -> int:
+        if self.ties_left <= 0:
+            return 0
+        return int(torch.count_nonzero(flat == self.threshold.value)) if n_ties is None else n_ties
+
+    def mask(self, magnitude: torch.Tensor, n_ties: int | None = None) -> torch.Tensor:
+        """Bool mask over the chunk."""
         flat = magnitude.reshape(-1)
         keep = flat > self.threshold.value
-        if self.ties_left > 0:
+        n = self._ties(flat, n_ties)
+        if n:
             ties = flat == self.threshold.value
-            n_ties = int(ties.sum())
-            if n_ties:
-                if n_ties <= self.ties_left:
-                    keep |= ties
-                    self.ties_left -= n_ties
-                else:
-                    keep |= ties & (torch.cumsum(ties, 0) <= self.ties_left)
-                    self.ties_left = 0
+            if n <= self.ties_left:
+                keep |= ties
+                self.ties_left -= n
+            else:
+                keep |= ties & (torch.cumsum(ties, 0) <= self.ties_left)
+                self.ties_left = 0
         return keep
+
+    def select(self, magnitude: torch.Tensor, where: torch.Tensor, n_ties: int | None = None) -> torch.Tensor:
+        """Bool membership of the chunk entries at positions `where` (ascending)."""
+        flat = magnitude.reshape(-1)
+        sub = flat[where]
+        keep = sub > self.threshold.value
+        n = self._ties(flat, n_ties)
+        if n:
+            if n <= self.ties_left:
+                keep |= sub == self.threshold.value
+                self.ties_left -= n
+            else:
+                rank = torch.cumsum(flat == self.threshold.value, 0)[where]
+                keep |= (sub == self.threshold.value) & (rank <= self.ties_left)
+                self.ties_left = 0
+        return keep
+
+
+class TieCounter:
+    """Per chunk, the exact number of entries equal to each of several threshold values,
+    in one sweep (a bucket lookup on the high bits, then the low bits of the few entries
+    in those buckets) instead of one comparison sweep per threshold."""
+
+    def __init__(self, masks: list[TopKMask]):
+        self.masks = masks
+        bits = np.array([m.threshold.value for m in masks], dtype=np.float32).view(np.int32).astype(np.int64)
+        wanted = sorted(set((bits >> 16).tolist()))
+        self._slot = np.full(_BINS, -1, dtype=np.int64)
+        self._slot[wanted] = np.arange(len(wanted))
+        self._codes = self._slot[bits >> 16] * _BINS + (bits & 0xFFFF)
+
+    def counts(self, magnitude: torch.Tensor) -> list[int | None]:
+        """Entries equal to each mask's threshold (None where the mask has no ties left)."""
+        active = [m.ties_left > 0 for m in self.masks]
+        if not any(active):
+            return [None] * len(self.masks)
+        values = magnitude_bits(magnitude).numpy()
+        slot = self._slot[values >> 16]
+        inside = slot >= 0
+        codes = slot[inside] * _BINS + (values[inside] & 0xFFFF)
+        return [int(np.count_nonzero(codes == c)) if a else None for c, a in zip(self._codes.tolist(), active)]

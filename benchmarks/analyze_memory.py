@@ -1,0 +1,194 @@
+"""Peak RSS and wall time of `python -m dots.analyze` on generated trios of two sizes.
+
+Generates a Qwen2-shaped float32 base + SFT-like (dense noise) + RLVR-like (5% sparse,
+10× smaller noise) source of each size, streaming: each tensor is drawn from a generator
+seeded by its name and written at its planned offset by CheckpointWriter; no model is
+materialised. Unlike a depth-only scaling, the larger trio is also wider (Qwen2-1.5B
+widths: a 151936×1536 embedding, 0.93 GB in fp32, vs 0.54 GB), so a flat RSS shows that
+the analysis streams row chunks and does not hold whole tensors. Runs the CLI under
+`/usr/bin/time -v` (Debian package `time`), prints wall time and peak RSS, with
+`--record` appends them to benchmarks/RESULTS.md, and deletes everything it generated.
+
+    python benchmarks/analyze_memory.py --sizes 2 8 --runs 1 --root /tmp/dots-analyze-bench --record
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from dots.checkpoint import CheckpointWriter, TensorInfo  # noqa: E402
+from dots.testing import name_seed  # noqa: E402
+
+TIME = "/usr/bin/time"
+VOCAB = 151936
+FAMILIES = {  # hidden, heads, kv heads, MLP width (Qwen2-0.5B and Qwen2-1.5B)
+    "0.5b": (896, 14, 2, 4864),
+    "1.5b": (1536, 12, 2, 8960),
+}
+SOURCES = {"sft": (1, 1e-3, 1.0), "rlvr": (2, 1e-4, 0.05)}  # seed, noise scale, density
+ROW_BLOCK = 1 << 22  # entries generated at a time
+
+
+def shapes_for(size_gb: float) -> tuple[str, dict[str, tuple[int, ...]]]:
+    family = "0.5b" if size_gb < 4 else "1.5b"
+    hidden, heads, kv_heads, mlp = FAMILIES[family]
+    kv = kv_heads * hidden // heads
+
+    def layer(i: int) -> dict[str, tuple[int, ...]]:
+        p = f"model.layers.{i}."
+        return {
+            p + "input_layernorm.weight": (hidden,),
+            p + "self_attn.q_proj.weight": (hidden, hidden), p + "self_attn.q_proj.bias": (hidden,),
+            p + "self_attn.k_proj.weight": (kv, hidden), p + "self_attn.k_proj.bias": (kv,),
+            p + "self_attn.v_proj.weight": (kv, hidden), p + "self_attn.v_proj.bias": (kv,),
+            p + "self_attn.o_proj.weight": (hidden, hidden),
+            p + "post_attention_layernorm.weight": (hidden,),
+            p + "mlp.gate_proj.weight": (mlp, hidden), p + "mlp.up_proj.weight": (mlp, hidden),
+            p + "mlp.down_proj.weight": (hidden, mlp),
+        }
+
+    fixed = 2 * VOCAB * hidden * 4 + hidden * 4
+    per_layer = sum(torch.Size(s).numel() for s in layer(0).values()) * 4
+    layers = max(1, round((size_gb * 1e9 - fixed) / per_layer))
+    shapes = {"model.embed_tokens.weight": (VOCAB, hidden)}
+    for i in range(layers):
+        shapes.update(layer(i))
+    shapes["model.norm.weight"] = (hidden,)
+    shapes["lm_head.weight"] = (VOCAB, hidden)
+    return family, shapes
+
+
+def tensor(name: str, shape: tuple[int, ...], source: str | None) -> torch.Tensor:
+    """Base values, plus (for a source) its seeded noise on a seeded density mask."""
+    gen = torch.Generator().manual_seed(name_seed(name, 0))
+    t = torch.randn(shape, generator=gen).mul_(0.02)
+    if len(shape) == 1:
+        t.add_(1.0)
+    if source is not None:
+        seed, scale, density = SOURCES[source]
+        gen = torch.Generator().manual_seed(name_seed(name, seed))
+        flat = t.view(-1)
+        for start in range(0, flat.numel(), ROW_BLOCK):
+            block = flat[start:start + ROW_BLOCK]
+            noise = torch.randn(block.shape, generator=gen).mul_(scale)
+            if density < 1:
+                noise.mul_(torch.rand(block.shape, generator=gen) < density)
+            block.add_(noise)
+    return t
+
+
+def generate(root: Path, size_gb: float) -> dict:
+    family, shapes = shapes_for(size_gb)
+    hidden = FAMILIES[family][0]
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": hidden,
+              "num_hidden_layers": sum(1 for n in shapes if n.endswith("input_layernorm.weight")),
+              "vocab_size": VOCAB, "tie_word_embeddings": False, "torch_dtype": "float32"}
+    plan = {n: TensorInfo(s, torch.float32) for n, s in shapes.items()}
+    for role in ("base", *SOURCES):
+        with CheckpointWriter(root / role, plan, max_shard_bytes=4 * 2**30) as writer:
+            for name, shape in shapes.items():
+                writer.write(name, tensor(name, shape, None if role == "base" else role))
+            writer.add_file("config.json", json.dumps(config))
+            writer.commit()
+    total = sum(TensorInfo(s, torch.float32).nbytes for s in shapes.values())
+    return {"family": family, "layers": config["num_hidden_layers"], "bytes": total, "hidden": hidden}
+
+
+def parse_time_v(text: str) -> tuple[float, float]:
+    """(wall seconds, peak RSS in GiB) from GNU time -v output."""
+    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text).group(1)
+    seconds = 0.0
+    for part in wall.split(":"):
+        seconds = seconds * 60 + float(part)
+    return seconds, rss_kb / 2**20
+
+
+def analyze_command(root: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "dots.analyze", "~backbone", "+backbone.name=bench",
+            f"+backbone.base={root / 'base'}", f"+backbone.sources.sft={root / 'sft'}",
+            f"+backbone.sources.rlvr={root / 'rlvr'}", f"output={out}", "force=true"]
+
+
+def measure(root: Path, runs: int) -> list[tuple[float, float]]:
+    env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO)}
+    results = []
+    for i in range(runs):
+        out = root / "analysis"
+        proc = subprocess.run([TIME, "-v", *analyze_command(root, out)], capture_output=True, text=True, env=env, cwd=REPO)
+        if proc.returncode != 0:
+            raise SystemExit(f"analyze failed:\n{proc.stderr[-3000:]}")
+        wall, rss = parse_time_v(proc.stderr)
+        print(f"  run {i + 1}: wall {wall:.1f} s, peak RSS {rss:.3f} GiB", flush=True)
+        results.append((wall, rss))
+        summary = json.loads((out / "analysis.json").read_text())["summary"]
+        print(f"  summary: {json.dumps(summary)}", flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[2.0, 8.0], help="checkpoint sizes in GB (each)")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--root", type=Path, default=Path("/tmp/dots-analyze-bench"))
+    parser.add_argument("--record", action="store_true", help="append the results to benchmarks/RESULTS.md")
+    parser.add_argument("--machine", default="2 CPU cores, 24 GiB RAM (shared with other jobs)")
+    parser.add_argument("--date", default=None)
+    args = parser.parse_args()
+    if not Path(TIME).exists():
+        raise SystemExit(f"{TIME} is missing: apt-get install time")
+    rows = []
+    try:
+        for size in args.sizes:
+            root = args.root / f"{size:g}gb"
+            shutil.rmtree(root, ignore_errors=True)
+            print(f"generating a {size:g} GB trio under {root}", flush=True)
+            info = generate(root, size)
+            print(f"  {info}", flush=True)
+            results = measure(root, args.runs)
+            walls, rss = [r[0] for r in results], [r[1] for r in results]
+            rows.append((size, info, statistics.median(walls), statistics.median(rss), min(rss), max(rss)))
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        shutil.rmtree(args.root, ignore_errors=True)
+    lines = ["| trio (each of base, sft, rlvr; fp32) | shapes | wall (s) | peak RSS (GiB) | RSS min–max |",
+             "|---|---|---|---|---|"]
+    for size, info, wall, rss, lo, hi in rows:
+        lines.append(f"| {info['bytes'] / 1e9:.2f} GB | Qwen2-{info['family']} widths, {info['layers']} layers, "
+                     f"untied 151936×{info['hidden']} embedding + LM head | {wall:.1f} | {rss:.3f} | {lo:.3f}–{hi:.3f} |")
+    ratio = rows[-1][3] / rows[0][3] if len(rows) > 1 else float("nan")
+    print("\n".join(lines))
+    print(f"peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: {ratio:.3f} (target <= 1.3)")
+    if args.record:
+        date = args.date or datetime.date.today().isoformat()
+        sizes = " ".join(f"{s:g}" for s in args.sizes)
+        text = [
+            "", f"## Streaming task-vector analysis memory (`python -m dots.analyze`, K=2) — {date}", "",
+            f"Command: `python benchmarks/analyze_memory.py --sizes {sizes} --runs {args.runs} --record` "
+            "(each run: `/usr/bin/time -v python -m dots.analyze ~backbone +backbone.name=bench "
+            "+backbone.base=BASE +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT force=true`, "
+            "default chunk_entries=4194304, figures on).",
+            f"Machine: {args.machine}. Median of {args.runs} run(s) per size; wall times are disk- and "
+            "load-dependent (three passes read the trio three times).", "", *lines, "",
+            f"Peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3).", "",
+        ]
+        with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
+            fh.write("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
