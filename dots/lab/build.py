@@ -1,0 +1,76 @@
+"""Builds (or finds in the cache) the lab's base / SFT / RLVR checkpoints."""
+from __future__ import annotations
+
+import fcntl
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from dots.lab import tasks as T
+from dots.lab.config import STAGES, load_config, stage_dir, stage_key
+from dots.lab.model import load_model, new_model, save_model
+from dots.lab.tokenizer import build_char_tokenizer
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    old = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive file lock, so concurrent callers build a stage once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple[torch.nn.Module, dict]:
+    from dots.lab import train
+
+    tok = build_char_tokenizer()
+    splits = {s: T.split_problems(cfg.tasks, s)["train"] for s in T.SKILLS}
+    c = OmegaConf.to_container(cfg, resolve=True)
+    if stage == "base":
+        model = new_model(c["model"], tok, int(cfg.seed))
+        return model, train.pretrain(model, tok, c, splits)
+    model = load_model(base_dir)
+    fn = train.sft if stage == "sft" else train.grpo
+    return model, fn(model, tok, c, splits)
+
+
+def build_stage(cfg: DictConfig, stage: str) -> Path:
+    """The stage's checkpoint directory, trained now unless already cached."""
+    out = stage_dir(cfg, stage)
+    if out.is_dir():
+        return out
+    base_dir = build_stage(cfg, "base") if stage != "base" else None
+    with _lock(out.parent / f".{out.name}.lock"):
+        if out.is_dir():  # built by another process while we waited
+            return out
+        with _threads(cfg.threads):
+            start = time.perf_counter()
+            model, metrics = _train_stage(cfg, stage, base_dir)
+            seconds = time.perf_counter() - start
+        info = {"stage": stage, "key": stage_key(cfg, stage), "seconds": round(seconds, 2),
+                "metrics": metrics, "config": OmegaConf.to_container(cfg, resolve=True)}
+        return save_model(model, out, cfg.dtype, info)
+
+
+def ensure_trio(overrides: Sequence[str] | None = None) -> dict[str, Path]:
+    """Paths of the base, SFT and RLVR checkpoints for conf/lab.yaml + overrides (built on demand)."""
+    cfg = load_config(overrides)
+    return {stage: build_stage(cfg, stage) for stage in STAGES}

@@ -1,0 +1,73 @@
+"""The lab's configuration (conf/lab.yaml + key=value overrides) and its cache keys."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from dots.errors import DotsError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONF_PATH = REPO_ROOT / "conf" / "lab.yaml"
+STAGES = ("base", "sft", "rlvr")
+# The config sections each stage's weights depend on (upstream stages included).
+STAGE_SECTIONS = {
+    "base": ("seed", "threads", "dtype", "model", "tasks", "base"),
+    "sft": ("seed", "threads", "dtype", "model", "tasks", "base", "sft"),
+    "rlvr": ("seed", "threads", "dtype", "model", "tasks", "base", "rlvr"),
+}
+
+
+def load_config(overrides: Sequence[str] | None = None) -> DictConfig:
+    """conf/lab.yaml with dotted `key=value` overrides applied; unknown keys are an error."""
+    cfg = OmegaConf.load(CONF_PATH)
+    OmegaConf.set_struct(cfg, True)
+    for item in overrides or []:
+        if "=" not in item:
+            raise DotsError(f"lab override must be key=value, got {item!r}")
+    try:
+        update = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides or []])
+        _check_types(cfg, update)
+        cfg = OmegaConf.merge(cfg, update)
+    except Exception as exc:  # unknown keys (struct mode) and type errors from OmegaConf
+        first = str(exc).splitlines()[0]
+        raise DotsError(f"bad lab override ({first}); see conf/lab.yaml") from None
+    model = cfg.model
+    if model.hidden_size % model.num_attention_heads or model.hidden_size // model.num_attention_heads < 32:
+        raise DotsError("lab model needs head_dim = hidden_size / num_attention_heads >= 32 (vLLM-CPU)")
+    if cfg.dtype not in ("bfloat16", "float16", "float32"):
+        raise DotsError(f"lab dtype must be bfloat16, float16 or float32, got {cfg.dtype!r}")
+    return cfg
+
+
+def _check_types(cfg: DictConfig, update: DictConfig, prefix: str = "") -> None:
+    """A number stays a number (OmegaConf would silently accept `steps=abc`)."""
+    for key, value in update.items():
+        if key not in cfg:
+            continue  # struct mode reports it
+        old = cfg[key]
+        if isinstance(value, DictConfig) and isinstance(old, DictConfig):
+            _check_types(old, value, f"{prefix}{key}.")
+        elif isinstance(old, (int, float)) and not isinstance(old, bool) and (
+                isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise DotsError(f"lab config key {prefix}{key} must be a number, got {value!r}")
+
+
+def stage_key(cfg: DictConfig, stage: str) -> str:
+    """Short hash of the config sections a stage depends on."""
+    data = {k: OmegaConf.to_container(cfg[k]) if isinstance(cfg[k], DictConfig) else cfg[k]
+            for k in STAGE_SECTIONS[stage]}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def outputs_root() -> Path:
+    """$DOTS_OUTPUTS, else <repo>/outputs."""
+    return Path(os.environ.get("DOTS_OUTPUTS") or REPO_ROOT / "outputs")
+
+
+def stage_dir(cfg: DictConfig, stage: str) -> Path:
+    return outputs_root() / "lab" / f"{stage}-{stage_key(cfg, stage)}"

@@ -1,0 +1,58 @@
+"""Ground truth for the lab: accuracy and answer consistency of any Engine on lab problems.
+
+Accuracy is avg@n: the share of the n samples per problem whose last `\\boxed{}` holds
+the right integer, averaged over problems (greedy when temperature is 0). Consistency is
+SPEC §3's C(x) = max_y (1/n)·#{samples with answer y}; samples without an answer never
+form the majority, so a problem whose samples have no answer gets C = 0.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Sequence
+
+from dots.lab.tasks import extract_answer
+
+
+def consistency(answers: Sequence[int | None]) -> float:
+    """Majority share among samples (SPEC §3); None never counts as an answer."""
+    counts = Counter(a for a in answers if a is not None)
+    return max(counts.values()) / len(answers) if counts else 0.0
+
+
+def accuracy(
+    engine,
+    problems: Sequence[dict],
+    n: int = 1,
+    temperature: float = 0.0,
+    max_tokens: int = 16,
+    seed: int = 0,
+    top_p: float = 1.0,
+    details: bool = False,
+) -> dict:
+    """Per-skill and overall accuracy (`all`) plus mean consistency of `engine` on lab records.
+
+    `problems` are records {id, question, answer, skill} (dots.lab.tasks); `engine` is
+    anything with the Engine protocol's `generate`. Returns {"all", <skill>..., "consistency",
+    "problems", "samples"} and, with `details`, per-problem rows under "rows".
+    """
+    if not problems:
+        raise ValueError("no problems to score")
+    outs = engine.generate([p["question"] for p in problems], n=n, temperature=temperature,
+                           top_p=top_p, max_tokens=max_tokens, seed=seed)
+    by_skill: dict[str, list[float]] = defaultdict(list)
+    cons, rows = [], []
+    for prob, samples in zip(problems, outs):
+        gold = int(prob["answer"])
+        answers = [extract_answer(s) for s in samples]
+        acc = sum(a == gold for a in answers) / len(answers)
+        by_skill[prob["skill"]].append(acc)
+        by_skill["all"].append(acc)
+        cons.append(consistency(answers))
+        if details:
+            rows.append({"id": prob["id"], "skill": prob["skill"], "answer": gold,
+                         "samples": list(samples), "accuracy": acc, "consistency": cons[-1]})
+    result = {k: sum(v) / len(v) for k, v in by_skill.items()}
+    result.update(consistency=sum(cons) / len(cons), problems=len(problems), samples=n)
+    if details:
+        result["rows"] = rows
+    return result
