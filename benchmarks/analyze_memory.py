@@ -124,7 +124,7 @@ def analyze_command(root: Path, out: Path) -> list[str]:
 
 
 def measure(root: Path, runs: int) -> list[tuple[float, float]]:
-    env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO), "DOTS_OUTPUTS": str(root / "outputs")}
     results = []
     for i in range(runs):
         out = root / "analysis"

@@ -165,11 +165,13 @@ def analyze(
     cfg: AnalyzeConfig = AnalyzeConfig(),
     revision: str | Mapping[str, str | None] | None = None,
     force: bool = False,
+    config: Mapping | None = None,
 ) -> dict:
     """Analyse the task vectors of `sources` over `base`; write analysis.json + figures.
 
     Returns the report (the content of analysis.json). With `out_dir`, a report of the
-    same inputs and options already there is reused unless `force`.
+    same inputs and options already there is reused unless `force`. `config` (the CLI's
+    resolved config) is stored in the report as is.
     """
     if not sources:
         raise DotsError("no source checkpoints given")
@@ -194,6 +196,7 @@ def analyze(
             "input_key": key,
             "inputs": {"base": base_ckpt.source, "sources": {k: c.source for k, c in source_ckpts.items()}},
             "options": {f: v for f, v in asdict(cfg).items() if f != "figures"},
+            **({"config": dict(config)} if config is not None else {}),
             **report,
         }
         if report_path is not None:
@@ -245,7 +248,7 @@ def run_from_config(cfg) -> dict:
     backbone = plain["backbone"]
     report = analyze(
         backbone["base"], backbone["sources"], plain["output"], analysis,
-        revision=backbone.get("revision"), force=bool(plain.get("force", False)),
+        revision=backbone.get("revision"), force=bool(plain.get("force", False)), config=plain,
     )
     out = Path(plain["output"]).resolve()
     print(json.dumps(report["summary"], indent=1))

@@ -516,7 +516,7 @@ def test_compute_analysis_rejects_nan(tmp_path):
 def test_cli_writes_analysis(bf16_trio, tmp_path):
     d = bf16_trio
     out = tmp_path / "cli"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "DOTS_PROGRESS": "0"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "runs")}
     cmd = [sys.executable, "-m", "dots.analyze", "~backbone", "+backbone.name=t",
            f"+backbone.base={d / 'base'}", f"+backbone.sources.sft={d / 'sft'}", f"+backbone.sources.rlvr={d / 'rlvr'}",
            f"output={out}", "figures=false", "top_fraction=0.2"]
@@ -524,6 +524,8 @@ def test_cli_writes_analysis(bf16_trio, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "analysis.json").read_text())
     assert report["options"]["top_fraction"] == 0.2 and report["sources"] == ["sft", "rlvr"]
+    assert report["config"]["backbone"]["base"] == str(d / "base")
     bad = subprocess.run(cmd[:-3] + [f"output={tmp_path / 'bad'}", "roles.sft=nope"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: roles.sft='nope'")
+    assert not (tmp_path / "bad").exists()

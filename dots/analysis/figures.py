@@ -167,7 +167,7 @@ def overlap_figure(report: dict, path: Path) -> Path:
         bottoms = [b + y for b, y in zip(bottoms, ys)]
     ax2.set_ylabel("% of the source's changed entries")
     ax2.set_title("Changed entries by how many other sources changed them", fontsize=10)
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=8, ncol=len(keys), loc="upper center", bbox_to_anchor=(0.5, -0.08))
     return _save(fig, path)
 
 
