@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -121,6 +122,24 @@ class Scorer:
         )
 
 
+class LazyEngine:
+    """Starts the engine on first use, so a finished run resumes without loading a model."""
+
+    def __init__(self, factory: Any):
+        self._factory = factory
+        self._engine: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._engine is None:
+            self._engine = self._factory()
+        return getattr(self._engine, name)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+
 def open_storage(url: str | None, run_dir: Path) -> Any:
     """SQLite in the run dir by default; a `*.journal`/`*.log` path → journal file; else an RDB URL."""
     import optuna
@@ -223,8 +242,6 @@ def select(cfg: DictConfig, engine: Any, queries: list[Query], prompts: dict[str
                                       mode=str(cfg.search.get("answer_mode", "math")))
         selection = choose(queries, per_source, sel_cfg)
     save_selection(selection, path, key)
-    for note in selection.notes:
-        print(f"selection: {note}")
     return selection.queries
 
 
@@ -292,35 +309,39 @@ def run_search(cfg: DictConfig) -> Path:
     tv = build_task_vectors(base, sources, SparsifyConfig(**plain(cfg.sparsify)),
                             cfg.get("cache_dir") or None, alignment=alignment)
     names = tv.sources
-    # 2. pool + engine + selection
+    fixed = cfg.search.fixed
+    fixed_points = [list(map(float, p)) for p in fixed] if fixed else None
+    if fixed_points and any(len(p) != len(names) for p in fixed_points):
+        raise DotsError(f"search.fixed points need {len(names)} coefficients ({', '.join(names)}) each")
+    if fixed_points and any(not bounds[0] <= x <= bounds[1] for p in fixed_points for x in p):
+        raise DotsError(f"search.fixed coefficients must lie in search.range {list(bounds)}")
+    # 2. pool + selection (the engine starts only if some stage needs it)
     queries = load_pool(cfg.pool)
+    from transformers import AutoTokenizer
+
     from dots.engines.factory import build_engine
 
-    engine = build_engine(cfg.engine, base.path, tv)
+    tokenizer = AutoTokenizer.from_pretrained(str(base.path))
+    prompts = {q.id: format_prompt(q.question, backbone.prompt, tokenizer) for q in queries}
+    engine = LazyEngine(lambda: build_engine(cfg.engine, base.path, tv))
     try:
-        tokenizer = getattr(engine, "tokenizer", None)
-        prompts = {q.id: format_prompt(q.question, backbone.prompt, tokenizer) for q in queries}
         chosen = select(cfg, engine, queries, prompts, sources, identity, run_dir)
         # 3. study
         storage = open_storage(cfg.search.storage, run_dir)
-        fixed = cfg.search.fixed
         study_name = cfg.search.study_name or f"dots-{_hash(identity, 12)}" + ("-fixed" if fixed else "")
         sampler = optuna.samplers.TPESampler(seed=int(cfg.seed), n_startup_trials=int(cfg.search.n_startup_trials),
                                              multivariate=bool(cfg.search.multivariate),
                                              constant_liar=int(cfg.search.workers) > 1)
         study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
                                     directions=["maximize", "minimize"], load_if_exists=True)
-        study.set_metric_names(["consistency", "perplexity"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(["consistency", "perplexity"])
         if int(cfg.search.workers) <= 1:
             stale = _fail_stale_running(study)
             if stale:
                 print(f"study: {stale} trial(s) left running by an interrupted run were marked failed and will be redone")
         scorer = Scorer(engine, [prompts[q.id] for q in chosen], cfg, tokenizer)
-        fixed_points = [list(map(float, p)) for p in fixed] if fixed else None
-        if fixed_points and any(len(p) != len(names) for p in fixed_points):
-            raise DotsError(f"search.fixed points need {len(names)} coefficients ({', '.join(names)}) each")
-        if fixed_points and any(not bounds[0] <= x <= bounds[1] for p in fixed_points for x in p):
-            raise DotsError(f"search.fixed coefficients must lie in search.range {list(bounds)}")
         run_study(study, scorer, names, bounds, int(cfg.search.n_trials), int(cfg.seed), fixed_points)
     finally:
         engine.close()
