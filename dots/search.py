@@ -153,8 +153,9 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
 
             Path(url).parent.mkdir(parents=True, exist_ok=True)
             return JournalStorage(JournalFileBackend(url))
-        return RDBStorage(url, heartbeat_interval=None if url.startswith("sqlite") else 60,
-                          engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None)
+        if url.startswith("sqlite"):
+            return RDBStorage(url)
+        return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as exc:
         raise DotsError(f"cannot open the study storage {url!r}: {str(exc).splitlines()[0]}") from None
 

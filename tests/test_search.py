@@ -1,0 +1,175 @@
+"""The DoTS pipeline end to end on tiny generated checkpoints (transformers engine).
+
+The lab-backbone runs (both engines) live in tests/test_search_lab.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from dots.checkpoint import Checkpoint
+from dots.errors import DotsError
+from dots.testing import make_finetuned, make_tiny_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("search")
+    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
+    srcs = {k: make_finetuned(base, root / k, seed=i + 1, scale=s)
+            for i, (k, s) in enumerate([("sft", 0.02), ("rlvr", 0.005), ("third", 0.01)])}
+    pool = root / "pool.jsonl"
+    pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(10)))
+    return root, base, srcs, pool
+
+
+def overrides(tiny, run_dir, sources=("sft", "rlvr"), trials=3, extra=()):
+    root, base, srcs, pool = tiny
+    return [
+        "engine=hf", "backbone=custom", "backbone.name=tiny", f"backbone.base={base}", "backbone.prompt=plain",
+        "backbone.max_tokens=6", *[f"+backbone.sources.{k}={srcs[k]}" for k in sources], "pool=jsonl",
+        f"pool.path={pool}", "selection.n=3", "selection.m=2", "selection.threshold=1.0", f"search.n_trials={trials}",
+        "search.n_startup_trials=2", "search.k=2", f"run_dir={run_dir}", f"cache_dir={root / 'cache'}", *extra,
+    ]
+
+
+def compose(ovr):
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return hydra_compose("search", overrides=ovr)
+
+
+def run(ovr):
+    from dots.search import run_search
+
+    return run_search(compose(ovr))
+
+
+def test_pipeline_writes_every_stage_and_exports_the_pick(tiny, tmp_path):
+    run_dir = run(overrides(tiny, tmp_path / "run"))
+    for f in ("config.yaml", "selection.jsonl", "study.db", "trials.csv", "pareto.png", "result.yaml"):
+        assert (run_dir / f).exists(), f
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    assert result["complete_trials"] == 3 and set(result["coefficients"]) == {"sft", "rlvr"}
+    assert all(0.0 <= v <= 2.0 for v in result["coefficients"].values())
+    rows = (run_dir / "trials.csv").read_text().splitlines()
+    assert rows[0].startswith("number,state,lambda_sft,lambda_rlvr,consistency,perplexity")
+    assert "time_swap" in rows[0] and "time_generate" in rows[0] and len(rows) == 4
+    # the export equals θ0 + Σ λ τ̃ computed directly, and loads in transformers
+    from transformers import AutoModelForCausalLM
+
+    from dots.synth import synthesize_dict
+    from dots.taskvec import SparsifyConfig, build_task_vectors
+
+    root, base, srcs, _ = tiny
+    tv = build_task_vectors(Checkpoint(base), {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")}, SparsifyConfig(),
+                            root / "cache")
+    expected = synthesize_dict(tv, result["coefficients"])
+    exported = Checkpoint(run_dir / "model")
+    for name, tensor in expected.items():
+        assert torch.equal(exported.get(name), tensor), name
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "model")
+    assert model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=3, do_sample=False).shape[1] == 6
+    card = (run_dir / "model" / "README.md").read_text()
+    assert "lambda" in card or "coefficients" in card
+    assert (run_dir / "model" / "pareto.png").exists()
+
+
+def test_rerun_skips_finished_stages_and_more_trials_extend(tiny, tmp_path):
+    ovr = overrides(tiny, tmp_path / "run")
+    run(ovr)
+    db = tmp_path / "run" / "study.db"
+    before = sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall()
+    sel_mtime = (tmp_path / "run" / "selection.jsonl").stat().st_mtime_ns
+    run(ovr)
+    assert sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall() == before
+    assert (tmp_path / "run" / "selection.jsonl").stat().st_mtime_ns == sel_mtime
+    run(overrides(tiny, tmp_path / "run", trials=5))
+    after = sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall()
+    assert after[:3] == before and len(after) == 5
+
+
+def test_three_sources_get_one_coefficient_each(tiny, tmp_path):
+    run_dir = run(overrides(tiny, tmp_path / "run", sources=("sft", "rlvr", "third"), trials=2))
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    assert set(result["coefficients"]) == {"sft", "rlvr", "third"}
+
+
+def test_fixed_coefficients_are_scored_only(tiny, tmp_path):
+    run_dir = run(overrides(tiny, tmp_path / "run", extra=["search.fixed=[[1,1],[0.5,0.5]]"]))
+    rows = (run_dir / "fixed.csv").read_text().splitlines()
+    assert len(rows) == 3 and rows[1].split(",")[2:4] == ["1.0", "1.0"] and rows[2].split(",")[2:4] == ["0.5", "0.5"]
+    assert not (run_dir / "model").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["search.range=[2.0,0.5]"], "inverted"),
+    (["search.range=[-1.0,2.0]"], "negative"),
+    (["search.storage=postgresql://nobody@127.0.0.1:1/none"], "storage"),
+    (["backbone.base=/does/not/exist"], "does not exist"),
+    (["search.fixed=[[1,1,1]]"], "coefficients"),
+])
+def test_bad_input_is_one_line_error(tiny, tmp_path, extra, message):
+    with pytest.raises(DotsError, match=message):
+        run(overrides(tiny, tmp_path / "run", extra=extra))
+
+
+def test_empty_pool_and_everything_filtered(tiny, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(DotsError, match="no query"):
+        run(overrides(tiny, tmp_path / "run", extra=[f"pool.path={tmp_path / 'empty.jsonl'}"]))
+    # random weights never answer: with the default threshold every query is dropped
+    with pytest.raises(DotsError, match=r"every query was filtered: all 10 candidates .* D > 0\.500"):
+        run(overrides(tiny, tmp_path / "run2", extra=["selection.threshold=null"]))
+
+
+def test_cli_error_is_one_line_and_exit_code_2(tiny, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "dots.search", *overrides(tiny, tmp_path / "r", extra=["search.range=[2,1]"])],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "DOTS_PROGRESS": "0"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: search.range is inverted")
+    assert not (tmp_path / "r" / "study.db").exists()
+
+
+def test_resume_after_kill_9(tiny, tmp_path):
+    """kill -9 mid-study, rerun: finished trials kept as they were, exactly N complete at the end."""
+    run_dir = tmp_path / "run"
+    n = 8
+    cmd = [sys.executable, "-m", "dots.search", *overrides(tiny, run_dir, trials=n)]
+    env = {**os.environ, "DOTS_PROGRESS": "0"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = run_dir / "study.db"
+
+    def complete():
+        try:
+            return sqlite3.connect(db).execute(
+                "select number, datetime_complete from trials where state='COMPLETE' order by number").fetchall()
+        except sqlite3.Error:
+            return []
+
+    deadline = time.time() + 300
+    while len(complete()) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = complete()
+    assert 2 <= len(done) < n, "the kill should land mid-study"
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+    final = complete()
+    assert len(final) == n
+    assert final[:len(done)] == done  # finished trials untouched, not recomputed
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    assert result["complete_trials"] == n and (run_dir / "model" / "config.json").exists()
