@@ -42,8 +42,15 @@ LAB_BENCHMARKS = ["lab_add", "lab_sub"]
 MATH_BENCHMARKS = ["aime24", "aime25", "amc", "math500", "minerva", "olympiad"]
 QA_BENCHMARKS = ["arc_c", "gpqa", "mmlu_pro"]
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                    "merges.txt", "tokenizer.model", "added_tokens.json")
+# files whose content decides how text becomes tokens and back (and when generation stops);
+# for JSON files only the listed keys count (None: all keys but the ignored ones)
+_TOKENIZER_FILES: dict[str, tuple[str, ...] | None] = {
+    "tokenizer.json": None, "tokenizer_config.json": None, "special_tokens_map.json": None,
+    "added_tokens.json": None, "vocab.json": None, "merges.txt": None, "tokenizer.model": None,
+    "generation_config.json": ("bos_token_id", "eos_token_id", "pad_token_id"),
+}
+_IGNORED_TOKENIZER_KEYS = {"name_or_path", "_name_or_path", "model_max_length", "chat_template", "padding",
+                           "truncation", "padding_side", "truncation_side", "clean_up_tokenization_spaces"}
 
 
 def _hash(obj: Any, n: int = 16) -> str:
@@ -128,24 +135,33 @@ def resolve_benchmarks(cfg: DictConfig) -> list[Benchmark]:
 
 # --- one engine, many models -----------------------------------------------------------------------
 
-def _tokenizer_files(ckpt: Checkpoint) -> dict[str, Any]:
-    files = {}
-    for name in _TOKENIZER_FILES:
+def tokenizer_identity(ckpt: Checkpoint, chat_template: bool = False) -> dict[str, str]:
+    """Hashes of what a model's tokenizer and stop tokens depend on (the chat template only if asked)."""
+    out = {}
+    ignored = _IGNORED_TOKENIZER_KEYS - ({"chat_template"} if chat_template else set())
+    for name, keys in _TOKENIZER_FILES.items():
         path = ckpt.path / name
-        if path.is_file():
-            text = path.read_bytes()
-            try:
-                obj = json.loads(text)
-                if isinstance(obj, dict):
-                    obj = {k: v for k, v in obj.items() if k not in ("name_or_path", "_name_or_path")}
-                files[name] = _hash(obj)
-            except (ValueError, UnicodeDecodeError):
-                files[name] = hashlib.sha256(text).hexdigest()[:16]
-    return files
+        if not path.is_file():
+            continue
+        raw = path.read_bytes()
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            out[name] = hashlib.sha256(raw).hexdigest()[:16]
+            continue
+        if isinstance(obj, dict):
+            obj = {k: v for k, v in obj.items() if (k in keys if keys else k not in ignored)}
+        out[name] = _hash(obj)
+    if chat_template and (ckpt.path / "chat_template.jinja").is_file():
+        out["chat_template.jinja"] = hashlib.sha256((ckpt.path / "chat_template.jinja").read_bytes()).hexdigest()[:16]
+    return out
 
 
-def swap_incompatibility(live: Checkpoint, other: Checkpoint, check_dtypes: bool = True) -> str | None:
-    """Why `other` cannot be swapped into an engine running `live`, or None when it can."""
+def swap_incompatibility(live: Checkpoint, other: Checkpoint, check_dtypes: bool = True,
+                         chat_template: bool = False) -> str | None:
+    """Why `other` cannot be swapped into an engine running `live`, or None when it can: another
+    architecture, tensor set, shape, dtype (when the engine keeps the checkpoint's), config field,
+    tokenizer, or stop token."""
     from dots.align import align, config_differences
 
     if live.path.resolve() == other.path.resolve():
@@ -167,15 +183,17 @@ def swap_incompatibility(live: Checkpoint, other: Checkpoint, check_dtypes: bool
     if diffs:
         field = next(iter(diffs))
         return f"config field {field} differs ({diffs[field]['base']!r} vs {diffs[field].get('next')!r})"
-    if _tokenizer_files(live) != _tokenizer_files(other):
-        return "different tokenizer files"
+    mine, theirs = tokenizer_identity(live, chat_template), tokenizer_identity(other, chat_template)
+    if mine != theirs:
+        odd = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        return f"different tokenizer or stop tokens ({', '.join(odd)})"
     return None
 
 
 class LiveEngine:
     """The run's engine: started on the first model, swapped to later ones when compatible."""
 
-    def __init__(self, engine_cfg: Mapping | Any, factory: Callable | None = None):
+    def __init__(self, engine_cfg: Mapping | Any, factory: Callable | None = None, chat_template: bool = False):
         from dots.engines.factory import build_engine
 
         self.engine_cfg = engine_cfg
@@ -185,11 +203,12 @@ class LiveEngine:
         self.starts = 0
         dtype = engine_cfg.get("dtype", "auto") if hasattr(engine_cfg, "get") else "auto"
         self.check_dtypes = dtype in (None, "auto")
+        self.chat_template = chat_template
 
     def activate(self, name: str, path: str | Path) -> Any:
         ckpt = Checkpoint(path)
         if self.engine is not None:
-            reason = swap_incompatibility(self.live, ckpt, self.check_dtypes)
+            reason = swap_incompatibility(self.live, ckpt, self.check_dtypes, self.chat_template)
             if reason is None:
                 if self.live.path.resolve() != ckpt.path.resolve():
                     t0 = time.perf_counter()
@@ -344,7 +363,7 @@ def evaluate(
                        for b in benchmarks},
         "scores": {}, "average": {},
     }
-    live = LiveEngine(engine_cfg, engine_factory)
+    live = LiveEngine(engine_cfg, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks))
     try:
         for name, ckpt in ckpts.items():
             keys = {b.name: samples_key(b, problems[b.name], ckpt) for b in benchmarks}

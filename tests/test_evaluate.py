@@ -280,6 +280,21 @@ def test_swap_incompatibility_reasons(tiny):
     base = Checkpoint(tiny["base"])
     assert swap_incompatibility(base, Checkpoint(tiny["sft"])) is None
     assert "architectures differ" in swap_incompatibility(base, Checkpoint(tiny["llama"]))
+    # another chat template or length limit does not matter to plain prompts; another stop token does
+    import shutil
+
+    copy = Path(shutil.copytree(tiny["sft"], tiny["root"] / "sft_copy", dirs_exist_ok=True))
+    tok_cfg = json.loads((copy / "tokenizer_config.json").read_text())
+    tok_cfg.update(chat_template="{{ messages }}", model_max_length=7)
+    (copy / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+    assert swap_incompatibility(base, Checkpoint(copy)) is None
+    assert "tokenizer" in swap_incompatibility(base, Checkpoint(copy), chat_template=True)
+    gen = json.loads((copy / "generation_config.json").read_text())
+    (copy / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": 5}))
+    assert "generation_config.json" in swap_incompatibility(base, Checkpoint(copy))
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "rope_theta": 123.0}))
+    assert "rope_theta" in swap_incompatibility(base, Checkpoint(copy))
 
 
 def test_cli_end_to_end(tiny, tmp_path):
