@@ -28,6 +28,7 @@ from dots.align import align, config_differences
 from dots.answers import consistency as answer_consistency
 from dots.checkpoint import Checkpoint
 from dots.errors import DotsError, cli_errors
+from dots.parallel import recover_stale_trials, run_once_lock
 from dots.pools import Query, load_pool
 from dots.prompts import format_prompt
 from dots.selection import (SelectionConfig, choose, load_selection, random_selection, save_selection,
@@ -160,35 +161,32 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
         raise DotsError(f"cannot open the study storage {url!r}: {str(exc).splitlines()[0]}") from None
 
 
-def _fail_stale_running(study: Any) -> int:
-    """Trials left RUNNING by a killed process (single worker): mark them FAIL so they are redone."""
-    from optuna.trial import TrialState
-
-    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    for t in stale:
-        study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
-    return len(stale)
-
-
 def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[float, float], n_trials: int,
-              seed: int, fixed: list[list[float]] | None = None) -> None:
-    """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored)."""
+              seed: int, fixed: list[list[float]] | None = None, heartbeat_s: float = 30.0,
+              grace_s: float = 120.0, poll_s: float = 2.0) -> None:
+    """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored).
+
+    Safe with several workers on one storage: a worker never starts a trial beyond the
+    target, waits while others run the last ones, and takes over a dead worker's trial
+    once its heartbeat is older than `grace_s` (dots.parallel)."""
     from optuna.trial import TrialState
 
+    from dots.parallel import Heartbeat, recover_stale_trials
     from dots.progress import progress_enabled
 
-    def complete() -> list:
-        return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    def count(*states: TrialState) -> int:
+        return len(study.get_trials(deepcopy=False, states=states))
 
     if fixed is not None:
-        done = {tuple(round(t.params[f"lambda_{s}"], 10) for s in sources) for t in complete()}
+        done = {tuple(round(t.params[f"lambda_{s}"], 10) for s in sources)
+                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
         todo = [tuple(float(x) for x in p) for p in fixed if tuple(round(float(x), 10) for x in p) not in done]
         for point in todo:
             study.enqueue_trial({f"lambda_{s}": v for s, v in zip(sources, point)}, skip_if_exists=True)
-        target = len(complete()) + len(todo)
+        target = count(TrialState.COMPLETE) + len(todo)
     else:
         target = n_trials
-    start = len(complete())
+    start = count(TrialState.COMPLETE)
     if start >= target:
         log.info("study already has %d complete trials", start)
         return
@@ -198,20 +196,32 @@ def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[floa
                TimeRemainingColumn(), TextColumn("{task.fields[best]}"))
     with Progress(*columns, disable=not progress_enabled()) as bar:
         task = bar.add_task("trials", total=target, completed=start, best="")
-        while len(complete()) < target:
+        while True:
+            recover_stale_trials(study, grace_s)
+            complete = count(TrialState.COMPLETE)
+            if complete >= target:
+                break
+            if complete + count(TrialState.RUNNING) >= target:  # others are running the last trials
+                time.sleep(poll_s)
+                continue
             trial = study.ask()
+            if count(TrialState.COMPLETE) + count(TrialState.RUNNING) - 1 >= target:  # lost a race
+                study.tell(trial, state=TrialState.PRUNED)
+                continue
             lam = {s: trial.suggest_float(f"lambda_{s}", *bounds) for s in sources}
             try:
-                res = scorer(lam, seed=seed + trial.number)
-            except Exception:
+                with Heartbeat(study, trial._trial_id, heartbeat_s):
+                    res = scorer(lam, seed=seed + trial.number)
+            except BaseException:
                 study.tell(trial, state=TrialState.FAIL)
                 raise
             for key, value in (("per_query_consistency", res.per_query), ("tokens_generated", res.tokens),
                                ("time", res.times)):
                 trial.set_user_attr(key, value)
             study.tell(trial, [res.consistency, res.perplexity])
-            best = max(complete(), key=lambda t: (t.values[0], -t.values[1]))
-            bar.update(task, completed=len(complete()),
+            finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            best = max(finished, key=lambda t: (t.values[0], -t.values[1]))
+            bar.update(task, completed=len(finished),
                        best=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}")
             log.info("trial %d: %s → C=%.4f PPL=%.4f (%.2fs)", trial.number,
                      ", ".join(f"{k}={v:.3f}" for k, v in lam.items()), res.consistency, res.perplexity,
@@ -326,11 +336,12 @@ def run_search(cfg: DictConfig) -> Path:
     prompts = {q.id: format_prompt(q.question, backbone.prompt, tokenizer) for q in queries}
     engine = LazyEngine(lambda: build_engine(cfg.engine, base.path, tv))
     try:
-        chosen = select(cfg, engine, queries, prompts, sources, identity, run_dir)
+        with run_once_lock(run_dir / ".selection.lock"):  # other workers wait, then reuse it
+            chosen = select(cfg, engine, queries, prompts, sources, identity, run_dir)
         # 3. study
         storage = open_storage(cfg.search.storage, run_dir)
         study_name = cfg.search.study_name or f"dots-{_hash(identity, 12)}" + ("-fixed" if fixed else "")
-        sampler = optuna.samplers.TPESampler(seed=int(cfg.seed), n_startup_trials=int(cfg.search.n_startup_trials),
+        sampler = optuna.samplers.TPESampler(seed=int(cfg.seed) + 7919 * int(cfg.search.worker), n_startup_trials=int(cfg.search.n_startup_trials),
                                              multivariate=bool(cfg.search.multivariate),
                                              constant_liar=int(cfg.search.workers) > 1)
         study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
@@ -338,12 +349,13 @@ def run_search(cfg: DictConfig) -> Path:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(["consistency", "perplexity"])
-        if int(cfg.search.workers) <= 1:
-            stale = _fail_stale_running(study)
+        if int(cfg.search.workers) <= 1:  # alone on this study: whatever is RUNNING was interrupted
+            stale = recover_stale_trials(study, grace_s=-1.0)
             if stale:
-                print(f"study: {stale} trial(s) left running by an interrupted run were marked failed and will be redone")
+                print(f"study: trial(s) {stale} left running by an interrupted run were marked failed and queued again")
         scorer = Scorer(engine, [prompts[q.id] for q in chosen], cfg, tokenizer)
-        run_study(study, scorer, names, bounds, int(cfg.search.n_trials), int(cfg.seed), fixed_points)
+        run_study(study, scorer, names, bounds, int(cfg.search.n_trials), int(cfg.seed), fixed_points,
+                  heartbeat_s=float(cfg.search.heartbeat_s), grace_s=float(cfg.search.grace_s))
     finally:
         engine.close()
     if fixed_points:
@@ -352,6 +364,14 @@ def run_search(cfg: DictConfig) -> Path:
         write_trials_csv(trial_rows(study, names), run_dir / "fixed.csv")
         print(f"scored {len(fixed_points)} fixed coefficient set(s): {run_dir / 'fixed.csv'}")
         return run_dir
+    with run_once_lock(run_dir / ".finalize.lock"):  # several workers: pick and export happen once
+        return finalize(cfg, study, names, tv, alignment, run_dir, len(chosen))
+
+
+def finalize(cfg: DictConfig, study: Any, names: list[str], tv: TaskVectors, alignment: Any, run_dir: Path,
+             selection_size: int) -> Path:
+    """Pick from the Pareto front, write the reports, export the model (skipped when done)."""
+    backbone = cfg.backbone
     # 4. pick
     result = pick_and_report(study, names, str(cfg.pick), run_dir, f"DoTS on {backbone.name}")
     print(f"pick ({cfg.pick}): trial {result['trial']} λ={result['coefficients']} "
@@ -360,7 +380,7 @@ def run_search(cfg: DictConfig) -> Path:
     if cfg.export.enabled:
         from dots.export import export_model
 
-        export_model(cfg, tv, alignment, result, run_dir, selection_size=len(chosen))
+        export_model(cfg, tv, alignment, result, run_dir, selection_size=selection_size)
     return run_dir
 
 

@@ -24,6 +24,7 @@ import torch
 from dots.align import Alignment, align
 from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
 from dots.errors import DotsError
+from dots.parallel import run_once_lock
 from dots.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -276,9 +277,10 @@ def build_task_vectors(
     for key, ckpt in sources.items():
         out = root / _cache_key(base, ckpt, cfg)
         meta_file = out / "taskvec.json"
-        if meta_file.exists():
-            log.info("source %s: reusing cached task vector %s", key, out)
-            entries[key] = SourceVector(key, out, json.loads(meta_file.read_text()))
-        else:
-            entries[key] = _build_one(al, key, cfg, out)
+        with run_once_lock(root / f".{out.name}.lock"):  # concurrent workers build an entry once
+            if meta_file.exists():
+                log.info("source %s: reusing cached task vector %s", key, out)
+                entries[key] = SourceVector(key, out, json.loads(meta_file.read_text()))
+            else:
+                entries[key] = _build_one(al, key, cfg, out)
     return TaskVectors(base.path, entries, al.merged, al.copied)

@@ -1,0 +1,97 @@
+"""Several workers on one study: heartbeats, recovery of dead workers' trials, file locks.
+
+Workers share the run directory (a cluster filesystem) and the Optuna storage (a journal
+file, whose symlink lock holds on NFS, or an RDB URL). A running trial carries a
+heartbeat (a user attribute refreshed by a background thread); a RUNNING trial whose
+heartbeat is older than the grace period belongs to a dead worker: it is marked FAIL and
+its coefficients are enqueued again, so no point is lost and none is evaluated twice to
+completion. Stages that must run once (task vectors, selection, pick and export) are
+guarded by `run_once_lock`, a POSIX lock that the kernel releases when its holder dies.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT = "dots_heartbeat"
+RETRY_OF = "dots_retry_of"
+
+
+class Heartbeat:
+    """Refresh a trial's heartbeat every `interval` seconds until stopped."""
+
+    def __init__(self, study: Any, trial_id: int, interval: float):
+        self._storage = study._storage
+        self._trial_id = trial_id
+        self._interval = interval
+        self._stop = threading.Event()
+        self._beat()
+        self._thread = threading.Thread(target=self._run, name="dots-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        self._storage.set_trial_system_attr(self._trial_id, HEARTBEAT, time.time())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._beat()
+            except Exception:  # the trial may have finished meanwhile
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self) -> "Heartbeat":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def recover_stale_trials(study: Any, grace_s: float) -> list[int]:
+    """Mark RUNNING trials without a fresh heartbeat FAIL and enqueue their coefficients again."""
+    from optuna.trial import TrialState
+
+    now = time.time()
+    recovered = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        beat = trial.system_attrs.get(HEARTBEAT)
+        if beat is None and trial.datetime_start is not None:
+            beat = trial.datetime_start.timestamp()
+        if beat is not None and now - float(beat) <= grace_s:
+            continue
+        try:
+            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        except Exception:  # finished or recovered by another worker in the meantime
+            continue
+        if trial.params:
+            study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number}, skip_if_exists=True)
+        recovered.append(trial.number)
+    if recovered:
+        log.warning("recovered trial(s) %s left running by a dead worker; their coefficients are queued again",
+                    recovered)
+    return recovered
+
+
+@contextlib.contextmanager
+def run_once_lock(path: Path) -> Iterator[None]:
+    """Exclusive POSIX lock on `path` (released by the kernel if the holder dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+        os.close(fd)
