@@ -70,12 +70,12 @@ def recover_stale_trials(study: Any, grace_s: float) -> list[int]:
             beat = trial.datetime_start.timestamp()
         if beat is not None and now - float(beat) <= grace_s:
             continue
-        try:
+        try:  # only one worker wins this transition, so only one re-enqueues the point
             study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
         except Exception:  # finished or recovered by another worker in the meantime
             continue
-        if trial.params:
-            study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number}, skip_if_exists=True)
+        if trial.params:  # (Optuna's skip_if_exists would match the failed trial itself)
+            study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number})
         recovered.append(trial.number)
     if recovered:
         log.warning("recovered trial(s) %s left running by a dead worker; their coefficients are queued again",

@@ -61,7 +61,7 @@ def check_range(bounds: Sequence[float]) -> tuple[float, float]:
 
 def run_identity(cfg: DictConfig, base: Checkpoint, sources: Mapping[str, Checkpoint]) -> dict:
     """What a run's results depend on (the trial count excluded, so it can be raised later)."""
-    search = {k: v for k, v in plain(cfg.search).items() if k not in ("n_trials", "storage", "workers", "fixed")}
+    search = {k: v for k, v in plain(cfg.search).items() if k not in ("n_trials", "storage", "workers", "worker", "heartbeat_s", "grace_s", "fixed")}
     return {
         "base": fingerprint(base), "sources": {k: fingerprint(v) for k, v in sources.items()},
         "sparsify": plain(cfg.sparsify), "selection": plain(cfg.selection), "pool": plain(cfg.pool),
