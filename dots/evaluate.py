@@ -415,7 +415,7 @@ def run_evaluate(cfg: DictConfig) -> dict:
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     print(f"evaluation directory: {out}")
     return evaluate(models, benchmarks, out, cfg.engine, chunk=int(cfg.chunk), seed=int(cfg.seed),
-                    plot=bool(cfg.plot), problems=problems, title=f"{cfg.name}: {', '.join(models)}")
+                    plot=bool(cfg.plot), problems=problems, title=str(cfg.name))
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
