@@ -2,6 +2,15 @@
 
 Every number is a plain JSON value; per-layer series are lists indexed by block number
 (None where a block has no merged tensor). Fractions are of parameter counts.
+
+module_activation.share_of_module is DoTS Tab. 12's ratio (a module's parameters in the
+global top-k / the module's parameters); share_of_top is the composition of the top-k.
+(The paper's text and Tab. 12 disagree on which of SFT/RLVR has 4.38% vs 0.48% in the
+LM head for Qwen-7B; the definition, not the numbers, is what is implemented here.)
+sign_interference.conflict[r] is Fig. 1b: among the non-zero entries of the RLVR vector
+kept at the top fraction, the share whose sign the SFT vector kept at retention r
+opposes (an entry the SFT vector drops never conflicts); raw.fraction is the 44.91%
+figure: opposite signs among entries where both vectors are non-zero.
 """
 from __future__ import annotations
 
