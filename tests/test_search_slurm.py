@@ -1,0 +1,204 @@
+"""`python -m dots.search -m hydra/launcher=slurm_local ...` as real jobs on a SLURM cluster.
+
+A sweep becomes one job array; several workers of one study are array tasks sharing a
+journal file; a worker cancelled with `scancel` mid-trial loses nothing (its trial is
+failed and retried by the other worker). Runs on the tiny generated checkpoints of
+tests/test_search.py (the lab trio would add minutes of training on a fresh CI machine),
+with conf/hydra/launcher/slurm_local.yaml (slurm.yaml sized for a CPU node: 1 CPU each).
+
+Needs a running cluster (scripts/slurm/start.sh); skipped without one unless CI is set.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest_slurm import SlurmCluster, sacct_final_states, slurm_cluster  # noqa: F401  (fixture)
+from test_search import overrides, tiny  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+SWEEP_TIMEOUT_S = 900  # the whole multirun command, on a loaded 2-core machine
+TRIAL_LINE = re.compile(r"^trial (\d+): ", re.MULTILINE)
+# Longer trials than test_search's defaults, so that a worker is almost always inside a
+# trial (and two workers overlap): 8 samples of up to 16 tokens per query.
+SLOWER_TRIALS = ("search.k=8", "search.max_tokens=16")
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+def multirun_cmd(cluster: SlurmCluster, sweep_dir: Path, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "dots.search", "-m", "hydra/launcher=slurm_local",
+            f"hydra.launcher.partition={cluster.partition}", f"hydra.sweep.dir={sweep_dir}", *args]
+
+
+def array_tasks(sweep_dir: Path) -> list[str]:
+    """The SLURM ids (`<array>_<task>`) of the jobs the launcher submitted for this sweep."""
+    folder = sweep_dir / ".submitit"
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if re.fullmatch(r"\d+_\d+", p.name))
+
+
+def job_log(sweep_dir: Path, task: str) -> str:
+    path = sweep_dir / ".submitit" / task / f"{task}_0_log.out"
+    return path.read_text() if path.exists() else ""
+
+
+def finish(proc: subprocess.Popen, sweep_dir: Path, timeout_s: float = SWEEP_TIMEOUT_S) -> str:
+    """Wait for the multirun command; on timeout cancel its jobs and fail with its output."""
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"multirun not done after {timeout_s:.0f}s; jobs {array_tasks(sweep_dir)}\n{out[-3000:]}")
+    return out
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    """A fresh Hydra sweep dir (and with it a fresh submitit folder); leftover jobs are cancelled."""
+    path = tmp_path / "multirun"
+    yield path
+    arrays = {t.split("_")[0] for t in array_tasks(path)}
+    if arrays:
+        subprocess.run(["scancel", *sorted(arrays)], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs")}
+
+
+def load_study(storage: Path):
+    """The one study in a journal file, or None while no worker has created it yet."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if not storage.exists():
+        return None
+    backend = JournalStorage(JournalFileBackend(str(storage)))
+    summaries = optuna.get_all_study_summaries(backend)
+    if not summaries:
+        return None
+    return optuna.load_study(study_name=summaries[0].study_name, storage=backend)
+
+
+def worker_args(tiny, run_dir: Path, storage: Path, n: int, heartbeat_s: float, grace_s: float) -> list[str]:
+    return overrides(tiny, run_dir, trials=n, extra=[
+        *SLOWER_TRIALS, "search.workers=2", "search.worker=range(2)", f"search.storage={storage}",
+        f"search.heartbeat_s={heartbeat_s}", f"search.grace_s={grace_s}"])
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+def test_density_sweep_runs_two_searches_as_one_job_array(tiny, slurm_cluster, sweep_dir, env, tmp_path):
+    from dots.checkpoint import Checkpoint
+
+    args = overrides(tiny, "null", trials=2, extra=["sparsify.density=0.3,0.5"])  # run dirs under DOTS_OUTPUTS
+    proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = finish(proc, sweep_dir)
+    assert proc.returncode == 0, out[-3000:]
+
+    tasks = array_tasks(sweep_dir)
+    assert len(tasks) == 2 and len({t.split("_")[0] for t in tasks}) == 1, tasks  # one array, two tasks
+    assert sacct_final_states(tasks) == dict.fromkeys(tasks, "COMPLETED")
+    run_dirs = sorted((tmp_path / "outputs" / "search").iterdir())
+    assert len(run_dirs) == 2, run_dirs
+    densities = set()
+    base_names = Checkpoint(tiny[1]).names
+    for run_dir in run_dirs:
+        densities.add(yaml.safe_load((run_dir / "config.yaml").read_text())["sparsify"]["density"])
+        result = yaml.safe_load((run_dir / "result.yaml").read_text())
+        assert result["complete_trials"] == 2 and set(result["coefficients"]) == {"sft", "rlvr"}
+        assert set(Checkpoint(run_dir / "model").names) == set(base_names)
+    assert densities == {0.3, 0.5}
+
+
+def test_two_workers_share_one_study_as_array_tasks(tiny, slurm_cluster, sweep_dir, env, tmp_path):
+    from optuna.trial import TrialState
+
+    run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 6
+    args = worker_args(tiny, run_dir, storage, n, heartbeat_s=1, grace_s=60)
+    proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = finish(proc, sweep_dir)
+    assert proc.returncode == 0, out[-3000:]
+
+    tasks = array_tasks(sweep_dir)
+    assert len(tasks) == 2 and sacct_final_states(tasks) == dict.fromkeys(tasks, "COMPLETED")
+    study = load_study(storage)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == n
+    assert len({tuple(sorted(t.params.items())) for t in complete}) == n  # no point evaluated twice
+    assert not study.get_trials(states=(TrialState.FAIL, TrialState.RUNNING))
+    logs = {t: job_log(sweep_dir, t) for t in tasks}
+    assert all(f"run directory: {run_dir}" in log for log in logs.values()), logs
+    # each complete trial was run (and logged) by exactly one of the two workers
+    logged = [int(m) for log in logs.values() for m in TRIAL_LINE.findall(log)]
+    assert sorted(logged) == sorted(t.number for t in complete), logs
+    # pick and export under one lock: exactly one worker exports, the other finds it done
+    exports = [line for log in logs.values() for line in log.splitlines() if line.startswith("export: ")]
+    assert sum("up to date" not in line for line in exports) == 1, exports
+    assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == n
+    assert (run_dir / "model" / "README.md").exists()
+
+
+def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sweep_dir, env, tmp_path):
+    """`scancel` one array task while both workers run trials: its RUNNING trial goes stale
+    (no heartbeat), the survivor marks it FAIL after grace_s and runs its coefficients again."""
+    from optuna.trial import TrialState
+
+    run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 8
+    args = worker_args(tiny, run_dir, storage, n, heartbeat_s=0.5, grace_s=5)
+    proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Wait until two trials run at once: both workers are inside the study loop.
+    deadline = time.monotonic() + SWEEP_TIMEOUT_S
+    overlapped = False
+    while not overlapped and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            study = load_study(storage)
+        except Exception:  # a journal line being written
+            continue
+        if study is not None:
+            trials = study.get_trials(deepcopy=False)
+            if sum(t.state == TrialState.COMPLETE for t in trials) >= n - 2:
+                break  # too late to cancel a worker mid-study
+            overlapped = sum(t.state == TrialState.RUNNING for t in trials) >= 2
+    if not overlapped:
+        proc.kill()
+        pytest.fail(f"the two workers never ran trials at the same time\n{proc.communicate()[0][-3000:]}")
+    tasks = array_tasks(sweep_dir)
+    victim_task, survivor_task = tasks[1], tasks[0]
+    subprocess.run(["scancel", victim_task], check=True, timeout=30)
+    assert sacct_final_states([victim_task], timeout_s=120)[victim_task].startswith("CANCELLED")
+    running_when_dead = {t.number for t in load_study(storage).get_trials(states=(TrialState.RUNNING,))}
+
+    finish(proc, sweep_dir)  # exits non-zero: one of its jobs was cancelled
+    assert sacct_final_states([survivor_task])[survivor_task] == "COMPLETED", job_log(sweep_dir, survivor_task)
+    study = load_study(storage)
+    trials = {t.number: t for t in study.get_trials()}
+    failed = [t for t in trials.values() if t.state == TrialState.FAIL]
+    assert len(failed) == 1, {k: t.state for k, t in trials.items()}  # the cancelled worker's one trial
+    victim = failed[0]
+    assert victim.number in running_when_dead
+    retries = [t for t in trials.values() if t.user_attrs.get("dots_retry_of") == victim.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
+    assert retries[0].params == victim.params
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == n and len({tuple(sorted(t.params.items())) for t in complete}) == n
+    assert "recovered trial(s)" in job_log(sweep_dir, survivor_task) or "recovered trial(s)" in \
+        (sweep_dir / ".submitit" / survivor_task / f"{survivor_task}_0_log.err").read_text()
+    assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == n
