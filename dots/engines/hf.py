@@ -82,10 +82,7 @@ class HFEngine:
         if self.tokenizer.eos_token_id is not None:
             eos_ids.add(self.tokenizer.eos_token_id)
         self._eos = sorted(eos_ids)
-        if task_vectors is not None and self.synth_cache == "memory":
-            from dots.synth import ResidentSynthesizer
-
-            self._resident = ResidentSynthesizer(task_vectors, device=self.device)
+        self.set_task_vectors(task_vectors)
 
     # --- inference ------------------------------------------------------------------------
     def _generation_config(self, n: int, temperature: float, top_p: float, max_tokens: int):
@@ -183,6 +180,16 @@ class HFEngine:
         self._check_checkpoint(ckpt)
         self.swap_weights(ckpt.tensors())
         ckpt.close()
+
+    def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:
+        """Use this τ̃ cache for swap_coefficients (held in memory with synth_cache "memory")."""
+        if synth_cache is not None:
+            self.synth_cache = check_synth_cache(synth_cache)
+        self.task_vectors, self._resident = task_vectors, None
+        if task_vectors is not None and self.synth_cache == "memory":
+            from dots.synth import ResidentSynthesizer
+
+            self._resident = ResidentSynthesizer(task_vectors, device=self.device)
 
     def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:
         """θ0 + Σ λ_i τ̃_i built on the model's device from the task-vector cache."""

@@ -214,8 +214,10 @@ class VLLMEngine:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight swap")
 
-    def set_task_vectors(self, task_vectors) -> None:
+    def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:
         """Open a τ̃ cache in every worker (its spec crosses processes, not its tensors)."""
+        if synth_cache is not None:
+            self.synth_cache = check_synth_cache(synth_cache)
         spec = task_vectors.spec() if task_vectors is not None else None
         self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache))
         self.task_vectors = task_vectors

@@ -1,0 +1,276 @@
+"""Weight-swap latency of a live engine vs the official save-and-restart trial (DoTS search).
+
+The official DoTS code prepares each Optuna trial by writing the merged model to disk and
+starting a new vLLM engine on it. dots keeps one engine and swaps its weights in place.
+Both sides are measured in the same run, on the same generated model and the same λ
+sequence, with the same engine settings:
+
+- swap     `engine.swap_coefficients(λ)`: θ0 + Σλτ̃ built inside the worker from τ̃ held
+           in memory (`synth_cache=memory`) or read from the cache on disk (`disk`), then
+           `reload_weights` and a prefix-cache reset (everything a trial needs);
+- restart  synthesize θ(λ) and write it as safetensors, then start a fresh engine on it
+           until it is ready to generate (its shutdown is not counted).
+
+After every swap and every restart the greedy output of one prompt is recorded; the two
+must agree for each λ (the swap builds the very model the restart loads).
+
+The model is generated (nothing is downloaded): Qwen2.5-0.5B's shapes (24 layers, hidden
+896, 14 heads of 64, 2 KV heads, MLP 4864, vocab 151936, tied embeddings; 494 M
+parameters) in bfloat16, with a word-level tokenizer of the same vocabulary size, plus
+an "SFT" (dense noise) and an "RLVR" (sparse, smaller noise) source and their τ̃ cache.
+
+    python benchmarks/swap_latency.py --workdir /tmp/dots-swap --engines vllm hf --repeats 5
+
+`--layers 2` gives a quick smoke run. Results go to stdout as a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo  # noqa: E402
+from dots.testing import name_seed  # noqa: E402
+
+HIDDEN, HEADS, KV_HEADS, MLP, VOCAB = 896, 14, 2, 4864, 151936
+PROMPT = "Question: what is 12 + 30? Answer:"
+
+
+def layer_shapes(i: int) -> dict[str, tuple[int, ...]]:
+    p, kv = f"model.layers.{i}.", KV_HEADS * (HIDDEN // HEADS)
+    return {
+        p + "input_layernorm.weight": (HIDDEN,),
+        p + "self_attn.q_proj.weight": (HIDDEN, HIDDEN), p + "self_attn.q_proj.bias": (HIDDEN,),
+        p + "self_attn.k_proj.weight": (kv, HIDDEN), p + "self_attn.k_proj.bias": (kv,),
+        p + "self_attn.v_proj.weight": (kv, HIDDEN), p + "self_attn.v_proj.bias": (kv,),
+        p + "self_attn.o_proj.weight": (HIDDEN, HIDDEN),
+        p + "post_attention_layernorm.weight": (HIDDEN,),
+        p + "mlp.gate_proj.weight": (MLP, HIDDEN), p + "mlp.up_proj.weight": (MLP, HIDDEN),
+        p + "mlp.down_proj.weight": (HIDDEN, MLP),
+    }
+
+
+def model_shapes(layers: int) -> dict[str, tuple[int, ...]]:
+    shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN)}
+    for i in range(layers):
+        shapes.update(layer_shapes(i))
+    shapes["model.norm.weight"] = (HIDDEN,)
+    return shapes
+
+
+def write_tokenizer(out: Path) -> None:
+    """Printable characters, specials and filler tokens up to the model's vocabulary size."""
+    import string
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    chars = sorted(set(string.printable[:95] + "\n"))
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    for i in range(len(vocab), VOCAB):
+        vocab[f"<x{i}>"] = i
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>", clean_up_tokenization_spaces=False)
+    fast.save_pretrained(out)
+
+
+def write_model(out: Path, layers: int, source_seed: int | None, scale: float, density: float) -> Path:
+    """Base weights seeded by tensor name; a source adds seeded noise on a `density` share."""
+    if (out / "config.json").exists():
+        return out
+    shapes = model_shapes(layers)
+    plan = {n: TensorInfo(s, torch.bfloat16) for n, s in shapes.items()}
+    with CheckpointWriter(out, plan, max_shard_bytes=2 * 2**30) as writer:
+        for name, shape in shapes.items():
+            gen = torch.Generator().manual_seed(name_seed(name, 0))
+            t = torch.randn(shape, generator=gen).mul_(0.02)
+            if len(shape) == 1 and "norm" in name:
+                t.add_(1.0)
+            if source_seed is not None:
+                gen = torch.Generator().manual_seed(name_seed(name, source_seed))
+                noise = torch.randn(shape, generator=gen).mul_(scale)
+                if density < 1:
+                    noise.mul_(torch.rand(shape, generator=gen) < density)
+                t.add_(noise)
+            writer.write(name, t)
+        config = {
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": HIDDEN,
+            "intermediate_size": MLP, "num_hidden_layers": layers, "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB, "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+            "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+            "use_sliding_window": False, "max_window_layers": layers,
+        }
+        writer.add_file("config.json", json.dumps(config, indent=2))
+        writer.add_file("generation_config.json", json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
+        path = writer.commit()
+    write_tokenizer(path)
+    return path
+
+
+def build(workdir: Path, layers: int):
+    from dots.taskvec import SparsifyConfig, build_task_vectors
+
+    base = write_model(workdir / "base", layers, None, 0.0, 1.0)
+    sft = write_model(workdir / "sft", layers, 1, 2e-3, 1.0)
+    rl = write_model(workdir / "rlvr", layers, 2, 5e-4, 0.2)
+    for path in (base, sft, rl):
+        if not (path / "tokenizer.json").exists():  # an earlier run stopped right after commit
+            write_tokenizer(path)
+    tv = build_task_vectors(Checkpoint(base), {"sft": Checkpoint(sft), "rlvr": Checkpoint(rl)},
+                            SparsifyConfig(density=0.3), workdir / "cache")
+    return base, tv
+
+
+def lambdas(n: int, seed: int = 0) -> list[dict[str, float]]:
+    rng = random.Random(seed)
+    return [{"sft": round(rng.uniform(0, 2), 3), "rlvr": round(rng.uniform(0, 2), 3)} for _ in range(n)]
+
+
+def save_merged(tv, coefficients, base: Path, out: Path) -> Path:
+    from dots.synth import synthesize
+
+    ckpt = Checkpoint(base)
+    with CheckpointWriter(out, {n: ckpt.info(n) for n in ckpt.names}, max_shard_bytes=2 * 2**30, overwrite=True) as writer:
+        writer.write_all(synthesize(tv, coefficients, device="cpu", base=ckpt))
+        return writer.commit(copy_from=ckpt)
+
+
+def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "disk"):
+    if kind == "vllm":
+        from dots.engines.vllm import VLLMEngine
+
+        return VLLMEngine(model, task_vectors=tv, dtype="bfloat16", max_model_len=512, synth_cache=synth_cache,
+                          enforce_eager=args.enforce_eager, gpu_memory_utilization=args.memory_utilization)
+    from dots.engines.hf import HFEngine
+
+    return HFEngine(model, task_vectors=tv, dtype="bfloat16", synth_cache=synth_cache)
+
+
+def greedy(engine) -> str:
+    return engine.generate([PROMPT], max_tokens=8)[0][0]
+
+
+def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict:
+    """Swaps on one live engine (τ̃ held in memory, then read from disk), then restarts."""
+    out: dict = {"swap_memory": [], "swap_disk": [], "restart": [], "restart_write": [], "restart_start": [], "match": []}
+    t = time.perf_counter()
+    engine = make_engine(kind, base, tv, args, synth_cache="memory")
+    out["startup_once"] = time.perf_counter() - t
+    swapped = []
+    for cache in ("memory", "disk"):
+        if cache == "disk":
+            engine.set_task_vectors(tv, synth_cache="disk")  # frees the resident copy
+        for i, lam in enumerate(lams):
+            t = time.perf_counter()
+            engine.swap_coefficients(lam)
+            out[f"swap_{cache}"].append(time.perf_counter() - t)
+            text = greedy(engine)
+            if cache == "memory":
+                swapped.append(text)
+            else:
+                assert text == swapped[i], "disk and memory synthesis gave different models"
+            print(f"[{kind}] swap ({cache}) {lam}: {out[f'swap_{cache}'][-1]:.3f} s", flush=True)
+    engine.close()
+    del engine
+    gc.collect()
+    for lam, expected in zip(lams, swapped):
+        target = workdir / f"merged-{kind}"
+        t = time.perf_counter()
+        save_merged(tv, lam, base, target)
+        t_write = time.perf_counter() - t
+        fresh = make_engine(kind, target, None, args)
+        total = time.perf_counter() - t
+        out["restart_write"].append(t_write)
+        out["restart_start"].append(total - t_write)
+        out["restart"].append(total)
+        out["match"].append(greedy(fresh) == expected)
+        fresh.close()
+        del fresh
+        gc.collect()
+        print(f"[{kind}] restart {lam}: write {t_write:.2f} s + start {total - t_write:.2f} s, "
+              f"same output as swap: {out['match'][-1]}", flush=True)
+    return out
+
+
+def measure_synthesis(tv, lams, device: str, resident: bool = False) -> list[float]:
+    from dots.synth import ResidentSynthesizer, synthesize
+
+    make = ResidentSynthesizer(tv, device=device) if resident else (lambda lam: synthesize(tv, lam, device=device))
+    times = []
+    for lam in lams:
+        t = time.perf_counter()
+        for _, tensor in make(lam):
+            del tensor
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/dots-swap"))
+    parser.add_argument("--layers", type=int, default=24, help="24 = Qwen2.5-0.5B")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--engines", nargs="+", default=["vllm", "hf"], choices=["vllm", "hf"])
+    parser.add_argument("--enforce-eager", action="store_true", help="vLLM without compilation (both sides)")
+    parser.add_argument("--memory-utilization", type=float, default=None)
+    args = parser.parse_args()
+    os.environ.setdefault("DOTS_PROGRESS", "0")
+    workdir = args.workdir / f"l{args.layers}"
+    t = time.perf_counter()
+    base, tv = build(workdir, args.layers)
+    params = sum(Checkpoint(base).info(n).numel for n in Checkpoint(base).names)
+    print(f"model: {params / 1e6:.0f} M parameters, bf16; build/cache {time.perf_counter() - t:.0f} s", flush=True)
+    lams = lambdas(args.repeats)
+    rows = []
+    for resident in (False, True):
+        runs = measure_synthesis(tv, lams, "cpu", resident)
+        rows.append((f"synthesis θ0+Σλτ̃ alone, CPU, τ̃ {'in memory' if resident else 'from disk'}",
+                     statistics.median(runs), None, runs))
+        gc.collect()
+    if torch.cuda.is_available():
+        for resident in (False, True):
+            measure_synthesis(tv, lams[:1], "cuda", resident)  # warm-up
+            runs = measure_synthesis(tv, lams, "cuda", resident)
+            rows.append((f"synthesis θ0+Σλτ̃ alone, CUDA, τ̃ {'in memory' if resident else 'from disk'}",
+                         statistics.median(runs), None, runs))
+    else:
+        print("no CUDA device on this machine: CUDA synthesis time not measured", flush=True)
+    for kind in args.engines:
+        res = measure_engine(kind, base, tv, lams, workdir, args)
+        restart = statistics.median(res["restart"])
+        for cache in ("memory", "disk"):
+            swap = statistics.median(res[f"swap_{cache}"])
+            rows.append((f"{kind}: in-place swap_coefficients, synth_cache={cache}", swap, restart / swap, res[f"swap_{cache}"]))
+        rows.append((f"{kind}: save + restart (write {statistics.median(res['restart_write']):.1f} s, "
+                     f"start {statistics.median(res['restart_start']):.1f} s)", restart, None, res["restart"]))
+        rows.append((f"{kind}: engine start with τ̃ loaded (once per run)", res["startup_once"], None, None))
+        rows.append((f"{kind}: greedy output of swap == restart for every λ", float(all(res["match"])), None, None))
+    print(f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs (shared), torch {torch.__version__}")
+    print(f"repeats: {args.repeats} (median), λ: {lams}\n")
+    print("| measurement | median (s) | restart / swap | all runs (s) |\n|---|---|---|---|")
+    for name, value, ratio, runs in rows:
+        runs_txt = ", ".join(f"{r:.3f}" for r in runs) if runs else ""
+        ratio_txt = f"{ratio:.0f}×" if ratio else ""
+        print(f"| {name} | {value:.3f} | {ratio_txt} | {runs_txt} |")
+
+
+if __name__ == "__main__":
+    main()
