@@ -56,11 +56,12 @@ def _grouped_bars(ax, categories: list[str], series: dict[str, list[float | None
         bars = ax.bar(xs, ys, width, label=label, color=_color(i))
         for bar, y in zip(bars, ys):
             ax.annotate(f"{y:.2f}" if percent else f"{y:.3g}", (bar.get_x() + bar.get_width() / 2, y),
-                        ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+                        ha="center", va="bottom", fontsize=7 if n <= 2 else 6, xytext=(0, 1), textcoords="offset points",
+                        rotation=0 if n <= 2 else 90)
     ax.set_xticks(range(len(categories)))
     ax.set_xticklabels(categories)
     top = max([(v or 0.0) * (100 if percent else 1) for vs in series.values() for v in vs] + [1e-9])
-    ax.set_ylim(0, top * 1.3)
+    ax.set_ylim(0, top * (1.3 if n <= 2 else 1.45))
 
 
 def norms_figure(report: dict, path: Path) -> Path:
