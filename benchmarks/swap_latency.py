@@ -231,8 +231,10 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", default=["vllm", "hf"], choices=["vllm", "hf"])
     parser.add_argument("--enforce-eager", action="store_true", help="vLLM without compilation (both sides)")
     parser.add_argument("--memory-utilization", type=float, default=None)
+    parser.add_argument("--synthesis", action="store_true", help="also time synthesis alone (always on CUDA)")
     args = parser.parse_args()
     os.environ.setdefault("DOTS_PROGRESS", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default share does not fit here
     workdir = args.workdir / f"l{args.layers}"
     t = time.perf_counter()
     base, tv = build(workdir, args.layers)
@@ -240,7 +242,7 @@ def main() -> None:
     print(f"model: {params / 1e6:.0f} M parameters, bf16; build/cache {time.perf_counter() - t:.0f} s", flush=True)
     lams = lambdas(args.repeats)
     rows = []
-    for resident in (False, True):
+    for resident in (False, True) if args.synthesis else ():
         runs = measure_synthesis(tv, lams, "cpu", resident)
         rows.append((f"synthesis θ0+Σλτ̃ alone, CPU, τ̃ {'in memory' if resident else 'from disk'}",
                      statistics.median(runs), None, runs))
