@@ -8,6 +8,10 @@ every swap, so no KV block computed with old weights is reused. This works with 
 default multiprocess engine (EngineCore and workers in other processes) and with
 `tensor_parallel_size` > 1.
 
+With `synth_cache: memory` each worker holds θ0 and τ̃ on its device
+(`dots.synth.ResidentSynthesizer`), so a swap is arithmetic plus the reload; with `disk`
+(default) it reads them from the cache at every swap and holds only a few tensors.
+
 `swap_weights(iterator)` streams the tensors into a temporary safetensors checkpoint
 (in /dev/shm when available; planned from the engine's own checkpoint, so nothing is
 held in memory) and swaps that: tensors themselves never go through the RPC channel.
