@@ -2,8 +2,10 @@
 
 Each measured run is `python -m dots.search -m hydra/launcher=slurm_local
 search.workers=W 'search.worker=range(W)' search.storage=RUN/study.journal run_dir=RUN`
-with the same N trials: one job array of W tasks sharing the node's CPUs (W=1: one job
-with every CPU; W=2: each job half of them), OMP_NUM_THREADS set to the job's CPUs.
+with the same N trials: W jobs (one array) of C CPUs each, OMP_NUM_THREADS=C. The
+configurations `WxC` (default 1x2 2x1 1x1) compare one worker owning the whole 2-core
+node, two workers splitting it, and one single-threaded worker (which separates the
+effect of sharing the study from the effect of torch's thread count on a busy machine).
 The stages that run once per run directory (task vectors, difficulty-aware selection)
 are built beforehand by a prep run and copied into each run directory, so the runs
 differ only in how the study is shared. Reported per run: the wall time of the whole
@@ -11,7 +13,7 @@ command (submission to last job done), the study's own span (first trial start t
 trial end, from the journal) and the median time of one trial. With `--record` the
 medians over `--runs` repeats are appended to benchmarks/RESULTS.md.
 
-    python benchmarks/parallel_search.py --trials 12 --runs 3 --record
+    python benchmarks/parallel_search.py --trials 12 --runs 5 --record
     python benchmarks/parallel_search.py --base B --sft S --rlvr R   # a given lab trio
 
 Needs a running cluster (scripts/slurm/start.sh).
@@ -21,7 +23,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 @dataclass
 class Measurement:
     workers: int
+    cpus: int              # per worker (= its torch threads)
     wall_s: float          # the multirun command, submission to the end of its last job
     study_s: float         # first trial start → last trial complete (journal timestamps)
     trial_s: float         # median start → complete of one trial
@@ -85,30 +90,41 @@ def study_times(storage: Path) -> tuple[float, float, list]:
     return span, per_trial, trials
 
 
-def measure(models: dict[str, Path], args: argparse.Namespace, env: dict, prep: Path, workers: int,
+def cancel_jobs(sweep_dir: Path) -> None:
+    """scancel the jobs whose submitit folders are in this sweep dir."""
+    folder = sweep_dir / ".submitit"
+    ids = {p.name.split("_")[0] for p in folder.glob("*") if p.is_dir()} if folder.is_dir() else set()
+    if ids:
+        subprocess.run(["scancel", *sorted(ids)], capture_output=True, timeout=30)
+
+
+def measure(models: dict[str, Path], args: argparse.Namespace, env: dict, prep: Path, workers: int, cpus: int,
             repeat: int) -> Measurement:
-    run_dir = args.root / f"w{workers}-r{repeat}"
+    run_dir = args.root / f"{workers}x{cpus}-r{repeat}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     shutil.copy(prep / "selection.jsonl", run_dir / "selection.jsonl")
     storage = run_dir / "study.journal"
-    cpus = max(args.cpus // workers, 1)
     cmd = [sys.executable, "-m", "dots.search", "-m", "hydra/launcher=slurm_local",
            f"hydra.launcher.cpus_per_task={cpus}", f"hydra.launcher.array_parallelism={workers}",
            "hydra.launcher.setup=['export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK']",
            f"hydra.sweep.dir={run_dir / 'multirun'}", *search_args(models, args, run_dir, args.trials),
            f"search.workers={workers}", f"search.worker=range({workers})", f"search.storage={storage}"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=args.root, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=args.root, capture_output=True, text=True)
+    except BaseException:  # interrupted: its jobs would go on writing into run_dir
+        cancel_jobs(run_dir / "multirun")
+        raise
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"{workers}-worker run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"{workers}x{cpus} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     span, per_trial, trials = study_times(storage)
     if len(trials) != args.trials:
-        raise SystemExit(f"{workers}-worker run has {len(trials)} complete trials, expected {args.trials}")
+        raise SystemExit(f"{workers}x{cpus} run has {len(trials)} complete trials, expected {args.trials}")
     logs = sorted((run_dir / "multirun" / ".submitit").glob("*/*_0_log.out"))
     per_worker = [sum(line.startswith("trial ") for line in p.read_text().splitlines()) for p in logs]
-    return Measurement(workers, wall, span, per_trial, per_worker)
+    return Measurement(workers, cpus, wall, span, per_trial, per_worker)
 
 
 def load_average() -> str:
@@ -119,7 +135,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--runs", type=int, default=3, help="repeats of each worker count (medians reported)")
-    parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2, help="CPUs of the node, split among workers")
+    parser.add_argument("--configs", nargs="+", default=["1x2", "2x1", "1x1"],
+                        help="WxC: W workers with C CPUs (and torch threads) each")
     parser.add_argument("--engine", default="hf")
     parser.add_argument("--k", type=int, default=4, help="samples per query and trial")
     parser.add_argument("--selection", type=int, default=16, help="adaptation queries")
@@ -133,47 +150,55 @@ def main() -> None:
     parser.add_argument("--machine", default="2 CPU cores, 24 GiB RAM, shared with other engineers' jobs")
     parser.add_argument("--date", default=None)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `kill` cancels the jobs of the current run
     args.root = args.root.resolve()
     args.root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(args.root / "outputs")}
     models = trio(args)
     prep = prepare(models, args, env)
-    results: dict[int, list[Measurement]] = {1: [], 2: []}
+    configs = [tuple(int(x) for x in c.split("x")) for c in args.configs]
+    results: dict[tuple[int, int], list[Measurement]] = {c: [] for c in configs}
     loads = []
     for repeat in range(args.runs):
-        for workers in ((1, 2) if repeat % 2 == 0 else (2, 1)):  # alternate, so load drift hits both
+        for workers, cpus in (configs if repeat % 2 == 0 else configs[::-1]):  # alternate: load drift hits all
             loads.append(os.getloadavg()[0])
-            m = measure(models, args, env, prep, workers, repeat)
-            results[workers].append(m)
-            print(f"run {repeat + 1}, {workers} worker(s): wall {m.wall_s:.1f} s, study {m.study_s:.1f} s, "
+            m = measure(models, args, env, prep, workers, cpus, repeat)
+            results[(workers, cpus)].append(m)
+            print(f"run {repeat + 1}, {workers}x{cpus}: wall {m.wall_s:.1f} s, study {m.study_s:.1f} s, "
                   f"trial {m.trial_s:.2f} s, trials per worker {m.trials_per_worker}, load {load_average()}",
                   flush=True)
-    med = {w: {key: statistics.median(getattr(m, key) for m in ms) for key in ("wall_s", "study_s", "trial_s")}
-           for w, ms in results.items()}
-    lines = ["| workers | CPUs per worker | median wall (s) | median study span (s) | median trial (s) | "
-             "trials per worker (each run) |", "|---|---|---|---|---|---|"]
-    for w in (1, 2):
-        split = "; ".join("+".join(map(str, m.trials_per_worker)) for m in results[w])
-        lines.append(f"| {w} | {max(args.cpus // w, 1)} | {med[w]['wall_s']:.1f} | {med[w]['study_s']:.1f} | "
-                     f"{med[w]['trial_s']:.2f} | {split} |")
-    ratio_wall = med[2]["wall_s"] / med[1]["wall_s"]
-    ratio_study = med[2]["study_s"] / med[1]["study_s"]
-    summary = (f"2 workers / 1 worker: wall {ratio_wall:.2f}×, study span {ratio_study:.2f}× "
-               f"(1-min load average at the start of each run: {min(loads):.1f}–{max(loads):.1f})")
+    med = {c: {key: statistics.median(getattr(m, key) for m in ms) for key in ("wall_s", "study_s", "trial_s")}
+           for c, ms in results.items()}
+    lines = ["| workers × CPUs (threads) each | median wall (s) | median study span (s) | median trial (s) | "
+             "trials per worker (each run) |", "|---|---|---|---|---|"]
+    for (w, c), ms in results.items():
+        split = "; ".join("+".join(map(str, m.trials_per_worker)) for m in ms)
+        lines.append(f"| {w} × {c} | {med[(w, c)]['wall_s']:.1f} | {med[(w, c)]['study_s']:.1f} | "
+                     f"{med[(w, c)]['trial_s']:.2f} | {split} |")
+    ratios = []
+    for one in (c for c in configs if c[0] == 1):
+        for two in (c for c in configs if c[0] == 2):
+            ratios.append(f"{two[0]}×{two[1]} / {one[0]}×{one[1]}: wall {med[two]['wall_s'] / med[one]['wall_s']:.2f}, "
+                          f"study span {med[two]['study_s'] / med[one]['study_s']:.2f}")
+    summary = (f"Ratios of medians — {'; '.join(ratios)} (1-min load average at the start of each run: "
+               f"{min(loads):.1f}–{max(loads):.1f})")
     print("\n".join(lines))
     print(summary)
     if args.record:
         date = args.date or datetime.date.today().isoformat()
         text = [
             "", f"## Parallel search: 2 workers vs 1 on the local SLURM cluster — {date}", "",
-            f"Command: `python benchmarks/parallel_search.py --trials {args.trials} --runs {args.runs} --record` "
+            f"Command: `python benchmarks/parallel_search.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}` "
             "(each run: `python -m dots.search -m hydra/launcher=slurm_local hydra.launcher.cpus_per_task=C "
+            "\"hydra.launcher.setup=['export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK']\" "
             "search.workers=W 'search.worker=range(W)' search.storage=RUN/study.journal run_dir=RUN ...`, "
             f"lab backbone, engine={args.engine}, k={args.k}, {args.selection} selected queries of {args.pool}, "
             f"max_tokens={args.max_tokens}, N={args.trials} trials; task vectors and selection prepared "
             "once outside the timing).",
-            f"Machine: {args.machine}; the one-node cluster of scripts/slurm/start.sh ({args.cpus} CPUs). "
-            f"Medians of {args.runs} runs per worker count; runs alternate between 1 and 2 workers.", "",
+            f"Machine: {args.machine}; the one-node cluster of scripts/slurm/start.sh ({os.cpu_count()} CPUs). "
+            f"Medians of {args.runs} runs per configuration, in alternating order. Wall: the whole command "
+            "(submission, job start, imports, engine start, study, pick, export, submitit polling); study "
+            "span: first trial start to last trial end; trial: start to end of one trial.", "",
             *lines, "", summary + ".", "",
         ]
         with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
