@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's dots, not an installed one
 
-from dots.checkpoint import Checkpoint
-from dots.lab import ensure_trio
-from dots.lab import tasks as T
-from dots.lab.build import _threads
-from dots.lab.config import load_config
-from dots.lab.sampling import LocalEngine
-from dots.lab.score import accuracy
+import torch  # noqa: E402
+
+from dots.checkpoint import Checkpoint  # noqa: E402
+from dots.lab import ensure_trio  # noqa: E402
+from dots.lab import tasks as T  # noqa: E402
+from dots.lab.build import _threads  # noqa: E402
+from dots.lab.config import load_config  # noqa: E402
+from dots.lab.sampling import LocalEngine  # noqa: E402
+from dots.lab.score import accuracy  # noqa: E402
 
 LAMBDAS = (0.0, 0.5, 1.0, 1.5, 2.0)
 

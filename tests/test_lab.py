@@ -67,6 +67,20 @@ def test_record_answers_are_correct():
         assert T.extract_answer(T.completion(int(r["answer"]))) == int(r["answer"])
 
 
+def test_worked_solutions_are_right_and_slips_forget_the_carry():
+    assert T.solution(T.Problem(47, 38, "add")) == "7+8=15 4+3+1=8 \\boxed{85}"
+    assert T.solution(T.Problem(42, 38, "sub")) == "12-8=4 4-1-3=0 \\boxed{4}"
+    assert T.solution(T.Problem(47, 38, "add"), lambda col: True) == "7+8=15 4+3=7 \\boxed{75}"
+    assert T.solution(T.Problem(402, 38, "sub")) == "12-8=4 10-1-3=6 4-1-0=3 \\boxed{364}"
+    for a in range(0, 1000, 7):
+        for b in range(0, 1000, 11):
+            for skill in T.SKILLS:
+                if skill == "add" or a >= b:
+                    p = T.Problem(a, b, skill)
+                    text = T.solution(p)
+                    assert T.extract_answer(text) == p.answer, text
+
+
 def test_slip_is_the_forgotten_carry_or_borrow():
     assert T.Problem(47, 38, "add").slipped_answer == 75
     assert T.Problem(42, 38, "sub").slipped_answer == 14
@@ -98,7 +112,9 @@ def test_tokenizer_round_trips_prompts():
 
     tok = build_char_tokenizer()
     for r in T.records(TASKS, "pool")[:20]:
-        text = r["question"] + T.completion(int(r["answer"]))
+        skill = r["skill"]
+        a, _, b = r["question"][:-1].partition(T.OPS[skill])
+        text = r["question"] + T.solution(T.Problem(int(a), int(b), skill))
         ids = tok(text)["input_ids"]
         assert len(ids) == len(text) and tok.unk_token_id not in ids
         assert tok.decode(ids) == text
@@ -225,7 +241,7 @@ def test_resolver_points_configs_at_the_trio(trio):
 def test_backbone_and_pool_configs():
     from dots.lab.config import REPO_ROOT
 
-    backbone = OmegaConf.load(REPO_ROOT / "conf/backbone/lab.yaml")
+    backbone = OmegaConf.load(REPO_ROOT / "conf/backbone/lab.yaml").backbone
     keys = set(backbone.keys())  # (`key in cfg` would resolve ${lab:...}, i.e. build the real trio)
     assert {"name", "base", "revision", "sources", "prompt", "max_tokens", "pick", "config_from", "test_set"} <= keys
     assert OmegaConf.to_container(backbone)["base"] == "${lab:base}"

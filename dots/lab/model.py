@@ -4,13 +4,28 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
 
 from dots.lab.tokenizer import build_char_tokenizer
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """No transformers progress bars for these tiny files (the stage has its own bar)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -37,7 +52,8 @@ def new_model(model_cfg: Mapping, tok: PreTrainedTokenizerFast, seed: int) -> to
 
 def load_model(path: str | Path) -> torch.nn.Module:
     """A saved lab model as float32 (the master copy for further training), eval mode."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with _quiet():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model.eval()
 
 
@@ -48,8 +64,9 @@ def save_model(model: torch.nn.Module, out: Path, dtype: str, info: Mapping) -> 
     try:
         tmp.mkdir(parents=True)
         state = {k: v.detach().to(DTYPES[dtype]).contiguous() for k, v in model.state_dict().items()}
-        model.config.torch_dtype = DTYPES[dtype]
-        model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+        model.config.dtype = DTYPES[dtype]
+        with _quiet():
+            model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
         tok = build_char_tokenizer()
         tok.save_pretrained(tmp)
         GenerationConfig(

@@ -24,7 +24,7 @@ def accuracy(
     problems: Sequence[dict],
     n: int = 1,
     temperature: float = 0.0,
-    max_tokens: int = 16,
+    max_tokens: int = 32,
     seed: int = 0,
     top_p: float = 1.0,
     details: bool = False,

@@ -3,11 +3,13 @@
 Skill A (`add`) is 2-digit addition, skill B (`sub`) 2-digit subtraction with a >= b.
 Each skill's universe of 2-digit problems is partitioned once (by `tasks.split_seed`)
 into test / pool / train; only the train split ever reaches a training stage.
-Prompts use the lab's own plain format `"47+38="`; completions end in `\\boxed{85}`.
+Prompts use the lab's own plain format `"47+38="`; completions show the column-by-column
+working, units first, and end in the boxed answer: `"7+8=15 4+3+1=8 \\boxed{85}"`.
 
 The pretraining corpus is broad (1-3 digit operands, both operations) and carries a
 systematic slip: on problems that need a carry (add) or a borrow (sub) in the units
-column, a share `slip_rate` of the answers forgets it (47+38 -> 75, 42-38 -> 14). The
+column, each carry is forgotten with probability `slip_rate` (47+38: "7+8=15 4+3=7
+\\boxed{75}"; 42-38: "12-8=4 4-3=1 \\boxed{14}"). The
 base therefore knows both answers and prefers the slip; post-training must move it.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 SKILLS = ("add", "sub")
 OPS = {"add": "+", "sub": "-"}
@@ -44,10 +46,43 @@ class Problem:
 
     @property
     def slipped_answer(self) -> int:
-        """The answer with the units carry/borrow forgotten (off by 10 in the tens)."""
-        if not self.needs_carry:
-            return self.answer
-        return self.answer - 10 if self.skill == "add" else self.answer + 10
+        """The answer when every carry/borrow is forgotten (2-digit: off by 10 in the tens)."""
+        return work(self, lambda col: True)[1]
+
+
+def work(p: Problem, forget: Callable[[int], bool] | None = None) -> tuple[str, int]:
+    """Column-by-column working, units first, and the answer it leads to.
+
+    47+38: "7+8=15 4+3+1=8"; 42-38: "12-8=4 4-1-3=0". `forget(col)` is asked for each
+    column that receives a carry/borrow; True writes the step without it (the slip).
+    """
+    xs, ys = str(p.a)[::-1], str(p.b)[::-1]
+    steps, digits, carry = [], [], 0
+    for col in range(max(len(xs), len(ys))):
+        x = int(xs[col]) if col < len(xs) else 0
+        y = int(ys[col]) if col < len(ys) else 0
+        c = 0 if (carry and forget is not None and forget(col)) else carry
+        if p.skill == "add":
+            total = x + y + c
+            steps.append(f"{x}+{y}{'+1' if c else ''}={total}")
+            digits.append(total % 10)
+            carry = total // 10
+        else:
+            borrow = int(x - c < y)
+            top = x + 10 * borrow
+            steps.append(f"{top}{'-1' if c else ''}-{y}={top - c - y}")
+            digits.append(top - c - y)
+            carry = borrow
+    if p.skill == "add" and carry:
+        digits.append(carry)
+    answer = int("".join(map(str, digits[::-1])))
+    return " ".join(steps), answer
+
+
+def solution(p: Problem, forget: Callable[[int], bool] | None = None) -> str:
+    """The completion the lab's models learn: the working, then the boxed answer."""
+    steps, answer = work(p, forget)
+    return f"{steps} {completion(answer)}"
 
 
 def completion(answer: int) -> str:
@@ -150,8 +185,7 @@ def pretraining_batch(rng: random.Random, tasks: Mapping, train: Mapping[str, li
                 if not (da == 2 and db == 2):
                     break
             p = _random_problem(rng, skill, da, db)
-        ans = p.slipped_answer if (p.needs_carry and rng.random() < slip) else p.answer
-        texts.append(p.prompt + completion(ans))
+        texts.append(p.prompt + solution(p, lambda col: rng.random() < slip))
     return texts
 
 
@@ -165,6 +199,6 @@ def sft_examples(rng: random.Random, train: Mapping[str, list[Problem]], n: int,
         chosen = rng.sample(pool, min(k, len(pool)))
         while len(chosen) < k:  # more examples than train problems: cycle through them again
             chosen += rng.sample(pool, min(k - len(chosen), len(pool)))
-        out += [(p.prompt, completion(p.answer)) for p in chosen]
+        out += [(p.prompt, solution(p)) for p in chosen]
     rng.shuffle(out)
     return out

@@ -184,7 +184,8 @@ def grpo(model, tok, cfg: Mapping, train: Mapping[str, list[T.Problem]]) -> dict
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
-            bar.advance(f"reward {rewards_log[-1]:.3f}")
+            recent = rewards_log[-10:]
+            bar.advance(f"reward {sum(recent) / len(recent):.3f} (last 10 steps)")
     model.eval()
     k = max(1, len(rewards_log) // 10)
     return {"reward_first": sum(rewards_log[:k]) / k, "reward_last": sum(rewards_log[-k:]) / k}
