@@ -153,7 +153,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `kill` cancels the jobs of the current run
     args.root = args.root.resolve()
     args.root.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(args.root / "outputs")}
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # this checkout's dots
+    env = {**os.environ, "PYTHONPATH": path, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(args.root / "outputs")}
     models = trio(args)
     prep = prepare(models, args, env)
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs]

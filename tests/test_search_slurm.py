@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from conftest_slurm import SlurmCluster, sacct_final_states, slurm_cluster  # noqa: F401  (fixture)
-from test_search import overrides, tiny  # noqa: F401  (fixture)
+from test_search import REPO, overrides, tiny  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -75,7 +75,9 @@ def sweep_dir(tmp_path):
 
 @pytest.fixture
 def env(tmp_path):
-    return {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs")}
+    """The jobs import dots (and its conf/) from this checkout, whatever else is installed."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs")}
 
 
 def load_study(storage: Path):
@@ -93,9 +95,10 @@ def load_study(storage: Path):
     return optuna.load_study(study_name=summaries[0].study_name, storage=backend)
 
 
-def worker_args(tiny, run_dir: Path, storage: Path, n: int, heartbeat_s: float, grace_s: float) -> list[str]:
+def worker_args(tiny, run_dir: Path, storage: Path, n: int, heartbeat_s: float, grace_s: float,
+                trial_work: tuple[str, ...] = SLOWER_TRIALS) -> list[str]:
     return overrides(tiny, run_dir, trials=n, extra=[
-        *SLOWER_TRIALS, "search.workers=2", "search.worker=range(2)", f"search.storage={storage}",
+        *trial_work, "search.workers=2", "search.worker=range(2)", f"search.storage={storage}",
         f"search.heartbeat_s={heartbeat_s}", f"search.grace_s={grace_s}"])
 
 
@@ -154,15 +157,42 @@ def test_two_workers_share_one_study_as_array_tasks(tiny, slurm_cluster, sweep_d
     assert (run_dir / "model" / "README.md").exists()
 
 
+def frozen_trial(storage: Path, window_s: float) -> int | None:
+    """With one worker suspended: its RUNNING trial, i.e. one whose heartbeat stays still for
+    window_s (the other worker's heartbeat moves, or its trial completes), or that the other
+    worker already failed as stale. None when the suspended worker is between trials."""
+    from optuna.trial import TrialState
+
+    from dots.parallel import HEARTBEAT
+
+    before = {t.number: t.system_attrs.get(HEARTBEAT)
+              for t in load_study(storage).get_trials(states=(TrialState.RUNNING,))}
+    time.sleep(window_s)
+    after = {t.number: t for t in load_study(storage).get_trials()}
+    still = [n for n, beat in before.items() if after[n].state == TrialState.FAIL
+             or (after[n].state == TrialState.RUNNING and after[n].system_attrs.get(HEARTBEAT) == beat)]
+    return still[0] if len(still) == 1 else None
+
+
 def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sweep_dir, env, tmp_path):
-    """`scancel` one array task while both workers run trials: its RUNNING trial goes stale
-    (no heartbeat), the survivor marks it FAIL after grace_s and runs its coefficients again."""
+    """One array task is cancelled (`scancel --signal=KILL`) in the middle of a trial: that trial
+    stays RUNNING without heartbeat, the other worker marks it FAIL after grace_s and runs its
+    coefficients again, and the study still ends with exactly n complete trials.
+
+    (A plain `scancel` sends SIGTERM, which submitit ignores, and kills KillWait seconds later:
+    short trials could all finish in between. To kill the worker inside a trial, the job is
+    first suspended and its frozen trial identified; if it froze between trials it resumes.)"""
     from optuna.trial import TrialState
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 8
-    args = worker_args(tiny, run_dir, storage, n, heartbeat_s=0.5, grace_s=5)
+    args = worker_args(tiny, run_dir, storage, n, heartbeat_s=0.5, grace_s=6,
+                       trial_work=("search.k=64", "search.max_tokens=64"))  # ~1 s trials, idle machine
     proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def complete_count() -> int:
+        return len(load_study(storage).get_trials(states=(TrialState.COMPLETE,)))
+
     # Wait until two trials run at once: both workers are inside the study loop.
     deadline = time.monotonic() + SWEEP_TIMEOUT_S
     overlapped = False
@@ -173,32 +203,37 @@ def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sw
         except Exception:  # a journal line being written
             continue
         if study is not None:
-            trials = study.get_trials(deepcopy=False)
-            if sum(t.state == TrialState.COMPLETE for t in trials) >= n - 2:
-                break  # too late to cancel a worker mid-study
-            overlapped = sum(t.state == TrialState.RUNNING for t in trials) >= 2
+            overlapped = len(study.get_trials(states=(TrialState.RUNNING,))) >= 2
     if not overlapped:
         proc.kill()
         pytest.fail(f"the two workers never ran trials at the same time\n{proc.communicate()[0][-3000:]}")
     tasks = array_tasks(sweep_dir)
     victim_task, survivor_task = tasks[1], tasks[0]
-    subprocess.run(["scancel", victim_task], check=True, timeout=30)
+    victim = None
+    while victim is None:
+        if complete_count() >= n - 1:
+            proc.kill()
+            pytest.fail("the study ended before the worker could be caught inside a trial")
+        subprocess.run(["scontrol", "suspend", victim_task], check=True, capture_output=True, timeout=30)
+        time.sleep(0.3)
+        victim = frozen_trial(storage, window_s=3.0)
+        if victim is None:
+            subprocess.run(["scontrol", "resume", victim_task], check=True, capture_output=True, timeout=30)
+            time.sleep(0.7)
+    subprocess.run(["scancel", "--signal=KILL", victim_task], check=True, timeout=30)
     assert sacct_final_states([victim_task], timeout_s=120)[victim_task].startswith("CANCELLED")
-    running_when_dead = {t.number for t in load_study(storage).get_trials(states=(TrialState.RUNNING,))}
 
     finish(proc, sweep_dir)  # exits non-zero: one of its jobs was cancelled
     assert sacct_final_states([survivor_task])[survivor_task] == "COMPLETED", job_log(sweep_dir, survivor_task)
     study = load_study(storage)
     trials = {t.number: t for t in study.get_trials()}
-    failed = [t for t in trials.values() if t.state == TrialState.FAIL]
-    assert len(failed) == 1, {k: t.state for k, t in trials.items()}  # the cancelled worker's one trial
-    victim = failed[0]
-    assert victim.number in running_when_dead
-    retries = [t for t in trials.values() if t.user_attrs.get("dots_retry_of") == victim.number]
+    assert trials[victim].state == TrialState.FAIL
+    assert [t.number for t in trials.values() if t.state == TrialState.FAIL] == [victim]
+    retries = [t for t in trials.values() if t.user_attrs.get("dots_retry_of") == victim]
     assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
-    assert retries[0].params == victim.params
+    assert retries[0].params == trials[victim].params
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == n and len({tuple(sorted(t.params.items())) for t in complete}) == n
-    assert "recovered trial(s)" in job_log(sweep_dir, survivor_task) or "recovered trial(s)" in \
-        (sweep_dir / ".submitit" / survivor_task / f"{survivor_task}_0_log.err").read_text()
+    assert f"recovered trial(s) [{victim}]" in job_log(sweep_dir, survivor_task)
+    assert f"trial {retries[0].number}: " in job_log(sweep_dir, survivor_task)  # the survivor ran the retry
     assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == n
