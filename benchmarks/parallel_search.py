@@ -179,9 +179,16 @@ def main() -> None:
     ratios = []
     for one in (c for c in configs if c[0] == 1):
         for two in (c for c in configs if c[0] == 2):
-            ratios.append(f"{two[0]}×{two[1]} / {one[0]}×{one[1]}: wall {med[two]['wall_s'] / med[one]['wall_s']:.2f}, "
-                          f"study span {med[two]['study_s'] / med[one]['study_s']:.2f}")
-    summary = (f"Ratios of medians — {'; '.join(ratios)} (1-min load average at the start of each run: "
+            paired = {key: sorted(b.__dict__[key] / a.__dict__[key] for a, b in zip(results[one], results[two]))
+                      for key in ("wall_s", "study_s")}  # same repeat, adjacent in time: similar load
+            ratios.append(
+                f"{two[0]}×{two[1]} / {one[0]}×{one[1]}: wall {med[two]['wall_s'] / med[one]['wall_s']:.2f} "
+                f"(paired {statistics.median(paired['wall_s']):.2f}, {paired['wall_s'][0]:.2f}–{paired['wall_s'][-1]:.2f}), "
+                f"study span {med[two]['study_s'] / med[one]['study_s']:.2f} "
+                f"(paired {statistics.median(paired['study_s']):.2f}, "
+                f"{paired['study_s'][0]:.2f}–{paired['study_s'][-1]:.2f})")
+    summary = (f"Ratios of medians (and median, range of the per-repeat ratios) — {'; '.join(ratios)} "
+               f"(1-min load average at the start of each run: "
                f"{min(loads):.1f}–{max(loads):.1f})")
     print("\n".join(lines))
     print(summary)
