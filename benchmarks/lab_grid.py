@@ -90,7 +90,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("overrides", nargs="*")
     ap.add_argument("--samples", type=int, default=8)
-    ap.add_argument("--per-skill", type=int, default=1024)
+    ap.add_argument("--per-skill", type=int, default=1024, help="test problems per skill for the model table")
+    ap.add_argument("--grid-per-skill", type=int, default=512, help="test problems per skill for the grid")
     ap.add_argument("--density", type=float, default=0.3)
     ap.add_argument("--no-grid", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
@@ -101,7 +102,9 @@ def main() -> None:
     dtype = Checkpoint(paths["base"]).info(Checkpoint(paths["base"]).names[0]).dtype
     problems = T.records(cfg.tasks, "test", size=args.per_skill * len(T.SKILLS))
     mt, seed = int(cfg.eval.max_tokens), int(cfg.seed)
-    result: dict = {"overrides": args.overrides, "problems": len(problems), "samples": args.samples}
+    grid_problems = problems[: args.grid_per_skill * len(T.SKILLS)]  # records interleave skills
+    result: dict = {"overrides": args.overrides, "problems": len(problems), "grid_problems": len(grid_problems),
+                    "samples": args.samples}
     with _threads(cfg.threads):
         theta0, sft, rl = (load_fp32(paths[k]) for k in ("base", "sft", "rlvr"))
         tau = {"sft": {n: sft[n] - theta0[n] for n in theta0}, "rlvr": {n: rl[n] - theta0[n] for n in theta0}}
@@ -120,7 +123,7 @@ def main() -> None:
                     for lr in LAMBDAS:
                         merged = ((n, (theta0[n] + ls * tv["sft"][n] + lr * tv["rlvr"][n]).to(dtype)) for n in theta0)
                         engine.swap_weights(merged)
-                        result["grid"][f"{vname},{ls},{lr}"] = score(engine, problems, args.samples, mt, seed)
+                        result["grid"][f"{vname},{ls},{lr}"] = score(engine, grid_problems, args.samples, mt, seed)
                 print(f"{vname} grid done ({time.perf_counter() - start:.0f} s)", flush=True)
     print(markdown(result))
     if args.out:
@@ -144,8 +147,9 @@ def markdown(res: dict) -> str:
               f"| sign conflict where both kept, top-30% | {f['conflict_sparse']:.1%} (on {f['overlap_sparse']:.1%} of entries) |",
               f"| cosine(τ_SFT, τ_RLVR) | {f['cosine']:.3f} |"]
     if "grid" in res:
+        lines += ["", f"Grid: {res['grid_problems']} test problems (half A, half B), T=0.6 columns avg@{res['samples']}."]
         for vname in ("dense", "sparse"):
-            for metric, label in (("greedy", "A∪B greedy accuracy"), ("t06", "A∪B T=0.6 accuracy"),
+            for metric, label in (("greedy", "A∪B greedy accuracy (A/B)"), ("t06", "A∪B T=0.6 accuracy (A/B)"),
                                   ("consistency", "mean consistency (T=0.6)")):
                 lines += ["", f"{label}, {vname} task vectors (rows λ_SFT, columns λ_RLVR):", "",
                           "| λ_SFT \\ λ_RLVR | " + " | ".join(f"{x:g}" for x in LAMBDAS) + " |",
@@ -154,16 +158,19 @@ def markdown(res: dict) -> str:
                     cells = []
                     for lr in LAMBDAS:
                         c = res["grid"][f"{vname},{ls},{lr}"]
-                        v = c["consistency"] if metric == "consistency" else c[metric]["all"]
-                        cells.append(f"{v:.3f}")
+                        if metric == "consistency":
+                            cells.append(f"{c['consistency']:.3f}")
+                        else:
+                            m = c[metric]
+                            cells.append(f"{m['all']:.3f} ({m['add']:.2f}/{m['sub']:.2f})")
                     lines.append(f"| {ls:g} | " + " | ".join(cells) + " |")
-        grid = res["grid"]
-        best = max(grid, key=lambda k: grid[k]["greedy"]["all"])
-        pick = max(grid, key=lambda k: (grid[k]["consistency"], grid[k]["greedy"]["all"]))
-        lines += ["", f"Best greedy A∪B merge: {best} -> {grid[best]['greedy']['all']:.3f} "
-                      f"(A {grid[best]['greedy']['add']:.3f}, B {grid[best]['greedy']['sub']:.3f}); "
-                      f"max-consistency pick: {pick} -> {grid[pick]['greedy']['all']:.3f} "
-                      f"(consistency {grid[pick]['consistency']:.3f})."]
+        for vname in ("dense", "sparse"):
+            grid = {k: v for k, v in res["grid"].items() if k.startswith(vname)}
+            best = max(grid, key=lambda k: grid[k]["greedy"]["all"])
+            pick = max(grid, key=lambda k: (grid[k]["consistency"], grid[k]["greedy"]["all"]))
+            fmt = lambda k: f"λ=({k.split(',')[1]}, {k.split(',')[2]}) greedy {grid[k]['greedy']['all']:.3f}"  # noqa: E731
+            lines += ["", f"{vname}: best merge {fmt(best)}; max-consistency merge {fmt(pick)} "
+                          f"(consistency {grid[pick]['consistency']:.3f})."]
     return "\n".join(lines)
 
 
