@@ -94,6 +94,7 @@ def main() -> None:
     ap.add_argument("--grid-per-skill", type=int, default=512, help="test problems per skill for the grid")
     ap.add_argument("--density", type=float, default=0.3)
     ap.add_argument("--no-grid", action="store_true")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads for scoring (default: the lab's)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
@@ -105,7 +106,7 @@ def main() -> None:
     grid_problems = problems[: args.grid_per_skill * len(T.SKILLS)]  # records interleave skills
     result: dict = {"overrides": args.overrides, "problems": len(problems), "grid_problems": len(grid_problems),
                     "samples": args.samples}
-    with _threads(cfg.threads):
+    with _threads(args.threads or cfg.threads):
         theta0, sft, rl = (load_fp32(paths[k]) for k in ("base", "sft", "rlvr"))
         tau = {"sft": {n: sft[n] - theta0[n] for n in theta0}, "rlvr": {n: rl[n] - theta0[n] for n in theta0}}
         result["facts"] = vector_facts(tau["sft"], tau["rlvr"], args.density)

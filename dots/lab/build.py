@@ -7,17 +7,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from dots.lab import tasks as T
 from dots.lab.config import STAGES, load_config, stage_dir, stage_key
-from dots.lab.model import load_model, new_model, save_model
-from dots.lab.tokenizer import build_char_tokenizer
+
+# torch / transformers are imported where training happens, so a cached call stays instant.
 
 
 @contextmanager
 def _threads(n: int) -> Iterator[None]:
+    import torch
+
     old = torch.get_num_threads()
     torch.set_num_threads(int(n))
     try:
@@ -38,8 +38,11 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple[torch.nn.Module, dict]:
+def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple["torch.nn.Module", dict]:
+    from dots.lab import tasks as T
     from dots.lab import train
+    from dots.lab.model import load_model, new_model
+    from dots.lab.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
     splits = {s: T.split_problems(cfg.tasks, s)["train"] for s in T.SKILLS}
@@ -67,6 +70,8 @@ def build_stage(cfg: DictConfig, stage: str) -> Path:
             seconds = time.perf_counter() - start
         info = {"stage": stage, "key": stage_key(cfg, stage), "seconds": round(seconds, 2),
                 "metrics": metrics, "config": OmegaConf.to_container(cfg, resolve=True)}
+        from dots.lab.model import save_model
+
         return save_model(model, out, cfg.dtype, info)
 
 
