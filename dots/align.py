@@ -56,6 +56,15 @@ class Alignment:
         tensor = self.sources[key].get(self.source_name(key, name))
         return tensor[self.base.info(name).shape[0]:]
 
+    def tokenizer_source(self) -> Checkpoint:
+        """Where a merged model's tokenizer and generation files come from: the source that
+        added vocabulary rows (the one giving the embedding's, when several did), else the
+        base — the base's tokenizer cannot decode added tokens."""
+        if not self.extra_rows:
+            return self.base
+        key = self.extra_rows.get(TIED_EMBEDDING) or next(iter(self.extra_rows.values()))
+        return self.sources[key]
+
     def output_config(self, config_from: str = "base") -> dict:
         """The config.json of the output: from the base or a named source, vocab adjusted."""
         ckpt = self.base if config_from == "base" else self.sources.get(config_from)

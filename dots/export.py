@@ -1,7 +1,9 @@
 """Write the picked model as a loadable HF directory with a model card; push it to the Hub.
 
 The weights are θ0 + Σ λ*_i τ̃_i streamed from `dots.synth` into `CheckpointWriter`
-(atomic: nothing appears at the output path until every tensor is written). A failed
+(atomic: nothing appears at the output path until every tensor is written). The
+tokenizer and generation files come from the base, or, when a source added vocabulary
+rows, from that source (the base's tokenizer cannot decode the added tokens). A failed
 push keeps the local export and prints the command that retries it.
 """
 from __future__ import annotations
@@ -27,13 +29,16 @@ MARKER = "dots_export.json"
 
 def write_synthesized(out_dir: Path, tv: TaskVectors, alignment: Alignment, coefficients: Mapping[str, float],
                       config: Mapping[str, Any], card: str, extra_files: Mapping[str, Path] = {},
-                      overwrite: bool = True, device: str | None = None) -> Path:
+                      overwrite: bool = True, device: str | None = None,
+                      marker: Mapping[str, Any] | None = None) -> Path:
+    """θ0 + Σ λ_i τ̃_i with the output's shapes, `config`, `alignment.tokenizer_source()`'s tokenizer, the
+    card and `extra_files`; the marker file records the coefficients (and `marker`'s fields)."""
     plan = alignment.out_plan
     with CheckpointWriter(out_dir, plan, overwrite=overwrite) as writer:
         stream = synthesize(tv, coefficients, device=device, base=alignment.base)
         for name, tensor in progress_bar(stream, "export", total=len(plan)):
             writer.write(name, tensor)
-        for path in alignment.base.aux_files():
+        for path in alignment.tokenizer_source().aux_files():
             if path.name != "config.json":
                 shutil.copy2(path, writer.tmp_dir / path.name)
         writer.add_file("config.json", json.dumps(dict(config), indent=2))
@@ -41,7 +46,7 @@ def write_synthesized(out_dir: Path, tv: TaskVectors, alignment: Alignment, coef
         for name, path in extra_files.items():
             if Path(path).exists():
                 shutil.copy2(path, writer.tmp_dir / name)
-        writer.add_file(MARKER, json.dumps({"coefficients": dict(coefficients)}, sort_keys=True))
+        writer.add_file(MARKER, json.dumps({"coefficients": dict(coefficients), **(marker or {})}, sort_keys=True))
         return writer.commit()
 
 

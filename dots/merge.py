@@ -162,7 +162,8 @@ def merge_checkpoints(
         weights=dict(zip(keys, weight_list)) if spec.weighted else None, config=card_config,
     )
     merged = set(al.merged)
-    copy_from = base_ckpt if config_from == "base" else source_ckpts[config_from]
+    # tokenizer / generation files: config_from's, unless a source added vocabulary rows
+    copy_from = al.tokenizer_source() if al.extra_rows else (base_ckpt if config_from == "base" else source_ckpts[config_from])
     with CheckpointWriter(out, al.out_plan, max_shard_bytes=max_shard_bytes, overwrite=overwrite) as writer:
         for name in progress_bar(list(al.out_plan), f"merge ({spec.name})"):
             if name in merged:

@@ -5,6 +5,10 @@ over λ ∈ [lo, hi]^K with ONE live engine whose weights are swapped per trial
 (study.db) → pick from the Pareto front (result.yaml, trials.csv, pareto.png) → export
 (model/, with a model card; optionally pushed to the Hub). Every stage writes into the
 run directory and is skipped on rerun when its inputs have not changed.
+
+The engine runs models of the output's shapes: the base, or, when a source adds
+vocabulary rows, θ(0) with those rows, written once to `engine-init/` with the output's
+config and tokenizer (see `engine_model`), so that every swap fits.
 """
 from __future__ import annotations
 
@@ -20,11 +24,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import hydra
+import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
 import dots.lab  # noqa: F401  (registers the ${lab:...} resolver)
-from dots.align import align, config_differences
+from dots.align import Alignment, align, config_differences
 from dots.answers import consistency as answer_consistency
 from dots.checkpoint import Checkpoint
 from dots.errors import DotsError, cli_errors
@@ -228,16 +233,88 @@ def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[floa
                      res.times["total"])
 
 
+# --- the engine's model ---------------------------------------------------------------------
+
+ENGINE_MODEL = "engine-init"
+
+
+def engine_model(cfg: DictConfig, alignment: Alignment, tv: TaskVectors, run_dir: Path) -> Path:
+    """The model directory the search's engine starts on: the base, unless a source adds
+    vocabulary rows. Then θ(λ) has more embedding / lm_head rows than the base, so the engine
+    starts on θ(0) — the base plus the added rows, with the output's config (config_from,
+    vocab_size adjusted) and tokenizer, as `dots.export` writes it — in <run_dir>/engine-init,
+    written once and reused while its inputs are unchanged (workers on one run share it)."""
+    if not alignment.extra_rows:
+        return alignment.base.path
+    from dots.export import MARKER, write_synthesized
+
+    out = run_dir / ENGINE_MODEL
+    zeros = {k: 0.0 for k in tv.sources}
+    config_from = str(cfg.backbone.get("config_from", "base"))
+    aux = alignment.tokenizer_source()
+    key = _hash({
+        "base": fingerprint(alignment.base), "sources": {k: fingerprint(v) for k, v in alignment.sources.items()},
+        "extra_rows": alignment.extra_rows, "config_from": config_from,
+        "tokenizer": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in aux.aux_files()],
+    })
+    with run_once_lock(run_dir / f".{ENGINE_MODEL}.lock"):
+        try:
+            valid = json.loads((out / MARKER).read_text()) == {"coefficients": zeros, "key": key}
+        except (OSError, ValueError):
+            valid = False
+        if not valid:
+            card = (f"# θ(0) of {cfg.backbone.name}\n\nThe base with the vocabulary rows that source "
+                    f"{', '.join(sorted(set(alignment.extra_rows.values())))} added: the model the search's "
+                    "engine starts on (the output's shapes, config and tokenizer). Not a result.\n")
+            write_synthesized(out, tv, alignment, zeros, alignment.output_config(config_from), card,
+                              device="cpu", marker={"key": key})
+            log.info("engine model: wrote %s (the base + %s's added vocabulary rows)", out,
+                     ", ".join(sorted(set(alignment.extra_rows.values()))))
+    return out
+
+
+def padded_source(alignment: Alignment, tv: TaskVectors, key: str):
+    """Source `key`'s tensors in the base's naming, each embedding / lm_head with fewer rows
+    than the output completed with the output's added rows (those every θ(λ) carries)."""
+    ckpt = alignment.sources[key]
+    for name in alignment.base.names:
+        tensor = ckpt.get(alignment.source_name(key, name))
+        if name in alignment.extra_rows and tensor.shape[0] < alignment.out_plan[name].shape[0]:
+            extra = tv.extra_rows(name)
+            if extra is None:
+                raise DotsError(f"the task-vector cache lacks the added rows of {name}: stale cache?")
+            have = tensor.shape[0] - alignment.base.info(name).shape[0]
+            dtype = torch.promote_types(tensor.dtype, extra.dtype)
+            tensor = torch.cat([tensor.to(dtype), extra[have:].to(dtype)])
+        yield name, tensor
+
+
+def swap_original(engine: Any, alignment: Alignment, tv: TaskVectors, key: str) -> None:
+    """Swap source `key` itself into the engine (selection.source=original). With added
+    vocabulary the engine has the output's shapes: a source with as many rows is swapped
+    as saved; one with fewer (a source that added no tokens) gets the output's added rows,
+    i.e. it is scored with the output's vocabulary. The engine's own swap_checkpoint stays
+    strict and rejects a checkpoint of other shapes (DotsError); the base is never swapped."""
+    ckpt = alignment.sources[key]
+    if all(alignment.source_name(key, n) in ckpt
+           and ckpt.info(alignment.source_name(key, n)).shape == alignment.out_plan[n].shape
+           for n in alignment.extra_rows):
+        engine.swap_checkpoint(ckpt.path)
+    else:
+        engine.swap_weights(padded_source(alignment, tv, key))
+
+
 # --- the pipeline ---------------------------------------------------------------------------
 
-def _activation(engine: Any, cfg: SelectionConfig, sources: Mapping[str, Checkpoint], names: list[str]) -> dict:
+def _activation(engine: Any, cfg: SelectionConfig, alignment: Alignment, tv: TaskVectors) -> dict:
     if cfg.source == "original":
-        return {s: (lambda p=ckpt.path: engine.swap_checkpoint(p)) for s, ckpt in sources.items()}
-    return {s: (lambda s=s: engine.swap_coefficients({t: float(t == s) for t in names})) for s in sources}
+        return {s: (lambda s=s: swap_original(engine, alignment, tv, s)) for s in alignment.sources}
+    names = list(tv.sources)
+    return {s: (lambda s=s: engine.swap_coefficients({t: float(t == s) for t in names})) for s in alignment.sources}
 
 
 def select(cfg: DictConfig, engine: Any, queries: list[Query], prompts: dict[str, str],
-           sources: Mapping[str, Checkpoint], identity: dict, run_dir: Path) -> list[Query]:
+           alignment: Alignment, tv: TaskVectors, identity: dict, run_dir: Path) -> list[Query]:
     sel_cfg = SelectionConfig(**plain(cfg.selection))
     key = selection_key({k: identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")})
     path = run_dir / "selection.jsonl"
@@ -248,7 +325,7 @@ def select(cfg: DictConfig, engine: Any, queries: list[Query], prompts: dict[str
     if sel_cfg.strategy == "random":
         selection = random_selection(queries, sel_cfg)
     else:
-        per_source = score_difficulty(queries, prompts, _activation(engine, sel_cfg, sources, list(sources)),
+        per_source = score_difficulty(queries, prompts, _activation(engine, sel_cfg, alignment, tv),
                                       engine.generate, sel_cfg, run_dir / f"difficulty-{key}.jsonl",
                                       mode=str(cfg.search.get("answer_mode", "math")))
         selection = choose(queries, per_source, sel_cfg)
@@ -332,12 +409,12 @@ def run_search(cfg: DictConfig) -> Path:
 
     from dots.engines.factory import build_engine
 
-    tokenizer = AutoTokenizer.from_pretrained(str(base.path))
+    tokenizer = AutoTokenizer.from_pretrained(str(alignment.tokenizer_source().path))  # the output's (and engine's)
     prompts = {q.id: format_prompt(q.question, backbone.prompt, tokenizer) for q in queries}
-    engine = LazyEngine(lambda: build_engine(cfg.engine, base.path, tv))
+    engine = LazyEngine(lambda: build_engine(cfg.engine, engine_model(cfg, alignment, tv, run_dir), tv))
     try:
         with run_once_lock(run_dir / ".selection.lock"):  # other workers wait, then reuse it
-            chosen = select(cfg, engine, queries, prompts, sources, identity, run_dir)
+            chosen = select(cfg, engine, queries, prompts, alignment, tv, identity, run_dir)
         # 3. study
         storage = open_storage(cfg.search.storage, run_dir)
         study_name = cfg.search.study_name or f"dots-{_hash(identity, 12)}" + ("-fixed" if fixed else "")
