@@ -58,13 +58,14 @@ def plot_scores(report: Mapping, path: str | Path, title: str = "") -> Path:
     groups = benchmarks + (["average"] if len(benchmarks) > 1 else [])
     width = 0.8 / max(len(models), 1)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(groups) * max(1, len(models)) * 0.45 + 2), 4.2))
+    cmap = plt.get_cmap("tab10" if len(models) <= 10 else "tab20")  # one distinct colour per model
     for i, m in enumerate(models):
         heights = []
         for g in groups:
             v = report["average"].get(m) if g == "average" else report["scores"].get(m, {}).get(g, {}).get("score")
             heights.append(0.0 if v is None else 100 * v)
         xs = [j + (i - (len(models) - 1) / 2) * width for j in range(len(groups))]
-        bars = ax.bar(xs, heights, width, label=m)
+        bars = ax.bar(xs, heights, width, label=m, color=cmap(i % cmap.N))
         if len(groups) * len(models) <= 40:
             ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
     ax.set_xticks(range(len(groups)))
@@ -72,7 +73,7 @@ def plot_scores(report: Mapping, path: str | Path, title: str = "") -> Path:
     ax.set_ylabel("score (%)")
     ax.set_ylim(0, 105)
     ax.set_title(title)
-    ax.legend(fontsize=8, ncol=min(len(models), 4))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     path = Path(path)
     tmp = path.with_suffix(".tmp.png")
