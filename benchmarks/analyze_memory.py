@@ -32,6 +32,9 @@ sys.path.insert(0, str(REPO))
 from dots.checkpoint import CheckpointWriter, TensorInfo  # noqa: E402
 from dots.testing import name_seed  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from gen_checkpoints import Shape, layer_shapes  # noqa: E402
+
 TIME = "/usr/bin/time"
 VOCAB = 151936
 FAMILIES = {  # hidden, heads, kv heads, MLP width (Qwen2-0.5B and Qwen2-1.5B)
@@ -45,20 +48,8 @@ ROW_BLOCK = 1 << 22  # entries generated at a time
 def shapes_for(size_gb: float) -> tuple[str, dict[str, tuple[int, ...]]]:
     family = "0.5b" if size_gb < 4 else "1.5b"
     hidden, heads, kv_heads, mlp = FAMILIES[family]
-    kv = kv_heads * hidden // heads
-
-    def layer(i: int) -> dict[str, tuple[int, ...]]:
-        p = f"model.layers.{i}."
-        return {
-            p + "input_layernorm.weight": (hidden,),
-            p + "self_attn.q_proj.weight": (hidden, hidden), p + "self_attn.q_proj.bias": (hidden,),
-            p + "self_attn.k_proj.weight": (kv, hidden), p + "self_attn.k_proj.bias": (kv,),
-            p + "self_attn.v_proj.weight": (kv, hidden), p + "self_attn.v_proj.bias": (kv,),
-            p + "self_attn.o_proj.weight": (hidden, hidden),
-            p + "post_attention_layernorm.weight": (hidden,),
-            p + "mlp.gate_proj.weight": (mlp, hidden), p + "mlp.up_proj.weight": (mlp, hidden),
-            p + "mlp.down_proj.weight": (hidden, mlp),
-        }
+    shape = Shape(hidden, heads, kv_heads, mlp, None)
+    layer = lambda i: layer_shapes(i, shape)  # noqa: E731
 
     fixed = 2 * VOCAB * hidden * 4 + hidden * 4
     per_layer = sum(torch.Size(s).numel() for s in layer(0).values()) * 4

@@ -39,26 +39,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo  # noqa: E402
 from dots.testing import name_seed  # noqa: E402
+from gen_checkpoints import HEADS, HIDDEN, KV_HEADS, MLP, VOCAB, layer_shapes  # noqa: E402  (Qwen2-0.5B widths)
 
-HIDDEN, HEADS, KV_HEADS, MLP, VOCAB = 896, 14, 2, 4864, 151936
 PROMPT = "Question: what is 12 + 30? Answer:"
-
-
-def layer_shapes(i: int) -> dict[str, tuple[int, ...]]:
-    p, kv = f"model.layers.{i}.", KV_HEADS * (HIDDEN // HEADS)
-    return {
-        p + "input_layernorm.weight": (HIDDEN,),
-        p + "self_attn.q_proj.weight": (HIDDEN, HIDDEN), p + "self_attn.q_proj.bias": (HIDDEN,),
-        p + "self_attn.k_proj.weight": (kv, HIDDEN), p + "self_attn.k_proj.bias": (kv,),
-        p + "self_attn.v_proj.weight": (kv, HIDDEN), p + "self_attn.v_proj.bias": (kv,),
-        p + "self_attn.o_proj.weight": (HIDDEN, HIDDEN),
-        p + "post_attention_layernorm.weight": (HIDDEN,),
-        p + "mlp.gate_proj.weight": (MLP, HIDDEN), p + "mlp.up_proj.weight": (MLP, HIDDEN),
-        p + "mlp.down_proj.weight": (HIDDEN, MLP),
-    }
 
 
 def model_shapes(layers: int) -> dict[str, tuple[int, ...]]:
