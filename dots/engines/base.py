@@ -7,6 +7,18 @@ from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from dots.errors import DotsError
+
+SYNTH_CACHES = ("disk", "memory")
+
+
+def check_synth_cache(value: str) -> str:
+    """disk: θ0 and τ̃ read from disk at every swap (memory: a few tensors); memory: held on
+    the engine's device once (ResidentSynthesizer; memory ≈ 2×base + K float32 τ̃)."""
+    if value not in SYNTH_CACHES:
+        raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
+    return value
+
 
 @dataclass(frozen=True)
 class PromptNLL:

@@ -17,7 +17,7 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from dots.checkpoint import Checkpoint
-from dots.engines.base import PromptNLL
+from dots.engines.base import PromptNLL, check_synth_cache
 from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
@@ -32,17 +32,6 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> str | torch.dtype:
     if dtype not in _DTYPES:
         raise DotsError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPES)}")
     return _DTYPES[dtype]
-
-
-SYNTH_CACHES = ("disk", "memory")
-
-
-def check_synth_cache(value: str) -> str:
-    """disk: θ0 and τ̃ read from disk at every swap (memory: a few tensors); memory: held on
-    the engine's device once (ResidentSynthesizer; memory ≈ 2×base + K float32 τ̃)."""
-    if value not in SYNTH_CACHES:
-        raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
-    return value
 
 
 class HFEngine:

@@ -36,8 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from dots.checkpoint import Checkpoint, CheckpointWriter
-from dots.engines.base import PromptNLL
-from dots.engines.hf import check_synth_cache
+from dots.engines.base import PromptNLL, check_synth_cache
 from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
