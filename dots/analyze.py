@@ -261,6 +261,9 @@ def _hydra_entry() -> None:
 
     import dots.lab  # noqa: F401  (registers the ${lab:...} resolver used by conf/backbone/lab.yaml)
     from dots.errors import cli_errors
+    from dots.memory import reuse_freed_memory
+
+    reuse_freed_memory()
 
     @hydra.main(config_path="../conf", config_name="analyze", version_base="1.3")
     def main(cfg) -> None:

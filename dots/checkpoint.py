@@ -13,7 +13,9 @@ import json
 import logging
 import math
 import os
+import queue
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,15 @@ _TORCH_DTYPES = {v: k for k, v in _ST_DTYPES.items()}
 
 def dtype_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    """True when no entry is NaN or ±Inf. A finite sum proves it (any NaN/Inf makes the sum
+    NaN/Inf) at the cost of one vectorised reduction; only a non-finite sum — a bad entry,
+    or an overflow of huge finite ones — pays for the exact elementwise check."""
+    if not tensor.is_floating_point():
+        return True
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
 def resolve_model_dir(path_or_id: str | os.PathLike, revision: str | None = None) -> Path:
@@ -196,17 +207,17 @@ class Checkpoint:
         count = (stop - start) * row_bytes
         if count == 0:
             return torch.empty(shape, dtype=info.dtype)
-        buf = bytearray(count)
+        buf = torch.empty(count, dtype=torch.uint8)  # not zero-filled, unlike a bytearray
         with open(file, "rb", buffering=0) as fh:
             fh.seek(offset + start * row_bytes)
-            view = memoryview(buf)
+            view = memoryview(buf.numpy())
             got = 0
             while got < count:
                 n = fh.readinto(view[got:])
                 if not n:
                     raise DotsError(f"{file} is truncated (reading {name})")
                 got += n
-        return torch.frombuffer(buf, dtype=info.dtype).reshape(shape)
+        return buf.view(info.dtype).reshape(shape)
 
     def tensors(self, names: Iterable[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         for name in names if names is not None else self.names:
@@ -278,7 +289,8 @@ class CheckpointWriter:
     """Write a planned set of tensors as (sharded) safetensors, atomically.
 
     `plan` maps every output name to its TensorInfo; shard layout and headers are fixed
-    up front, then `write(name, tensor)` puts each tensor at its offset in any order.
+    up front, then `write(name, tensor)` puts each tensor at its offset in any order (from
+    a background thread, so disk writes overlap the caller's next computation).
     `commit()` checks that everything was written, copies aux files and renames the
     temporary directory onto `out_dir`. On error (or `abort()`), nothing is left behind.
     """
@@ -322,22 +334,56 @@ class CheckpointWriter:
                 self.weight_map[name] = fname
         self._open: dict[Path, object] = {}
         self._written: set[str] = set()
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
         self.index_name = f"{weights_name}.safetensors.index.json" if n > 1 else None
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
+        """Queue `tensor` (cast to the planned dtype) for writing at its offset. The bytes go to
+        disk from a background thread while the caller computes the next tensor, so `tensor`
+        must not be modified until `commit()`; a write error surfaces here or at `commit()`."""
         info = self.plan.get(name)
         if info is None:
             raise KeyError(f"{name} is not in the write plan")
         if tuple(tensor.shape) != info.shape:
             raise ValueError(f"{name}: shape {tuple(tensor.shape)} != planned {info.shape}")
         data = tensor.detach().to("cpu", info.dtype).contiguous().reshape(-1).view(torch.uint8)
-        path, offset = self._files[name]
-        fh = self._open.get(path)
-        if fh is None:
-            fh = self._open[path] = open(path, "r+b")
-        fh.seek(offset)  # type: ignore[attr-defined]
-        fh.write(memoryview(data.numpy()))  # type: ignore[attr-defined]
+        self._check_background()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write_queued, name="dots-writer", daemon=True)
+            self._thread.start()
+        self._queue.put((name, data))  # blocks while one tensor already waits: ≤ 2 in flight
         self._written.add(name)
+
+    def _write_queued(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # drain after a failure; the caller sees the error
+            name, data = item
+            try:
+                path, offset = self._files[name]
+                fh = self._open.get(path)
+                if fh is None:
+                    fh = self._open[path] = open(path, "r+b")
+                fh.seek(offset)  # type: ignore[attr-defined]
+                fh.write(memoryview(data.numpy()))  # type: ignore[attr-defined]
+            except BaseException as exc:  # noqa: BLE001  re-raised in the caller's thread
+                self._error = exc
+
+    def _check_background(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _finish_background(self) -> None:
+        """Wait until every queued tensor is written, close the files."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        for fh in self._open.values():
+            fh.close()  # type: ignore[attr-defined]
+        self._open.clear()
 
     def write_all(self, items: Iterable[tuple[str, torch.Tensor]]) -> None:
         for name, tensor in items:
@@ -350,9 +396,10 @@ class CheckpointWriter:
 
     def commit(self, copy_from: Checkpoint | str | os.PathLike | None = None) -> Path:
         """Check completeness, copy aux files from `copy_from`, move into place."""
-        for fh in self._open.values():
-            fh.close()  # type: ignore[attr-defined]
-        self._open.clear()
+        self._finish_background()
+        if self._error is not None:
+            self.abort()
+            raise self._error
         missing = [n for n in self.plan if n not in self._written]
         if missing:
             self.abort()
@@ -377,9 +424,7 @@ class CheckpointWriter:
         return self.out_dir
 
     def abort(self) -> None:
-        for fh in self._open.values():
-            fh.close()  # type: ignore[attr-defined]
-        self._open.clear()
+        self._finish_background()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     def __enter__(self) -> "CheckpointWriter":

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from dots.checkpoint import Checkpoint, CheckpointWriter
+from dots.checkpoint import Checkpoint, CheckpointWriter, all_finite
 from dots.errors import DotsError, cli_errors
 from dots.methods import MergeContext, build_options, get_method
 from dots.progress import progress_bar
@@ -58,7 +58,7 @@ def read_inputs(alignment, name: str, with_deltas: bool = True) -> tuple[torch.T
     if with_deltas:
         for key, ckpt in alignment.sources.items():
             theta = read_full(ckpt, alignment.source_name(key, name), rows)
-            if not bool(torch.isfinite(theta).all()):
+            if not all_finite(theta):
                 raise DotsError(f"source {key} ({ckpt.source}) has NaN/Inf values in {name}")
             tau = theta if theta.dtype == torch.float32 else theta.to(torch.float32)
             del theta
@@ -289,6 +289,9 @@ def main() -> None:
     import hydra
 
     import dots.lab  # noqa: F401  registers the ${lab:...} resolver of the default backbone
+    from dots.memory import reuse_freed_memory
+
+    reuse_freed_memory()
 
     argv = [("+" + a) if re.match(r"^\+backbone\.sources\.", a) else a for a in sys.argv[1:]]
     sys.argv[1:] = argv

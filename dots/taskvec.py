@@ -22,10 +22,11 @@ from typing import Callable, Iterator, Mapping
 import torch
 
 from dots.align import Alignment, align
-from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
+from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo, all_finite
 from dots.errors import DotsError
 from dots.parallel import run_once_lock
 from dots.progress import progress_bar
+from dots.topk import global_kth_largest, mask_largest, topk_mask
 
 log = logging.getLogger(__name__)
 
@@ -64,59 +65,6 @@ def fingerprint(ckpt: Checkpoint) -> dict:
     """Identity of a checkpoint's weights without hashing their bytes: path, sizes, mtimes."""
     files = sorted({p for p in ckpt.path.glob("*.safetensors")})
     return {"path": str(ckpt.path.resolve()), "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]}
-
-
-# --- top-k selection --------------------------------------------------------------------
-
-def topk_mask(magnitude: torch.Tensor, k: int) -> torch.Tensor:
-    """Boolean mask of exactly k largest entries; ties at the threshold go to lower flat indices."""
-    flat = magnitude.reshape(-1)
-    n = flat.numel()
-    if k >= n:
-        return torch.ones_like(magnitude, dtype=torch.bool)
-    if k <= 0:
-        return torch.zeros_like(magnitude, dtype=torch.bool)
-    threshold = torch.kthvalue(flat, n - k + 1).values  # the k-th largest value
-    return _mask_with_threshold(flat, threshold, k).reshape(magnitude.shape)
-
-
-def _mask_with_threshold(flat: torch.Tensor, threshold: torch.Tensor | float, k: int) -> torch.Tensor:
-    mask = flat > threshold
-    need = k - int(mask.sum())
-    if need > 0:
-        ties = flat == threshold
-        mask |= ties & (torch.cumsum(ties, 0) <= need)
-    return mask
-
-
-def _bits(magnitude: torch.Tensor) -> torch.Tensor:
-    """Non-negative float32 → int32 bit patterns; their order is the order of the values."""
-    return magnitude.reshape(-1).float().contiguous().view(torch.int32)
-
-
-def global_kth_largest(stream: Callable[[], Iterator[torch.Tensor]], k: int) -> tuple[float, int]:
-    """Exact k-th largest of |values| over a stream of tensors, in two bounded-memory passes.
-
-    Pass 1 histograms the high 16 bits of the float32 pattern, pass 2 the low 16 bits
-    inside the bucket holding the k-th value. Returns (threshold, number of entries equal
-    to it that must be kept so that exactly k are kept).
-    """
-    high = torch.zeros(1 << 16, dtype=torch.int64)
-    for tensor in stream():
-        high += torch.bincount(_bits(tensor.abs()) >> 16, minlength=1 << 16)
-    above = torch.flip(torch.cumsum(torch.flip(high, [0]), 0), [0])  # entries with high >= b
-    bucket = int((above >= k).nonzero().max())
-    larger = int(above[bucket + 1]) if bucket + 1 < (1 << 16) else 0
-    low = torch.zeros(1 << 16, dtype=torch.int64)
-    for tensor in stream():
-        bits = _bits(tensor.abs())
-        sel = bits[(bits >> 16) == bucket]
-        low += torch.bincount(sel & 0xFFFF, minlength=1 << 16)
-    above_low = torch.flip(torch.cumsum(torch.flip(low, [0]), 0), [0]) + larger
-    idx = int((above_low >= k).nonzero().max())
-    strictly = int(above_low[idx + 1]) if idx + 1 < (1 << 16) else larger
-    threshold = torch.tensor([(bucket << 16) | idx], dtype=torch.int32).view(torch.float32).item()
-    return threshold, k - strictly
 
 
 # --- building ---------------------------------------------------------------------------
@@ -200,7 +148,7 @@ def _cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig) -> str
 
 def _task_vector(al: Alignment, key: str, name: str) -> torch.Tensor:
     tau = al.source_tensor(key, name).float() - al.base.get(name).float()
-    if not torch.isfinite(tau).all():
+    if not all_finite(tau):
         raise DotsError(f"source {key} has NaN/Inf in {name}")
     return tau
 
@@ -233,14 +181,8 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
             elif threshold is None:
                 sparse = tau * topk_mask(mag, round(float(cfg.density) * tau.numel()))
             else:
-                flat = mag.reshape(-1)
-                mask = flat > threshold[0]
-                if ties_left > 0:
-                    ties = flat == threshold[0]
-                    take = ties & (torch.cumsum(ties, 0) <= ties_left)
-                    ties_left -= int(take.sum())
-                    mask |= take
-                sparse = tau * mask.reshape(tau.shape)
+                mask, ties_left = mask_largest(mag.reshape(-1), threshold[0], ties_left, absolute=False)
+                sparse = tau * mask.view(tau.shape)
             t_norm = float(tau.double().pow(2).sum())
             t_kept = float(sparse.double().pow(2).sum())
             norm_sq += t_norm

@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo, convert_bin_to_safetensors
+from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo, all_finite, convert_bin_to_safetensors
 from dots.errors import DotsError
 from dots.testing import make_tiny_model
 
@@ -60,6 +60,26 @@ def test_writer_leaves_nothing_on_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_writer_background_write_error_reaches_the_caller(tmp_path):
+    """Bytes are written from a background thread; a failing write (here: the file-size limit
+    makes the kernel refuse writes past 1 MiB) must still raise and leave nothing behind."""
+    import resource
+
+    plan = {f"t{i}": TensorInfo((512, 1024), torch.float32) for i in range(4)}  # 2 MiB each
+    w = CheckpointWriter(tmp_path / "out", plan)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
+    try:
+        with pytest.raises(OSError):
+            with w:
+                for name in plan:
+                    w.write(name, torch.ones(512, 1024))
+                w.commit()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_writer_refuses_existing_output(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(DotsError, match="overwrite=true"):
@@ -96,3 +116,16 @@ def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(DotsError, match="Hub cache"):
         Checkpoint("nobody/no-such-model")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_all_finite(dtype):
+    x = torch.linspace(-1, 1, 1001).to(dtype)
+    assert all_finite(x)
+    huge = torch.full((8,), torch.finfo(dtype).max, dtype=dtype)
+    assert all_finite(huge)  # the sum overflows; the exact check still says finite
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        y = x.clone()
+        y[500] = bad
+        assert not all_finite(y)
+    assert all_finite(torch.arange(5))  # integers cannot hold NaN

@@ -172,14 +172,15 @@ def test_topk_mask_matches_stable_sort(shape, density):
 
 @pytest.mark.parametrize("density", [0.3, 0.9])
 def test_topk_mask_ties_and_large_tensor_path(density):
-    """small=0 forces the chunked radix path (over two chunks); equal magnitudes test the tie rule."""
-    n = CHUNK + 12345
+    """Past 4·SAMPLE entries the sampled bracket runs, here over several chunks; equal
+    magnitudes (heavy ties, also at the bracket ends) test the tie rule."""
+    n = 300_007
     x = torch.randint(-3, 4, (n,)).float()  # magnitudes 0..3, heavily tied
-    mask = topk_magnitude_mask(x, density, small=0)
+    mask = topk_magnitude_mask(x, density, chunk=1 << 16)
     assert int(mask.sum()) == round(density * n)
     assert torch.equal(mask, ref_topk(x, density))
     y = torch.randn(n)
-    assert torch.equal(topk_magnitude_mask(y, density, small=0), ref_topk(y, density))
+    assert torch.equal(topk_magnitude_mask(y, density, chunk=1 << 16), ref_topk(y, density))
 
 
 def test_linear_and_task_arithmetic():

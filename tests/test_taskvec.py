@@ -7,7 +7,8 @@ import torch
 from dots.align import align
 from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
 from dots.errors import DotsError
-from dots.taskvec import SparsifyConfig, build_task_vectors, global_kth_largest, topk_mask
+from dots.taskvec import SparsifyConfig, build_task_vectors
+from dots.topk import global_kth_largest, topk_mask
 from dots.testing import make_finetuned, make_tiny_model
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import torch
 
 from dots.errors import DotsError
+from dots.topk import CHUNK, topk_magnitude_mask  # noqa: F401  (re-exported for the methods)
 from dots.testing import name_seed
 
 if TYPE_CHECKING:
@@ -115,14 +116,6 @@ def check_choice(value: str, choices: Iterable[str], what: str) -> str:
 
 # --- shared arithmetic -----------------------------------------------------------------
 
-CHUNK = 1 << 22  # entries per chunk in bounded-memory scans
-SMALL = 1 << 24  # up to this many entries a top-k may use kthvalue (≤ ~200 MB of temporaries)
-
-
-def _chunks(flat: torch.Tensor, size: int = CHUNK) -> Iterator[torch.Tensor]:
-    for start in range(0, flat.numel(), size):
-        yield flat[start:start + size]
-
 
 def chunkwise(fn: Callable[..., Any], *tensors: torch.Tensor, size: int = CHUNK) -> None:
     """Apply an in-place `fn` to aligned chunks of equally sized contiguous tensors.
@@ -135,46 +128,6 @@ def chunkwise(fn: Callable[..., Any], *tensors: torch.Tensor, size: int = CHUNK)
         fn(*(f[start:start + size] for f in flats))
 
 
-def topk_magnitude_mask(x: torch.Tensor, density: float, small: int = SMALL) -> torch.Tensor:
-    """Keep exactly k = round(density·n) entries of largest |x|; ties go to lower flat indices.
-
-    For large tensors the selection is exact and streams over chunks (two-level radix
-    histogram of float32 bit patterns, `dots.taskvec.global_kth_largest`), so it needs
-    only the boolean mask and one chunk beyond the input — `kthvalue` would copy the
-    tensor and allocate int64 indices (3× its size). Tensors of at most `small` entries
-    use `kthvalue` (`dots.taskvec.topk_mask`, the same selection), which is faster.
-    """
-    from dots.taskvec import global_kth_largest, topk_mask
-
-    flat = x.reshape(-1)
-    n = flat.numel()
-    k = round(float(density) * n)
-    if k >= n:
-        return torch.ones(x.shape, dtype=torch.bool)
-    if k <= 0:
-        return torch.zeros(x.shape, dtype=torch.bool)
-    if n <= small:
-        return topk_mask(x.abs(), k)
-    threshold, need = global_kth_largest(lambda: _chunks(flat), k)
-    mask = torch.empty(n, dtype=torch.bool)
-    start = 0
-    for chunk in _chunks(flat):
-        mag = chunk.abs()
-        keep = mag > threshold
-        if need > 0:
-            ties = mag == threshold
-            count = int(ties.sum())
-            if count <= need:
-                keep |= ties
-                need -= count
-            else:
-                keep |= ties & (torch.cumsum(ties, 0) <= need)
-                need = 0
-        mask[start:start + chunk.numel()] = keep
-        start += chunk.numel()
-    return mask.view(x.shape)
-
-
 def keep_only(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """x ⊙ mask in place (entries outside the boolean mask become 0)."""
     return x.masked_fill_(~mask, 0.0)
@@ -182,8 +135,8 @@ def keep_only(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def weighted_sum(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
     """Σ_i w_i·τ_i in float32 (into a fresh tensor)."""
-    out = torch.zeros_like(deltas[0])
-    for delta, w in zip(deltas, weights):
+    out = torch.mul(deltas[0], float(weights[0]))
+    for delta, w in zip(deltas[1:], weights[1:]):
         out.add_(delta, alpha=float(w))
     return out
 
