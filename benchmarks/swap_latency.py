@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo  # noqa: E402
+from dots.memory import reuse_freed_memory  # noqa: E402
 from dots.testing import name_seed  # noqa: E402
 from gen_checkpoints import HEADS, HIDDEN, KV_HEADS, MLP, VOCAB, layer_shapes  # noqa: E402  (Qwen2-0.5B widths)
 
@@ -211,6 +212,7 @@ def measure_synthesis(tv, lams, device: str, resident: bool = False) -> list[flo
 
 
 def main() -> None:
+    reuse_freed_memory()  # as the dots.search process does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dots-swap"))
     parser.add_argument("--layers", type=int, default=24, help="24 = Qwen2.5-0.5B")

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 import dots.lab  # noqa: F401  (registers the ${lab:...} resolver)
 from dots.checkpoint import Checkpoint
 from dots.errors import DotsError, cli_errors
+from dots.memory import reuse_freed_memory
 from dots.eval_data import Benchmark, load_problems, resolve_benchmark
 from dots.eval_metrics import aggregate, grade, problem_score
 from dots.eval_report import average, markdown_table, plot_scores, write_json
@@ -422,6 +423,7 @@ def run_evaluate(cfg: DictConfig) -> dict:
 @cli_errors
 def main(cfg: DictConfig) -> None:
     logging.getLogger("dots").setLevel(logging.INFO)
+    reuse_freed_memory()
     run_evaluate(cfg)
 
 

@@ -33,6 +33,7 @@ from dots.align import Alignment, align, config_differences
 from dots.answers import consistency as answer_consistency
 from dots.checkpoint import Checkpoint
 from dots.errors import DotsError, cli_errors
+from dots.memory import reuse_freed_memory
 from dots.parallel import recover_stale_trials, run_once_lock
 from dots.pools import Query, load_pool
 from dots.prompts import format_prompt
@@ -105,6 +106,8 @@ class Scorer:
         self.tokenizer = tokenizer
 
     def __call__(self, coefficients: Mapping[str, float], seed: int) -> TrialResult:
+        start = getattr(self.engine, "start", None)  # a LazyEngine: its start is not the trial's swap
+        engine_start = start() if callable(start) else 0.0
         t0 = time.perf_counter()
         self.engine.swap_coefficients(dict(coefficients))
         t1 = time.perf_counter()
@@ -124,7 +127,8 @@ class Scorer:
             tokens = sum(len(s) for samples in outs for s in samples)
         return TrialResult(
             sum(per_query) / len(per_query), ppl, per_query, tokens,
-            {"swap": t1 - t0, "generate": t2 - t1, "consistency": t3 - t2, "perplexity": t4 - t3, "total": t4 - t0},
+            {"swap": t1 - t0, "generate": t2 - t1, "consistency": t3 - t2, "perplexity": t4 - t3, "total": t4 - t0,
+             "engine_start": engine_start},
         )
 
 
@@ -136,9 +140,16 @@ class LazyEngine:
         self._engine: Any = None
 
     def __getattr__(self, name: str) -> Any:
-        if self._engine is None:
-            self._engine = self._factory()
+        self.start()
         return getattr(self._engine, name)
+
+    def start(self) -> float:
+        """Start the engine if it is not running; the seconds that took (0 when it was)."""
+        if self._engine is not None:
+            return 0.0
+        began = time.perf_counter()
+        self._engine = self._factory()
+        return time.perf_counter() - began
 
     def close(self) -> None:
         if self._engine is not None:
@@ -465,6 +476,7 @@ def finalize(cfg: DictConfig, study: Any, names: list[str], tv: TaskVectors, ali
 @cli_errors
 def main(cfg: DictConfig) -> None:
     logging.getLogger("dots").setLevel(logging.INFO)
+    reuse_freed_memory()
     run_search(cfg)
 
 

@@ -2,8 +2,9 @@
 
 The reference functions below are written from the formulas, independently of
 dots.methods (plain loops over models, sorts instead of radix selection). The only
-shared convention is the documented seeding of random masks: one CPU generator seeded
-by dots.testing.name_seed(tensor name, seed), drawing torch.rand(shape) per model.
+shared convention is the documented seeding of random masks: per model i and block b of
+DROP_BLOCK entries, torch.rand from a CPU generator seeded by
+dots.testing.name_seed(f"{tensor name}|{i}|{b}", seed).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from safetensors.torch import save_file
 
 from dots.errors import DotsError
 from dots.methods import available_methods, build_options, get_method
-from dots.methods.base import CHUNK, MergeContext, topk_magnitude_mask
+from dots.methods.base import CHUNK, DROP_BLOCK, MergeContext, topk_magnitude_mask
 from dots.testing import name_seed
 
 EPS = 1e-5
@@ -57,9 +58,16 @@ def ref_ties(deltas, weights, density, scale):
     return scale * ref_disjoint_mean(trimmed, weights)
 
 
+def ref_drop(name, seed, shape, p, index=0):
+    """True = dropped: blocks of DROP_BLOCK entries, each from its own keyed generator."""
+    n = math.prod(shape)
+    parts = [torch.rand(min(DROP_BLOCK, n - start), generator=torch.Generator().manual_seed(
+             name_seed(f"{name}|{index}|{start // DROP_BLOCK}", seed))) < p for start in range(0, n, DROP_BLOCK)]
+    return torch.cat(parts).view(shape)
+
+
 def ref_dare_masks(name, seed, shape, k, p):
-    gen = torch.Generator().manual_seed(name_seed(name, seed))
-    return [torch.rand(shape, generator=gen) >= p for _ in range(k)]
+    return [~ref_drop(name, seed, shape, p, i) for i in range(k)]
 
 
 def ref_dare(name, deltas, weights, p, combine, scale, seed=0):
@@ -106,8 +114,7 @@ def ref_sar(name, a, b, fisher_a, fisher_b, p, scale, seed=0, eps=EPS):
         values = torch.sort(r.abs()[private]).values
         median = values[(values.numel() - 1) // 2]  # lower median
         low = private & (r.abs() < median)
-        gen = torch.Generator().manual_seed(name_seed(name, seed))
-        dropped = torch.rand(r.shape, generator=gen) < p
+        dropped = ref_drop(name, seed, tuple(r.shape), p)
         r = torch.where(low & dropped, torch.zeros_like(r), r)
         r = torch.where(low & ~dropped, r / (1 - p), r)
     return scale * r
@@ -222,6 +229,17 @@ def test_dare_drops_the_expected_share():
     kept = float((out != 0).float().mean())
     assert abs(kept - 0.1) < 0.01
     assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 10.0))
+
+
+def test_drop_mask_blocks_drawn_in_parallel_match_the_definition():
+    """A tensor over several DROP_BLOCKs takes the threaded path; blocks keep their own keys."""
+    from dots.methods.base import drop_mask
+
+    shape = (3, DROP_BLOCK // 2 + 7)  # 1.5 blocks + a ragged tail
+    mask = drop_mask(shape, 0.3, "layer.w", 5, index=1)
+    assert torch.equal(mask, ref_drop("layer.w", 5, shape, 0.3, index=1))
+    assert abs(float(mask.float().mean()) - 0.3) < 0.005
+    assert not torch.equal(mask, drop_mask(shape, 0.3, "layer.w", 5, index=0))
 
 
 def test_dare_identical_across_runs_and_tensor_order():

@@ -68,6 +68,10 @@ def test_pipeline_writes_every_stage_and_exports_the_pick(tiny, tmp_path):
     rows = (run_dir / "trials.csv").read_text().splitlines()
     assert rows[0].startswith("number,state,lambda_sft,lambda_rlvr,consistency,perplexity")
     assert "time_swap" in rows[0] and "time_generate" in rows[0] and len(rows) == 4
+    import csv
+
+    starts = [float(r["time_engine_start"]) for r in csv.DictReader(rows)]
+    assert starts[0] > 0 and starts[1:] == [0.0, 0.0]  # the lazy engine starts outside trial 0's swap
     # the export equals θ0 + Σ λ τ̃ computed directly, and loads in transformers
     from transformers import AutoModelForCausalLM
 

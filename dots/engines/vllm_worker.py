@@ -39,7 +39,10 @@ class DotsWorkerExtension:
         self._dots_task_vectors = self._dots_resident = None
         if spec is None:
             return 0
+        from dots.memory import reuse_freed_memory
         from dots.taskvec import TaskVectors
+
+        reuse_freed_memory()  # every swap allocates model-sized tensors again
 
         self._dots_task_vectors = TaskVectors.from_spec(spec)
         if synth_cache == "memory":

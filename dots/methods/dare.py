@@ -4,8 +4,8 @@ Each entry of each τ_i is dropped with probability p (default 0.9; DoTS used 0.
 0.2/0.9), survivors are rescaled by 1/(1−p); then `combine: linear` gives task
 arithmetic λ·Σ_i w_i·τ'_i and `combine: ties` the TIES sign election + disjoint mean
 (no trimming: DARE is the sparsifier), both scaled by λ (`scale`, default 1.0).
-Masks come from a generator seeded by `name_seed(tensor name, seed)` (see
-`dots.methods.base.dare_drop`), so merges are reproducible and order-independent.
+Masks come from generators seeded by `name_seed` of (tensor name, source index, block)
+and `seed` (see `dots.methods.base.drop_mask`), so merges are reproducible and order-independent.
 """
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ with probability p = 0.2 and the survivors among them rescaled by 1/(1−p) (Eq.
 the paper drops "the lower-magnitude half of the private region"); everything else
 passes unchanged. θ = θ0 + λ·r with λ (`scale`) default 1.0 (the paper gives none).
 
-Drop masks: `torch.rand(shape, generator=g) < p` with g seeded by name_seed(name, seed),
-so results do not depend on the order tensors are processed in.
+Drop masks: `dots.methods.base.drop_mask(shape, p, name, seed)` (blocks of
+`torch.rand < p` seeded by tensor name, seed and block), so results do not depend on
+the order tensors are processed in.
 
 Fisher: computed by `dots.fisher` once per source over `calibration_size` (64) queries
 and cached next to the task-vector cache. Memory: the Fisher pass needs ≈ 3 float32
@@ -27,7 +28,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.methods.base import Method, MergeContext, TensorStream, check_probability, chunkwise, seeded_generator
+from dots.methods.base import Method, MergeContext, TensorStream, check_probability, chunkwise, drop_mask
 from dots.methods.registry import register
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
         median = torch.median(magnitude[private])
         low = private & (magnitude < median)
         del magnitude
-        dropped = torch.rand(r.shape, generator=seeded_generator(name, int(options.seed))) < p
+        dropped = drop_mask(r.shape, p, name, int(options.seed))
         survivors = low & ~dropped
         r.masked_fill_(low.logical_and_(dropped), 0.0)
         del low, dropped

@@ -1,0 +1,143 @@
+"""Peak RSS and wall time of `dots.merge` and `dots.analyze` vs model size, as a plot.
+
+For each size, generates (gen_checkpoints.py `--shape qwen2.5-SIZE --dtype bfloat16
+--noise finetune`) a base + SFT-like + RLVR-like trio with the real Qwen2.5 widths and
+depths, then runs under `/usr/bin/time -v` (Debian package `time`), `--runs` times each:
+
+    python -m dots.merge method=ties backbone.base=BASE +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT overwrite=true
+    python -m dots.analyze ~backbone +backbone.name=bench +backbone.base=BASE +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT force=true
+
+Writes docs/figures/scaling.png (wall time and peak RSS against parameters, one line per
+command) and, with `--record`, appends the medians to benchmarks/RESULTS.md. The
+generated checkpoints of a size are deleted before the next size is generated.
+
+    python benchmarks/scaling.py --sizes 0.5b 1.5b 3b --runs 5 --root /tmp/dots-scaling --record
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from merge_memory import TIME, parse_time_v  # noqa: E402
+
+FIGURE = REPO / "docs" / "figures" / "scaling.png"
+
+
+def commands(root: Path, out: Path) -> dict[str, list[str]]:
+    sources = [f"+backbone.sources.sft={root / 'sft'}", f"+backbone.sources.rlvr={root / 'rlvr'}"]
+    return {
+        "merge (ties)": [sys.executable, "-m", "dots.merge", "method=ties", f"backbone.base={root / 'base'}",
+                         *sources, f"output={out / 'merged'}", "overwrite=true", f"hydra.run.dir={out / 'hydra'}"],
+        "analyze": [sys.executable, "-m", "dots.analyze", "~backbone", "+backbone.name=bench",
+                    f"+backbone.base={root / 'base'}", *sources, f"output={out / 'analysis'}", "force=true",
+                    f"hydra.run.dir={out / 'hydra'}"],
+    }
+
+
+def parameters(root: Path) -> tuple[int, int]:
+    """(parameters, entries of the largest tensor) of the base."""
+    from dots.checkpoint import Checkpoint
+
+    ckpt = Checkpoint(root / "base")
+    sizes = [ckpt.info(n).numel for n in ckpt.names]
+    return sum(sizes), max(sizes)
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_time, ax_rss) = plt.subplots(1, 2, figsize=(10, 4))
+    sizes = sorted(results, key=lambda s: results[s]["params"])
+    x = [results[s]["params"] / 1e9 for s in sizes]
+    for name in results[sizes[0]]["runs"]:
+        ax_time.plot(x, [statistics.median(r[0] for r in results[s]["runs"][name]) for s in sizes], "o-", label=name)
+        ax_rss.plot(x, [statistics.median(r[1] for r in results[s]["runs"][name]) for s in sizes], "o-", label=name)
+    ax_rss.plot(x, [results[s]["checkpoint_gib"] for s in sizes], "k:", label="one checkpoint (bf16)")
+    ax_rss.plot(x, [6 * 4 * results[s]["largest"] / 2**30 for s in sizes], "k--",
+                label="merge bound: (K+4)·largest tensor, fp32")
+    ax_time.set(xlabel="parameters (billions)", ylabel="wall time (s)", title="wall time")
+    ax_rss.set(xlabel="parameters (billions)", ylabel="peak RSS (GiB)",
+               title="peak RSS follows the largest tensor", ylim=(0, None))
+    for ax in (ax_time, ax_rss):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("dots on generated Qwen2.5-shaped bf16 trios (base + 2 sources), medians")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=["0.5b", "1.5b", "3b"], choices=["0.5b", "1.5b", "3b"])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--root", type=Path, default=Path("/tmp/dots-scaling"))
+    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench" / "scaling.json")
+    parser.add_argument("--layers", type=int, default=None, help="override the depth (smoke tests)")
+    parser.add_argument("--vocab", type=int, default=None, help="override the vocabulary (smoke tests)")
+    parser.add_argument("--record", action="store_true")
+    parser.add_argument("--machine", default=f"{os.cpu_count()} CPU cores")
+    args = parser.parse_args()
+
+    env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO)}
+    results: dict = json.loads(args.out.read_text()) if args.out.exists() else {}
+    for size in args.sizes:
+        root = args.root / size
+        smoke = [*(["--layers", str(args.layers)] if args.layers else []), *(["--vocab", str(args.vocab)] if args.vocab else [])]
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_checkpoints.py"), "--shape", f"qwen2.5-{size}",
+                        "--dtype", "bfloat16", "--noise", "finetune", "--out", str(root), *smoke], check=True)
+        params, largest = parameters(root)
+        entry = {"params": params, "largest": largest, "runs": {},
+                 "checkpoint_gib": sum(p.stat().st_size for p in (root / "base").glob("*.safetensors")) / 2**30}
+        for run in range(args.runs):
+            for name, cmd in commands(root, args.root / "out").items():
+                proc = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True, env=env, cwd=REPO)
+                if proc.returncode:
+                    raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
+                wall, rss = parse_time_v(proc.stderr)
+                entry["runs"].setdefault(name, []).append([wall, rss])
+                print(f"{size} {name} run {run + 1}: {wall:.1f} s, {rss:.2f} GiB", flush=True)
+        results[size] = entry
+        shutil.rmtree(args.root, ignore_errors=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1))
+    plot(results, FIGURE)
+
+    date = datetime.date.today().isoformat()
+    lines = ["", f"## Scaling of merge and analyze with model size (benchmarks/scaling.py) — {date}", "",
+             f"Command: `python {' '.join(sys.argv)}`. Machine: {args.machine}. Trios: gen_checkpoints.py "
+             "`--shape qwen2.5-SIZE --dtype bfloat16 --noise finetune`. Medians of the runs (`--runs` per invocation; sizes measured by separate invocations are merged from the JSON); figure: "
+             "docs/figures/scaling.png.", "",
+             "| size | parameters | checkpoint (GiB) | largest tensor (fp32 GiB) | command | runs | wall (s) | "
+             "peak RSS (GiB) | RSS min–max |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for size in sorted(results, key=lambda s: results[s]["params"]):
+        entry = results[size]
+        for name, runs in entry["runs"].items():
+            rss = [r[1] for r in runs]
+            lines.append(f"| {size} | {entry['params'] / 1e9:.2f} B | {entry['checkpoint_gib']:.2f} | "
+                         f"{4 * entry['largest'] / 2**30:.2f} | {name} | {len(runs)} | "
+                         f"{statistics.median(r[0] for r in runs):.1f} | {statistics.median(rss):.2f} | "
+                         f"{min(rss):.2f}–{max(rss):.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.record:
+        with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
+            fh.write(text)
+
+
+if __name__ == "__main__":
+    main()
