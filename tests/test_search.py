@@ -71,7 +71,7 @@ def test_pipeline_writes_every_stage_and_exports_the_pick(tiny, tmp_path):
     import csv
 
     starts = [float(r["time_engine_start"]) for r in csv.DictReader(rows)]
-    assert starts[0] > 0 and starts[1:] == [0.0, 0.0]  # the lazy engine starts outside trial 0's swap
+    assert starts == [0.0, 0.0, 0.0]  # the selection stage started the engine
     # the export equals θ0 + Σ λ τ̃ computed directly, and loads in transformers
     from transformers import AutoModelForCausalLM
 
@@ -104,6 +104,12 @@ def test_rerun_skips_finished_stages_and_more_trials_extend(tiny, tmp_path):
     run(overrides(tiny, tmp_path / "run", trials=5))
     after = sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall()
     assert after[:3] == before and len(after) == 5
+    # selection cached: the first new trial starts the engine, outside its swap time
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "run" / "trials.csv").read_text().splitlines()))
+    assert float(rows[3]["time_engine_start"]) > 0 and float(rows[4]["time_engine_start"]) == 0.0
+    assert float(rows[3]["time_swap"]) < float(rows[3]["time_engine_start"])
 
 
 def test_three_sources_get_one_coefficient_each(tiny, tmp_path):
