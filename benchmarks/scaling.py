@@ -67,7 +67,7 @@ def plot(results: dict, path: Path) -> None:
         ax_rss.plot(x, [statistics.median(r[1] for r in results[s]["runs"][name]) for s in sizes], "o-", label=name)
     ax_rss.plot(x, [results[s]["checkpoint_gib"] for s in sizes], "k:", label="one checkpoint (bf16)")
     ax_rss.plot(x, [6 * 4 * results[s]["largest"] / 2**30 for s in sizes], "k--",
-                label="merge bound: (K+4)·largest tensor, fp32")
+                label="(K+4) × largest tensor in fp32 (merge's working set)")
     ax_time.set(xlabel="parameters (billions)", ylabel="wall time (s)", title="wall time")
     ax_rss.set(xlabel="parameters (billions)", ylabel="peak RSS (GiB)",
                title="peak RSS follows the largest tensor", ylim=(0, None))
@@ -89,11 +89,15 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="override the depth (smoke tests)")
     parser.add_argument("--vocab", type=int, default=None, help="override the vocabulary (smoke tests)")
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the figure from --out, run nothing")
     parser.add_argument("--machine", default=f"{os.cpu_count()} CPU cores")
     args = parser.parse_args()
 
     env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO)}
     results: dict = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if args.plot_only:
+        plot(results, FIGURE)
+        return
     for size in args.sizes:
         root = args.root / size
         smoke = [*(["--layers", str(args.layers)] if args.layers else []), *(["--vocab", str(args.vocab)] if args.vocab else [])]

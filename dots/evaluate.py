@@ -30,10 +30,11 @@ from omegaconf import DictConfig, OmegaConf
 import dots.lab  # noqa: F401  (registers the ${lab:...} resolver)
 from dots.checkpoint import Checkpoint
 from dots.errors import DotsError, cli_errors
-from dots.memory import reuse_freed_memory
 from dots.eval_data import Benchmark, load_problems, resolve_benchmark
 from dots.eval_metrics import aggregate, grade, problem_score
 from dots.eval_report import average, markdown_table, plot_scores, write_json
+from dots.memory import reuse_freed_memory
+from dots.parallel import exit_on_sigterm
 from dots.pools import Query
 from dots.prompts import format_prompt
 
@@ -424,6 +425,7 @@ def run_evaluate(cfg: DictConfig) -> dict:
 def main(cfg: DictConfig) -> None:
     logging.getLogger("dots").setLevel(logging.INFO)
     reuse_freed_memory()
+    exit_on_sigterm()
     run_evaluate(cfg)
 
 

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,23 @@ from typing import Any, Iterator
 log = logging.getLogger(__name__)
 
 HEARTBEAT = "dots_heartbeat"
+SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 RETRY_OF = "dots_retry_of"
+
+
+def exit_on_sigterm() -> bool:
+    """Turn SIGTERM (scancel, a job time limit, `kill`, `timeout`) into SystemExit(143) in
+    the main thread, so `finally` blocks run: the engine closes and vLLM's engine-core
+    process goes with it instead of being orphaned. True if installed (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+
+    def _exit(signum: int, frame: Any) -> None:
+        log.warning("SIGTERM: stopping (finished trials are kept; rerun the command to resume)")
+        raise SystemExit(SIGTERM_EXIT_CODE)
+
+    signal.signal(signal.SIGTERM, _exit)
+    return True
 
 
 class Heartbeat:

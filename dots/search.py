@@ -34,7 +34,7 @@ from dots.answers import consistency as answer_consistency
 from dots.checkpoint import Checkpoint
 from dots.errors import DotsError, cli_errors
 from dots.memory import reuse_freed_memory
-from dots.parallel import recover_stale_trials, run_once_lock
+from dots.parallel import RETRY_OF, exit_on_sigterm, recover_stale_trials, run_once_lock
 from dots.pools import Query, load_pool
 from dots.prompts import format_prompt
 from dots.selection import (SelectionConfig, choose, load_selection, random_selection, save_selection,
@@ -228,6 +228,10 @@ def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[floa
             try:
                 with Heartbeat(study, trial._trial_id, heartbeat_s):
                     res = scorer(lam, seed=seed + trial.number)
+            except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the point is redone on resume
+                study.tell(trial, state=TrialState.FAIL)
+                study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number})
+                raise
             except BaseException:
                 study.tell(trial, state=TrialState.FAIL)
                 raise
@@ -477,6 +481,7 @@ def finalize(cfg: DictConfig, study: Any, names: list[str], tv: TaskVectors, ali
 def main(cfg: DictConfig) -> None:
     logging.getLogger("dots").setLevel(logging.INFO)
     reuse_freed_memory()
+    exit_on_sigterm()
     run_search(cfg)
 
 

@@ -17,7 +17,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Mapping
 
 import torch
 

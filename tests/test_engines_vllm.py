@@ -176,3 +176,56 @@ def test_sampling(engine):
     g = engine.generate(PROMPTS[:1], n=3, temperature=0.0, max_tokens=8)
     assert len(g[0]) == 3 and len(set(g[0])) == 1
     assert perplexity(engine.prompt_nll(PROMPTS)) > 1.0
+
+
+SERVE_UNTIL_TERMINATED = """
+import sys
+from dots.engines.vllm import VLLMEngine
+from dots.parallel import exit_on_sigterm
+
+if __name__ == "__main__":
+    exit_on_sigterm()  # what dots.search and dots.evaluate install
+    engine = VLLMEngine(sys.argv[1], **ENGINE_ARGS)
+    try:
+        print("engine-core", engine.worker_info()[0]["pid"], flush=True)
+        while True:
+            engine.generate(["12+34="], n=2, temperature=1.0, max_tokens=16)
+    finally:
+        engine.close()
+"""
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie may wait for a reaper that never comes)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_mid_generation_closes_the_engine_core(models, tmp_path):
+    """`kill`/scancel while generating: exit 143 after the engine closed, no orphaned engine core."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "serve.py"
+    script.write_text(SERVE_UNTIL_TERMINATED.replace("**ENGINE_ARGS", f"**{ENGINE_ARGS!r}"))
+    proc = subprocess.Popen([sys.executable, str(script), str(models["base"])], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("engine-core"), f"the engine did not start: {line!r}"
+        core = int(line.split()[1])
+        assert _running(core)
+        time.sleep(2)  # inside the generation loop
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+        deadline = time.time() + 30
+        while _running(core) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _running(core), "the engine core outlived the terminated process"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

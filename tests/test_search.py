@@ -154,8 +154,11 @@ def test_cli_error_is_one_line_and_exit_code_2(tiny, tmp_path):
     assert not (tmp_path / "r" / "study.db").exists()
 
 
-def test_resume_after_kill_9(tiny, tmp_path):
-    """kill -9 mid-study, rerun: finished trials kept as they were, exactly N complete at the end."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_resume_after_kill(tiny, tmp_path, sig):
+    """kill -9 or SIGTERM mid-study, rerun: finished trials kept as they were, exactly N complete
+    at the end. SIGTERM exits with 143 after closing the engine and queues the interrupted
+    trial's coefficients again."""
     run_dir = tmp_path / "run"
     n = 8
     cmd = [sys.executable, "-m", "dots.search", *overrides(tiny, run_dir, trials=n)]
@@ -173,8 +176,8 @@ def test_resume_after_kill_9(tiny, tmp_path):
     deadline = time.time() + 300
     while len(complete()) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(sig)
+    assert proc.wait(timeout=120) == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
     done = complete()
     assert 2 <= len(done) < n, "the kill should land mid-study"
     subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
@@ -183,3 +186,11 @@ def test_resume_after_kill_9(tiny, tmp_path):
     assert final[:len(done)] == done  # finished trials untouched, not recomputed
     result = yaml.safe_load((run_dir / "result.yaml").read_text())
     assert result["complete_trials"] == n and (run_dir / "model" / "config.json").exists()
+    if sig == signal.SIGTERM:  # a trial interrupted between its start and its end is redone
+        import optuna
+
+        study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+        failed = {t.number: t.params for t in study.trials if t.state.name == "FAIL"}
+        retried = [t for t in study.trials if "dots_retry_of" in t.user_attrs]
+        assert all(failed[t.user_attrs["dots_retry_of"]] == t.params for t in retried)
+        assert len(retried) == len(failed) <= 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import torch
 
 from dots.errors import DotsError
-from dots.topk import CHUNK, topk_magnitude_mask  # noqa: F401  (re-exported for the methods)
 from dots.testing import name_seed
+from dots.topk import CHUNK, topk_magnitude_mask  # noqa: F401  (re-exported for the methods)
 
 if TYPE_CHECKING:
     from dots.align import Alignment
@@ -174,6 +175,14 @@ def disjoint_mean(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> t
 
 DROP_BLOCK = 1 << 20  # entries per independently seeded block of a random drop mask
 _drop_pool: ThreadPoolExecutor | None = None
+
+
+def _forget_drop_pool() -> None:
+    global _drop_pool
+    _drop_pool = None  # a forked child has none of the parent's threads
+
+
+os.register_at_fork(after_in_child=_forget_drop_pool)
 
 
 def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int = 0) -> torch.Tensor:
