@@ -73,7 +73,7 @@ def plot(results: dict, path: Path) -> None:
                title="peak RSS follows the largest tensor", ylim=(0, None))
     for ax in (ax_time, ax_rss):
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(loc="upper left", fontsize=8)
     fig.suptitle("dots on generated Qwen2.5-shaped bf16 trios (base + 2 sources), medians")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
