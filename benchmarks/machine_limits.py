@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from merge_memory import TIME, parse_time_v  # noqa: E402
+from merge_memory import TIME, parse_time_v, report  # noqa: E402
 
 READ_BLOCK = 16 * 2**20
 GB = 1e9
@@ -192,11 +192,7 @@ def main() -> None:
     for method, state, wall, inner in rows:
         lines.append(f"| {method} | {state} | {wall:.2f} | {inner:.2f} | {inner / floor_warm:.1f}× | "
                      f"{inner / floor_disk:.1f}× |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.record:
-        with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
-            fh.write(text)
+    report(lines, args.record)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -34,6 +34,15 @@ def parse_time_v(text: str) -> tuple[float, float]:
     return seconds, rss_kb / 2**20
 
 
+def report(lines: list[str], record: bool) -> None:
+    """Print a Markdown section and, with `record`, append it to benchmarks/RESULTS.md."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if record:
+        with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
+            fh.write(text)
+
+
 def merge_command(root: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "dots.merge", "method=ties", f"backbone.base={root / 'base'}",
             f"+backbone.sources.sft={root / 'sft'}", f"+backbone.sources.rlvr={root / 'rlvr'}",

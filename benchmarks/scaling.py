@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from merge_memory import TIME, parse_time_v  # noqa: E402
+from merge_memory import TIME, parse_time_v, report  # noqa: E402
 
 FIGURE = REPO / "docs" / "figures" / "scaling.png"
 
@@ -136,11 +136,7 @@ def main() -> None:
                          f"{4 * entry['largest'] / 2**30:.2f} | {name} | {len(runs)} | "
                          f"{statistics.median(r[0] for r in runs):.1f} | {statistics.median(rss):.2f} | "
                          f"{min(rss):.2f}–{max(rss):.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.record:
-        with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
-            fh.write(text)
+    report(lines, args.record)
 
 
 if __name__ == "__main__":
