@@ -27,19 +27,43 @@ SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 RETRY_OF = "dots_retry_of"
 
 
+class _Sigterm:
+    deferring = 0      # depth of sigterm_deferred blocks in the main thread
+    pending = False    # a SIGTERM arrived while deferring
+
+
 def exit_on_sigterm() -> bool:
     """Turn SIGTERM (scancel, a job time limit, `kill`, `timeout`) into SystemExit(143) in
     the main thread, so `finally` blocks run: the engine closes and vLLM's engine-core
-    process goes with it instead of being orphaned. True if installed (main thread only)."""
+    process goes with it instead of being orphaned. Inside `sigterm_deferred` the exit waits
+    for the block's end. True if installed (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         return False
 
     def _exit(signum: int, frame: Any) -> None:
         log.warning("SIGTERM: stopping (finished trials are kept; rerun the command to resume)")
+        if _Sigterm.deferring:
+            _Sigterm.pending = True
+            return
         raise SystemExit(SIGTERM_EXIT_CODE)
 
     signal.signal(signal.SIGTERM, _exit)
     return True
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """Hold a SIGTERM that arrives inside the block until the block ends, so that study
+    bookkeeping (ask and suggest, tell) is never cut in half: a trial is either left with
+    all its coefficients or not asked at all."""
+    _Sigterm.deferring += 1
+    try:
+        yield
+    finally:
+        _Sigterm.deferring -= 1
+    if not _Sigterm.deferring and _Sigterm.pending:  # (an exception in flight keeps it pending)
+        _Sigterm.pending = False
+        raise SystemExit(SIGTERM_EXIT_CODE)
 
 
 class Heartbeat:
@@ -75,7 +99,38 @@ class Heartbeat:
         self.stop()
 
 
-def recover_stale_trials(study: Any, grace_s: float) -> list[int]:
+def retry_point(trial: Any, names: list[str] | None = None) -> dict[str, Any] | None:
+    """The coefficients an interrupted trial should be evaluated at again: the point it was
+    enqueued with, else its suggested parameters when all of `names` were drawn; None when
+    it was cut off before (it evaluated nothing, so a fresh trial loses nothing)."""
+    fixed = trial.system_attrs.get("fixed_params")
+    if fixed:
+        return dict(fixed)
+    if trial.params and (names is None or set(trial.params) == set(names)):
+        return dict(trial.params)
+    return None
+
+
+def fail_and_requeue(study: Any, trial_id: int, names: list[str] | None = None) -> bool:
+    """Mark a RUNNING trial FAIL and enqueue its point again (`retry_point`), tagged with
+    RETRY_OF. False, doing nothing, if the trial is no longer RUNNING: only one worker wins
+    this transition, so only one re-enqueues the point."""
+    from optuna.trial import TrialState
+
+    trial = study._storage.get_trial(trial_id)
+    if trial.state != TrialState.RUNNING:
+        return False
+    try:
+        study._storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+    except Exception:  # finished or recovered by another worker in the meantime
+        return False
+    point = retry_point(trial, names)
+    if point:  # (Optuna's skip_if_exists would match the failed trial itself)
+        study.enqueue_trial(point, user_attrs={RETRY_OF: trial.number})
+    return True
+
+
+def recover_stale_trials(study: Any, grace_s: float, names: list[str] | None = None) -> list[int]:
     """Mark RUNNING trials without a fresh heartbeat FAIL and enqueue their coefficients again."""
     from optuna.trial import TrialState
 
@@ -87,13 +142,8 @@ def recover_stale_trials(study: Any, grace_s: float) -> list[int]:
             beat = trial.datetime_start.timestamp()
         if beat is not None and now - float(beat) <= grace_s:
             continue
-        try:  # only one worker wins this transition, so only one re-enqueues the point
-            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-        except Exception:  # finished or recovered by another worker in the meantime
-            continue
-        if trial.params:  # (Optuna's skip_if_exists would match the failed trial itself)
-            study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number})
-        recovered.append(trial.number)
+        if fail_and_requeue(study, trial._trial_id, names):
+            recovered.append(trial.number)
     if recovered:
         log.warning("recovered trial(s) %s left running by a dead worker; their coefficients are queued again",
                     recovered)

@@ -187,18 +187,27 @@ def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[floa
     once its heartbeat is older than `grace_s` (dots.parallel)."""
     from optuna.trial import TrialState
 
-    from dots.parallel import Heartbeat, recover_stale_trials
+    from dots.parallel import Heartbeat, fail_and_requeue, recover_stale_trials, sigterm_deferred
     from dots.progress import progress_enabled
+
+    names = [f"lambda_{s}" for s in sources]
 
     def count(*states: TrialState) -> int:
         return len(study.get_trials(deepcopy=False, states=states))
 
     if fixed is not None:
-        done = {tuple(round(t.params[f"lambda_{s}"], 10) for s in sources)
-                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-        todo = [tuple(float(x) for x in p) for p in fixed if tuple(round(float(x), 10) for x in p) not in done]
-        for point in todo:
-            study.enqueue_trial({f"lambda_{s}": v for s, v in zip(sources, point)}, skip_if_exists=True)
+        def key(point: Any) -> tuple[float, ...]:
+            return tuple(round(float(point[n]), 10) for n in names)
+
+        done = {key(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+        queued = {key(t.system_attrs["fixed_params"]) for t in study.get_trials(
+            deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)) if "fixed_params" in t.system_attrs}
+        todo = [dict(zip(names, map(float, p))) for p in fixed]
+        todo = [p for p in todo if key(p) not in done]
+        for point in todo:  # (not skip_if_exists: a FAILed trial of the point must not hide it)
+            if key(point) not in queued:
+                study.enqueue_trial(point)
+                queued.add(key(point))
         target = count(TrialState.COMPLETE) + len(todo)
     else:
         target = n_trials
@@ -213,32 +222,38 @@ def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[floa
     with Progress(*columns, disable=not progress_enabled()) as bar:
         task = bar.add_task("trials", total=target, completed=start, best="")
         while True:
-            recover_stale_trials(study, grace_s)
+            recover_stale_trials(study, grace_s, names)
             complete = count(TrialState.COMPLETE)
             if complete >= target:
                 break
             if complete + count(TrialState.RUNNING) >= target:  # others are running the last trials
                 time.sleep(poll_s)
                 continue
-            trial = study.ask()
-            if count(TrialState.COMPLETE) + count(TrialState.RUNNING) - 1 >= target:  # lost a race
-                study.tell(trial, state=TrialState.PRUNED)
-                continue
-            lam = {s: trial.suggest_float(f"lambda_{s}", *bounds) for s in sources}
+            trial = None
             try:
+                with sigterm_deferred():  # a SIGTERM here lands after the suggestions, in the except
+                    trial = study.ask()
+                    if count(TrialState.COMPLETE) + count(TrialState.RUNNING) - 1 >= target:  # lost a race
+                        study.tell(trial, state=TrialState.PRUNED)
+                        trial = None
+                        continue
+                    lam = {s: trial.suggest_float(n, *bounds) for s, n in zip(sources, names)}
                 with Heartbeat(study, trial._trial_id, heartbeat_s):
                     res = scorer(lam, seed=seed + trial.number)
             except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the point is redone on resume
-                study.tell(trial, state=TrialState.FAIL)
-                study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number})
+                if trial is not None:
+                    with sigterm_deferred():
+                        fail_and_requeue(study, trial._trial_id, names)
                 raise
             except BaseException:
-                study.tell(trial, state=TrialState.FAIL)
+                if trial is not None:
+                    study.tell(trial, state=TrialState.FAIL)
                 raise
-            for key, value in (("per_query_consistency", res.per_query), ("tokens_generated", res.tokens),
-                               ("time", res.times)):
-                trial.set_user_attr(key, value)
-            study.tell(trial, [res.consistency, res.perplexity])
+            with sigterm_deferred():
+                for name, value in (("per_query_consistency", res.per_query), ("tokens_generated", res.tokens),
+                                    ("time", res.times)):
+                    trial.set_user_attr(name, value)
+                study.tell(trial, [res.consistency, res.perplexity])
             finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             best = max(finished, key=lambda t: (t.values[0], -t.values[1]))
             bar.update(task, completed=len(finished),
@@ -442,7 +457,7 @@ def run_search(cfg: DictConfig) -> Path:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(["consistency", "perplexity"])
         if int(cfg.search.workers) <= 1:  # alone on this study: whatever is RUNNING was interrupted
-            stale = recover_stale_trials(study, grace_s=-1.0)
+            stale = recover_stale_trials(study, grace_s=-1.0, names=[f"lambda_{n}" for n in names])
             if stale:
                 print(f"study: trial(s) {stale} left running by an interrupted run were marked failed and queued again")
         scorer = Scorer(engine, [prompts[q.id] for q in chosen], cfg, tokenizer)

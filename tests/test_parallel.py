@@ -72,8 +72,8 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path):
                 running = load(storage).get_trials(states=(TrialState.RUNNING,))
             except Exception:
                 continue
-            # a trial whose coefficients are all chosen (killing between two suggestions
-            # would leave a partial point, retried with the missing λ sampled afresh)
+            # a trial whose coefficients are all chosen (one killed between two suggestions
+            # evaluated nothing and is not retried: test_partial_point_is_not_retried)
             victim = next((t.number for t in running if len(t.params) == 2), None)
     slow.send_signal(signal.SIGKILL)
     slow.wait()
@@ -88,3 +88,87 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path):
     assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
     assert retried[0].params == trials[victim].params
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == n
+
+
+# --- the bookkeeping, on an in-memory study (no engine) --------------------------------------
+
+def _study():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(directions=["maximize", "minimize"])
+
+
+def test_sigterm_deferred_holds_the_exit_until_the_block_ends():
+    from dots.parallel import SIGTERM_EXIT_CODE, exit_on_sigterm, sigterm_deferred
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert exit_on_sigterm()
+        reached = []
+        with pytest.raises(SystemExit) as exit_info:
+            with sigterm_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                reached.append("after the signal")  # the block finishes its bookkeeping
+            reached.append("after the block")  # never: the exit lands at the block's end
+        assert exit_info.value.code == SIGTERM_EXIT_CODE and reached == ["after the signal"]
+        with pytest.raises(SystemExit):  # outside a deferred block it lands at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_partial_point_is_not_retried():
+    """A trial cut off between two suggestions evaluated nothing: it fails and nothing is queued
+    (re-queuing half a point would give a retry with different coefficients). A whole point, or
+    an enqueued one however far its suggestions got, is queued again as it was."""
+    from optuna.trial import TrialState
+
+    from dots.parallel import RETRY_OF, fail_and_requeue
+
+    names = ["lambda_a", "lambda_b"]
+    study = _study()
+    partial = study.ask()
+    partial.suggest_float("lambda_a", 0, 1)
+    whole = study.ask()
+    point = {n: whole.suggest_float(n, 0, 1) for n in names}
+    study.enqueue_trial({"lambda_a": 0.25, "lambda_b": 0.75})
+    fixed = study.ask()
+    fixed.suggest_float("lambda_a", 0, 1)
+    for trial in (partial, whole, fixed):
+        assert fail_and_requeue(study, trial._trial_id, names)
+    assert not fail_and_requeue(study, whole._trial_id, names)  # already failed: nothing twice
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert {t.user_attrs[RETRY_OF]: t.system_attrs["fixed_params"] for t in waiting} == {
+        whole.number: point, fixed.number: {"lambda_a": 0.25, "lambda_b": 0.75}}
+
+
+def test_fixed_point_that_failed_is_scored_on_rerun():
+    """A fixed point whose trial failed (an error, not an interruption) is enqueued again by the
+    next run_study call; Optuna's skip_if_exists would match the failed trial and lose the point,
+    replacing it by a TPE sample."""
+    from types import SimpleNamespace
+
+    from optuna.trial import TrialState
+
+    from dots.search import run_study
+
+    points = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+    scored = []
+
+    def scorer(lam, seed):
+        if len(scored) == 1 and not failed:
+            failed.append(dict(lam))
+            raise RuntimeError("out of memory")
+        scored.append((lam["a"], lam["b"]))
+        return SimpleNamespace(consistency=lam["a"], perplexity=lam["b"], per_query=[], tokens=0, times={"total": 0})
+
+    failed: list = []
+    study = _study()
+    with pytest.raises(RuntimeError):
+        run_study(study, scorer, ["a", "b"], (0.0, 1.0), 0, seed=0, fixed=points, poll_s=0)
+    run_study(study, scorer, ["a", "b"], (0.0, 1.0), 0, seed=0, fixed=points, poll_s=0)
+    assert sorted(scored) == [tuple(p) for p in points]
+    assert len(study.get_trials(states=(TrialState.FAIL,))) == 1
+    assert sorted(tuple(t.params.values()) for t in study.get_trials(states=(TrialState.COMPLETE,))) == sorted(scored)
