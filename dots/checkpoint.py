@@ -334,6 +334,7 @@ class CheckpointWriter:
                 self.weight_map[name] = fname
         self._open: dict[Path, object] = {}
         self._written: set[str] = set()
+        self._rows_written: dict[str, int] = {}
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -348,25 +349,43 @@ class CheckpointWriter:
             raise KeyError(f"{name} is not in the write plan")
         if tuple(tensor.shape) != info.shape:
             raise ValueError(f"{name}: shape {tuple(tensor.shape)} != planned {info.shape}")
+        self._queue_bytes(name, 0, tensor, info)
+        self._written.add(name)
+
+    def write_rows(self, name: str, start: int, rows: torch.Tensor) -> None:
+        """`write` for rows [start, start + len(rows)) of a tensor: a large tensor goes to disk
+        block by block and is never whole in memory. The tensor counts as written once all
+        its rows are (blocks must not overlap)."""
+        info = self.plan.get(name)
+        if info is None:
+            raise KeyError(f"{name} is not in the write plan")
+        if not info.shape or tuple(rows.shape[1:]) != info.shape[1:] or not 0 <= start <= info.shape[0] - rows.shape[0]:
+            raise ValueError(f"{name}: rows {start}..{start + rows.shape[0]} of shape {tuple(rows.shape)} "
+                             f"do not fit planned {info.shape}")
+        self._queue_bytes(name, start * (info.nbytes // info.shape[0]), rows, info)
+        done = self._rows_written[name] = self._rows_written.get(name, 0) + rows.shape[0]
+        if done == info.shape[0]:
+            self._written.add(name)
+
+    def _queue_bytes(self, name: str, offset: int, tensor: torch.Tensor, info: TensorInfo) -> None:
         data = tensor.detach().to("cpu", info.dtype).contiguous().reshape(-1).view(torch.uint8)
         self._check_background()
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_queued, name="dots-writer", daemon=True)
             self._thread.start()
-        self._queue.put((name, data))  # blocks while one tensor already waits: ≤ 2 in flight
-        self._written.add(name)
+        self._queue.put((name, offset, data))  # blocks while one item already waits: ≤ 2 in flight
 
     def _write_queued(self) -> None:
         while (item := self._queue.get()) is not None:
             if self._error is not None:
                 continue  # drain after a failure; the caller sees the error
-            name, data = item
+            name, offset, data = item
             try:
-                path, offset = self._files[name]
+                path, start = self._files[name]
                 fh = self._open.get(path)
                 if fh is None:
                     fh = self._open[path] = open(path, "r+b")
-                fh.seek(offset)  # type: ignore[attr-defined]
+                fh.seek(start + offset)  # type: ignore[attr-defined]
                 fh.write(memoryview(data.numpy()))  # type: ignore[attr-defined]
             except BaseException as exc:  # noqa: BLE001  re-raised in the caller's thread
                 self._error = exc

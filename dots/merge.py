@@ -3,10 +3,13 @@
 For each tensor name (in the base's order) it reads the base and every source, forms
 τ_i = θ_i − θ0 in float32, calls the method, writes θ0 + δ cast to the base dtype at
 its planned offset (`CheckpointWriter`) and frees everything before the next name.
-Reads go through a mapping that is closed right after (`Checkpoint.get_rows`), so the
-resident set stays at a few copies of the largest tensor — about (K + 4)·float32 of it
-plus a fixed overhead — whatever the model size. Methods with whole-model statistics
-get a first pass over the same stream before the writing pass.
+A tensor above `block_entries` (2^24) entries — the embedding, a 7B MLP — is read,
+merged and written in row blocks when the method is blockwise (all but SAR and
+dots_fixed; TIES and RAM-per-tensor first gather their per-tensor facts in a pass over
+the blocks), with the same bits as a whole-tensor merge. So the resident set is about
+(K + 4) float32 blocks plus the largest tensor below the block size and a fixed
+overhead, whatever the model's size or width. Methods with whole-model statistics get
+a first pass over the same (blocked) stream before the writing pass.
 
     python -m dots.merge method=ties backbone.base=DIR_OR_ID \
         +backbone.sources.sft=DIR +backbone.sources.rlvr=DIR output=DIR [overwrite=true]
@@ -32,6 +35,7 @@ import torch
 from dots.checkpoint import Checkpoint, CheckpointWriter, all_finite
 from dots.errors import DotsError, cli_errors
 from dots.methods import MergeContext, build_options, get_method
+from dots.methods.base import WHOLE, Part
 from dots.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,19 @@ DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
 
 # --- reading ----------------------------------------------------------------------------
 
+BLOCK_ENTRIES = 1 << 24  # a tensor larger than this is merged in row blocks of about this many entries
+
+
+def row_blocks(shape: Sequence[int], block_entries: int = BLOCK_ENTRIES) -> list[tuple[int, int]]:
+    """Row ranges [r0, r1) covering a tensor, each about `block_entries` entries; one range
+    (the whole tensor) when it is not larger than that or has no rows."""
+    if not shape or math.prod(shape) <= block_entries:
+        return [(0, shape[0] if shape else 0)]
+    per_row = math.prod(shape[1:])
+    step = max(1, block_entries // per_row)
+    return [(r, min(r + step, shape[0])) for r in range(0, shape[0], step)]
+
+
 def read_full(ckpt: Checkpoint, name: str, rows: int | None) -> torch.Tensor:
     """A whole tensor (its first `rows` rows), read without keeping the file mapped."""
     if rows is None:
@@ -49,15 +66,22 @@ def read_full(ckpt: Checkpoint, name: str, rows: int | None) -> torch.Tensor:
     return ckpt.get_rows(name, 0, rows)
 
 
-def read_inputs(alignment, name: str, with_deltas: bool = True) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """θ0 (float32) and the task vectors τ_i = θ_i − θ0 (float32) of one merged tensor."""
+def read_inputs(alignment, name: str, with_deltas: bool = True,
+                rows: tuple[int, int] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """θ0 (float32) and the task vectors τ_i = θ_i − θ0 (float32) of one merged tensor, or of
+    its rows [r0, r1) (the base's rows only: a source's added vocabulary rows are not merged)."""
     info = alignment.base.info(name)
-    rows = info.shape[0] if info.shape else None
-    base = read_full(alignment.base, name, rows).to(torch.float32)
+
+    def read(ckpt: Checkpoint, key: str) -> torch.Tensor:
+        if rows is not None:
+            return ckpt.get_rows(key, *rows)
+        return read_full(ckpt, key, info.shape[0] if info.shape else None)
+
+    base = read(alignment.base, name).to(torch.float32)
     deltas: list[torch.Tensor] = []
     if with_deltas:
         for key, ckpt in alignment.sources.items():
-            theta = read_full(ckpt, alignment.source_name(key, name), rows)
+            theta = read(ckpt, alignment.source_name(key, name))
             if not all_finite(theta):
                 raise DotsError(f"source {key} ({ckpt.source}) has NaN/Inf values in {name}")
             tau = theta if theta.dtype == torch.float32 else theta.to(torch.float32)
@@ -66,9 +90,19 @@ def read_inputs(alignment, name: str, with_deltas: bool = True) -> tuple[torch.T
     return base, deltas
 
 
-def tensor_stream(alignment, names: Sequence[str], with_deltas: bool = True) -> Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]:
+def tensor_stream(alignment, names: Sequence[str], with_deltas: bool = True,
+                  block_entries: int = BLOCK_ENTRIES) -> Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]:
+    """(name, θ0, [τ_i]) per merged tensor, a large tensor as consecutive row blocks."""
     for name in names:
-        yield (name, *read_inputs(alignment, name, with_deltas))
+        for span in row_blocks(alignment.base.info(name).shape, block_entries):
+            yield (name, *read_inputs(alignment, name, with_deltas, span))
+
+
+def block_stream(alignment, name: str, spans: Sequence[tuple[int, int]], with_deltas: bool = True):
+    """A fresh pass over one tensor's row blocks: (flat offset, θ0 rows, [τ_i rows])."""
+    per_row = math.prod(alignment.base.info(name).shape[1:])
+    for span in spans:
+        yield (span[0] * per_row, *read_inputs(alignment, name, with_deltas, span))
 
 
 # --- options ----------------------------------------------------------------------------
@@ -121,8 +155,11 @@ def merge_checkpoints(
     device: str = "cpu",
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     card_config: Mapping[str, Any] | None = None,
+    block_entries: int = BLOCK_ENTRIES,
 ) -> Path:
-    """Merge `sources` into `base` with `method` and write a loadable model to `output`."""
+    """Merge `sources` into `base` with `method` and write a loadable model to `output`.
+    Tensors above `block_entries` entries are read, merged (blockwise methods) and written
+    in row blocks, so peak memory does not grow with the model's width."""
     from dots.align import align, config_differences
     from dots.modelcard import render_model_card
 
@@ -154,7 +191,7 @@ def merge_checkpoints(
 
     stats = None
     if spec.first_pass is not None:
-        stats = spec.first_pass(lambda: tensor_stream(al, al.merged), opts, context)
+        stats = spec.first_pass(lambda: tensor_stream(al, al.merged, block_entries=block_entries), opts, context)
 
     card = render_model_card(
         method=spec.name, options={f: getattr(opts, f) for f in opts.__dataclass_fields__},
@@ -167,12 +204,15 @@ def merge_checkpoints(
     with CheckpointWriter(out, al.out_plan, max_shard_bytes=max_shard_bytes, overwrite=overwrite) as writer:
         for name in progress_bar(list(al.out_plan), f"merge ({spec.name})"):
             if name in merged:
-                tensor = _merge_one(al, name, spec, opts, weight_list, stats)
+                _merge_one(al, name, spec, opts, weight_list, stats, writer, block_entries)
             else:
-                info = base_ckpt.info(name)
-                tensor = read_full(base_ckpt, name, info.shape[0] if info.shape else None)
-            writer.write(name, tensor)
-            del tensor
+                for r0, r1 in row_blocks(base_ckpt.info(name).shape, block_entries):
+                    rows = base_ckpt.get_rows(name, r0, r1)
+                    if rows.dim():
+                        writer.write_rows(name, r0, rows)
+                    else:
+                        writer.write(name, rows)
+                    del rows
         writer.add_file("config.json", json.dumps(output_config, indent=2) + "\n")
         writer.add_file("README.md", card)
         result = writer.commit(copy_from=copy_from)
@@ -180,18 +220,41 @@ def merge_checkpoints(
     return result
 
 
-def _merge_one(al, name: str, spec, opts, weights: Sequence[float], stats) -> torch.Tensor:
-    base, deltas = read_inputs(al, name, spec.reads_deltas)
-    delta = spec.merge(name, base, deltas, weights, opts, stats)
+def _merge_one(al, name: str, spec, opts, weights: Sequence[float], stats, writer: CheckpointWriter,
+               block_entries: int) -> None:
+    """Merge one tensor and hand it to the writer: whole, or (a blockwise method on a large
+    tensor) in row blocks after the method's tensor_pass over the same blocks."""
+    info = al.base.info(name)
+    spans = row_blocks(info.shape, block_entries) if spec.blockwise else [(0, info.shape[0] if info.shape else 0)]
+    if len(spans) == 1:
+        base, deltas = read_inputs(al, name, spec.reads_deltas)
+        merged = _apply(spec, name, base, deltas, weights, opts, stats, WHOLE)
+        extra = al.extra_rows_tensor(name)
+        if extra is not None:
+            merged = torch.cat([merged.to(extra.dtype), extra])
+        writer.write(name, merged)
+        return
+    facts = None
+    if spec.tensor_pass is not None:
+        facts = spec.tensor_pass(name, info.numel, lambda: block_stream(al, name, spans), opts, stats)
+    for start, base, deltas in block_stream(al, name, spans):
+        rows = start // max(1, math.prod(info.shape[1:]))
+        writer.write_rows(name, rows, _apply(spec, name, base, deltas, weights, opts, stats,
+                                             Part(start, info.numel, facts)))
+        del base, deltas
+    extra = al.extra_rows_tensor(name)
+    if extra is not None:
+        writer.write_rows(name, info.shape[0], extra)
+
+
+def _apply(spec, name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float], opts, stats,
+           part: Part) -> torch.Tensor:
+    """θ0 + the method's delta (or its θ, for `absolute` methods) for one tensor or block."""
+    delta = spec.merge(name, base, deltas, weights, opts, stats, part)
     del deltas
     if tuple(delta.shape) != tuple(base.shape):
         raise RuntimeError(f"method {spec.name} returned shape {tuple(delta.shape)} for {name}, expected {tuple(base.shape)}")
-    merged = delta if spec.absolute else base.add_(delta)
-    del delta, base
-    extra = al.extra_rows_tensor(name)
-    if extra is not None:
-        merged = torch.cat([merged.to(extra.dtype), extra])
-    return merged
+    return delta if spec.absolute else base.add_(delta)
 
 
 # --- CLI --------------------------------------------------------------------------------
@@ -263,6 +326,7 @@ def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
         format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
         device=_device(container.get("device", "auto")),
         max_shard_bytes=int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES),
+        block_entries=int(container.get("block_entries") or BLOCK_ENTRIES),
         card_config=container,
     )
 

@@ -41,22 +41,42 @@ def global_kth_largest(stream: Callable[[], Iterator[torch.Tensor]], k: int) -> 
     inside the bucket holding the k-th value. Returns (threshold, number of entries equal
     to it that must be kept so that exactly k are kept).
     """
-    high = torch.zeros(1 << 16, dtype=torch.int64)
-    for tensor in stream():
-        high += torch.bincount(_bits(tensor.abs()) >> 16, minlength=1 << 16)
-    above = torch.flip(torch.cumsum(torch.flip(high, [0]), 0), [0])  # entries with high >= b
-    bucket = int((above >= k).nonzero().max())
-    larger = int(above[bucket + 1]) if bucket + 1 < (1 << 16) else 0
-    low = torch.zeros(1 << 16, dtype=torch.int64)
-    for tensor in stream():
-        bits = _bits(tensor.abs())
-        sel = bits[(bits >> 16) == bucket]
-        low += torch.bincount(sel & 0xFFFF, minlength=1 << 16)
-    above_low = torch.flip(torch.cumsum(torch.flip(low, [0]), 0), [0]) + larger
-    idx = int((above_low >= k).nonzero().max())
-    strictly = int(above_low[idx + 1]) if idx + 1 < (1 << 16) else larger
-    threshold = torch.tensor([(bucket << 16) | idx], dtype=torch.int32).view(torch.float32).item()
-    return threshold, k - strictly
+    threshold, need, _equal = streamed_kth_largest(lambda: ([t] for t in stream()), k)[0]
+    return threshold, need
+
+
+def streamed_kth_largest(stream: Callable[[], Iterator[list[torch.Tensor]]], k: int) -> list[tuple[float, int, int]]:
+    """`global_kth_largest` of several value sets at once: each item of the stream holds one
+    tensor per set (e.g. one row block of every source's τ), so one read of the data serves
+    every set. Per set: (threshold, entries equal to it to keep, entries equal to it);
+    k ≤ 0 gives (∞, 0, 0): nothing is kept."""
+    highs: list[torch.Tensor] = []
+    for tensors in stream():
+        if not highs:
+            highs = [torch.zeros(1 << 16, dtype=torch.int64) for _ in tensors]
+            if k <= 0:
+                return [(math.inf, 0, 0)] * len(tensors)
+        for high, tensor in zip(highs, tensors):
+            high += torch.bincount(_bits(tensor.abs()) >> 16, minlength=1 << 16)
+    ks = [k] * len(highs)
+    buckets, larger = [], []
+    for high, k in zip(highs, ks):
+        above = torch.flip(torch.cumsum(torch.flip(high, [0]), 0), [0])  # entries with high >= b
+        buckets.append(int((above >= k).nonzero().max()))
+        larger.append(int(above[buckets[-1] + 1]) if buckets[-1] + 1 < (1 << 16) else 0)
+    lows = [torch.zeros(1 << 16, dtype=torch.int64) for _ in ks]
+    for tensors in stream():
+        for low, bucket, tensor in zip(lows, buckets, tensors):
+            bits = _bits(tensor.abs())
+            low += torch.bincount(bits[(bits >> 16) == bucket] & 0xFFFF, minlength=1 << 16)
+    out = []
+    for low, bucket, more, k in zip(lows, buckets, larger, ks):
+        above_low = torch.flip(torch.cumsum(torch.flip(low, [0]), 0), [0]) + more
+        idx = int((above_low >= k).nonzero().max())
+        strictly = int(above_low[idx + 1]) if idx + 1 < (1 << 16) else more
+        threshold = torch.tensor([(bucket << 16) | idx], dtype=torch.int32).view(torch.float32).item()
+        out.append((threshold, k - strictly, int(low[idx])))
+    return out
 
 
 def _bracket(flat: torch.Tensor, k: int, absolute: bool, sample: int) -> tuple[float, float]:
@@ -155,3 +175,37 @@ def topk_magnitude_mask(x: torch.Tensor, density: float, chunk: int = CHUNK) -> 
         return torch.zeros(x.shape, dtype=torch.bool)
     threshold, need = kth_largest(flat, k, absolute=True, chunk=chunk)
     return mask_largest(flat, threshold, need, absolute=True, chunk=chunk)[0].view(x.shape)
+
+
+def tie_cutoffs(stream: Callable[[], Iterator[tuple[int, list[torch.Tensor]]]], thresholds: list[float],
+                needs: list[int], equals: list[int]) -> list[int]:
+    """For each value set, the flat index of the last entry equal to its threshold that the top
+    k keeps (ties go to lower flat indices): -1 when none is kept, past the end when all are.
+    `stream` yields (flat offset, one tensor per set); it is read only if some set keeps part
+    of its ties."""
+    cutoffs = [-1 if need <= 0 else (1 << 62) if need >= equal else None
+               for need, equal in zip(needs, equals)]
+    if all(c is not None for c in cutoffs):
+        return cutoffs  # type: ignore[return-value]
+    seen = [0] * len(thresholds)
+    for start, tensors in stream():
+        for i, tensor in enumerate(tensors):
+            if cutoffs[i] is not None:
+                continue
+            where = (tensor.reshape(-1).abs() == thresholds[i]).nonzero().view(-1)
+            if seen[i] + where.numel() >= needs[i]:
+                cutoffs[i] = start + int(where[needs[i] - seen[i] - 1])
+            seen[i] += where.numel()
+        if all(c is not None for c in cutoffs):
+            break
+    return cutoffs  # type: ignore[return-value]
+
+
+def keep_mask(block: torch.Tensor, start: int, threshold: float, cutoff: int) -> torch.Tensor:
+    """Mask of a block at flat offset `start`: |x| > threshold, or |x| == threshold at a flat
+    index ≤ cutoff — a slice of the whole tensor's top-k mask (`tie_cutoffs`)."""
+    magnitude = block.abs()
+    keep = magnitude > threshold
+    ties = magnitude.eq_(threshold).view(-1)
+    ties[max(0, cutoff - start + 1):] = 0
+    return keep.logical_or_(ties.view(keep.shape))

@@ -80,6 +80,31 @@ def test_writer_background_write_error_reaches_the_caller(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_writer_rows_in_any_order(tmp_path):
+    """write_rows puts row blocks at their offsets (any order, across shards); a tensor missing
+    a block is never written, and a block that does not fit is refused."""
+    big = torch.arange(40 * 3, dtype=torch.float32).reshape(40, 3)
+    small = torch.ones(5, dtype=torch.bfloat16)
+    plan = {"big": TensorInfo((40, 3), torch.bfloat16), "small": TensorInfo((5,), torch.bfloat16)}
+    with CheckpointWriter(tmp_path / "out", plan, max_shard_bytes=100) as writer:
+        for r0 in (30, 0, 10, 20):
+            writer.write_rows("big", r0, big[r0:r0 + 10])
+        writer.write_rows("small", 0, small)
+        with pytest.raises(ValueError):
+            writer.write_rows("big", 35, big[:10])
+        out = writer.commit()
+    state = {}
+    for file in out.glob("*.safetensors"):
+        state.update(load_file(str(file)))
+    assert torch.equal(state["big"], big.to(torch.bfloat16)) and torch.equal(state["small"], small)
+    with pytest.raises(RuntimeError, match="never written"):
+        with CheckpointWriter(tmp_path / "partial", plan) as writer:
+            writer.write_rows("big", 0, big[:39])
+            writer.write("small", small)
+            writer.commit()
+    assert not (tmp_path / "partial").exists()
+
+
 def test_writer_refuses_existing_output(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(DotsError, match="overwrite=true"):

@@ -206,6 +206,37 @@ def test_extra_vocab_rows_come_from_the_source(qwen_bf16, tmp_path):
     assert config["vocab_size"] == merged["model.embed_tokens.weight"].shape[0]
 
 
+@pytest.mark.parametrize("method,options", CASES + [("dare", {"p": 0.5}), ("ram_plus", {"scope": "tensor"})],
+                         ids=[c[0] for c in CASES] + ["dare-linear", "ram_plus-tensor"])
+def test_row_blocked_merge_writes_the_same_bytes(qwen_bf16, tmp_path, method, options):
+    """block_entries=100 splits every matrix (the embedding into blocks of one or two rows) and
+    the output files come out byte-identical to the whole-tensor merge."""
+    whole = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "whole", method=method, options=options)
+    blocked = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "blocked", method=method,
+                                options=options, block_entries=100)
+    files = sorted(p.name for p in whole.glob("*.safetensors"))
+    assert files and files == sorted(p.name for p in blocked.glob("*.safetensors"))
+    for name in files:
+        assert (whole / name).read_bytes() == (blocked / name).read_bytes(), name
+
+
+def test_row_blocked_merge_appends_extra_vocab_rows(qwen_bf16, tmp_path):
+    src = Checkpoint(qwen_bf16.sources["sft"])
+    plan = {n: TensorInfo((src.info(n).shape[0] + 2, *src.info(n).shape[1:]) if n == "model.embed_tokens.weight"
+                          else src.info(n).shape, src.info(n).dtype) for n in src.names}
+    with CheckpointWriter(tmp_path / "grown", plan) as writer:
+        for n in src.names:
+            t = src.get(n)
+            writer.write(n, torch.cat([t, torch.ones(2, t.shape[1], dtype=t.dtype)]) if plan[n].shape != t.shape else t)
+        writer.commit(copy_from=src)
+    sources = {"sft": tmp_path / "grown", "rlvr": qwen_bf16.sources["rlvr"]}
+    whole = load_state(merge_checkpoints(qwen_bf16.base, sources, tmp_path / "whole", method="ties"))
+    blocked = load_state(merge_checkpoints(qwen_bf16.base, sources, tmp_path / "blocked", method="ties", block_entries=100))
+    assert blocked.keys() == whole.keys() and all(torch.equal(blocked[n], whole[n]) for n in whole)
+    assert torch.equal(blocked["model.embed_tokens.weight"][-2:], torch.ones(2, whole["model.embed_tokens.weight"].shape[1],
+                                                                            dtype=torch.bfloat16))
+
+
 # --- the CLI ------------------------------------------------------------------------------
 
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -2,7 +2,7 @@
 
 A method is a short function of one parameter's float32 tensors::
 
-    merge(name, base, deltas, weights, options, stats) -> merged delta
+    merge(name, base, deltas, weights, options, stats, part) -> merged delta
 
 `deltas` are the task vectors τ_i = θ_i − θ0 (the method may overwrite them in place:
 the executor hands over tensors it will not use again, which keeps peak memory at a
@@ -10,6 +10,12 @@ few tensors), `weights` the per-model weights w_i, `stats` whatever the method's
 optional `first_pass` gathered over the whole model (RAM+'s ρ, SAR's Fisher, the τ̃
 cache of dots_fixed). The executor (`dots.merge`) owns I/O, dtypes, memory and
 progress and computes θ = θ0 + merged delta.
+
+A `blockwise` method is elementwise once a few per-tensor facts are known (TIES'
+thresholds, RAM's per-tensor ρ); its optional `tensor_pass` gathers them from a stream
+of row blocks, and the executor then feeds a large tensor (an embedding) in row blocks,
+each call told by `part` where the block sits. Peak memory is then a few blocks,
+whatever the model's width; the written bits are those of the whole-tensor call.
 """
 from __future__ import annotations
 
@@ -30,9 +36,28 @@ from dots.topk import CHUNK, topk_magnitude_mask  # noqa: F401  (re-exported for
 if TYPE_CHECKING:
     from dots.align import Alignment
 
-# (name, base float32, [τ_1..τ_K] float32) for every merged tensor, in checkpoint order.
+# (name, base float32, [τ_1..τ_K] float32) for every merged tensor, in checkpoint order;
+# a large tensor comes as several consecutive items of row blocks.
 TensorStream = Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]
-MergeFn = Callable[[str, torch.Tensor, list[torch.Tensor], Sequence[float], Any, Any], torch.Tensor]
+# (flat offset of the block, base rows float32, [τ_1..τ_K] rows float32) of one tensor.
+BlockStream = Callable[[], Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]]
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where the entries a merge call sees lie in their tensor: flat [start, start + the
+    block's numel) of `total` entries, with the `facts` the method's tensor_pass gathered
+    over the whole tensor. `WHOLE` (start 0, total None, facts None): the whole tensor."""
+
+    start: int = 0
+    total: int | None = None
+    facts: Any = None
+
+
+WHOLE = Part()
+MergeFn = Callable[[str, torch.Tensor, list[torch.Tensor], Sequence[float], Any, Any, Part], torch.Tensor]
+# (tensor name, total entries, row blocks, options, first-pass stats) -> facts for Part
+TensorPassFn = Callable[[str, int, BlockStream, Any, Any], Any]
 
 
 @dataclass
@@ -62,7 +87,9 @@ class Method:
     `weighted`: the method accepts per-model weights. `reads_deltas`: the executor
     must read the sources tensor by tensor (False when the method reads its own cache).
     `absolute`: `merge` returns the merged θ itself rather than a delta (dots_fixed, to
-    reproduce the synthesiser's order of float32 additions exactly).
+    reproduce the synthesiser's order of float32 additions exactly). `blockwise`: `merge`
+    accepts row blocks of a tensor (see `Part`), after `tensor_pass` (when given) has
+    gathered the per-tensor facts from the blocks.
     """
 
     name: str
@@ -74,6 +101,8 @@ class Method:
     weighted: bool = False
     reads_deltas: bool = True
     absolute: bool = False
+    blockwise: bool = False
+    tensor_pass: TensorPassFn | None = None
     summary: str = ""
 
 
@@ -185,25 +214,32 @@ def _forget_drop_pool() -> None:
 os.register_at_fork(after_in_child=_forget_drop_pool)
 
 
-def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int = 0) -> torch.Tensor:
+def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int = 0,
+              part: Part = WHOLE) -> torch.Tensor:
     """Boolean mask, True with probability p: the random drop of DARE and SAR.
 
-    Block b (DROP_BLOCK consecutive flat entries) is `torch.rand(len) < p` from a CPU
-    generator seeded by name_seed(f"{name}|{index}|{b}", seed): the mask depends only
-    on (tensor name, seed, source index), never on processing order, and the blocks
-    are drawn on all intra-op threads (one generator is sequential: ~5 ns per entry).
+    Block b (DROP_BLOCK consecutive flat entries of the whole tensor) is `torch.rand(len)
+    < p` from a CPU generator seeded by name_seed(f"{name}|{index}|{b}", seed): the mask
+    depends only on (tensor name, seed, source index), never on processing order or on
+    how the executor splits the tensor (`part`: the mask of flat entries [start, start +
+    prod(shape)) of `part.total`). Blocks are drawn on all intra-op threads (one
+    generator is sequential: ~5 ns per entry).
     """
     global _drop_pool
     mask = torch.empty(math.prod(shape), dtype=torch.bool)
-    n = mask.numel()
+    start, stop = part.start, part.start + mask.numel()
+    total = stop if part.total is None else part.total
 
     def fill(block: int) -> None:
-        start = block * DROP_BLOCK
-        stop = min(n, start + DROP_BLOCK)
+        first, last = block * DROP_BLOCK, min(total, (block + 1) * DROP_BLOCK)
         gen = torch.Generator().manual_seed(name_seed(f"{name}|{index}|{block}", int(seed)))
-        torch.lt(torch.rand(stop - start, generator=gen), p, out=mask[start:stop])
+        lo, hi = max(first, start), min(last, stop)
+        if (lo, hi) == (first, last):
+            torch.lt(torch.rand(last - first, generator=gen), p, out=mask[lo - start:hi - start])
+        else:  # a block cut by the part's edge: draw it whole, keep the part's share
+            torch.lt(torch.rand(last - first, generator=gen)[lo - first:hi - first], p, out=mask[lo - start:hi - start])
 
-    blocks = range((n + DROP_BLOCK - 1) // DROP_BLOCK)
+    blocks = range(start // DROP_BLOCK, (stop + DROP_BLOCK - 1) // DROP_BLOCK)
     if len(blocks) <= 1 or torch.get_num_threads() <= 1:
         for block in blocks:
             fill(block)
@@ -214,16 +250,17 @@ def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int =
     return mask.view(tuple(shape))
 
 
-def dare_drop(deltas: list[torch.Tensor], p: float, name: str, seed: int) -> list[torch.Tensor]:
+def dare_drop(deltas: list[torch.Tensor], p: float, name: str, seed: int,
+              part: Part = WHOLE) -> list[torch.Tensor]:
     """DARE (Yu et al. 2024): drop each entry with probability p, survivors ×1/(1−p), in place.
 
-    Source i's mask is `drop_mask(shape, p, name, seed, i)`, so the result depends only
-    on (name, seed, source order), never on the order in which tensors are processed.
+    Source i's mask is `drop_mask(shape, p, name, seed, i, part)`, so the result depends
+    only on (name, seed, source order), never on the order in which tensors are processed.
     """
     if p <= 0.0:
         return deltas
     for i, delta in enumerate(deltas):
-        dropped = drop_mask(delta.shape, p, name, seed, i)
+        dropped = drop_mask(delta.shape, p, name, seed, i, part)
         delta.masked_fill_(dropped, 0.0).div_(1.0 - p)
         del dropped
     return deltas

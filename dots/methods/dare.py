@@ -14,7 +14,8 @@ from typing import Sequence
 
 import torch
 
-from dots.methods.base import Method, check_choice, check_probability, dare_drop, disjoint_mean, weighted_sum
+from dots.methods.base import (WHOLE, Method, Part, check_choice, check_probability, dare_drop, disjoint_mean,
+                                weighted_sum)
 from dots.methods.registry import register
 
 COMBINES = ("linear", "ties")
@@ -33,8 +34,8 @@ class DareOptions:
 
 
 def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: DareOptions, stats: None) -> torch.Tensor:
-    dropped = dare_drop(deltas, float(options.p), name, int(options.seed))
+          options: DareOptions, stats: None, part: Part = WHOLE) -> torch.Tensor:
+    dropped = dare_drop(deltas, float(options.p), name, int(options.seed), part)
     if options.combine == "ties":
         merged = disjoint_mean(dropped, weights)
     else:
@@ -42,5 +43,5 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
     return merged.mul_(float(options.scale))
 
 
-register(Method("dare", DareOptions, merge, weighted=True,
+register(Method("dare", DareOptions, merge, weighted=True, blockwise=True,
                 summary="random drop p, rescale 1/(1-p), combine linear|ties"))

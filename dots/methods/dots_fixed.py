@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.methods.base import Method, MergeContext, TensorStream
+from dots.methods.base import WHOLE, Method, MergeContext, Part, TensorStream
 from dots.methods.registry import register
 
 
@@ -44,7 +44,7 @@ def first_pass(stream: Callable[[], TensorStream], options: DotsFixedOptions, co
 
 
 def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: DotsFixedOptions, stats) -> torch.Tensor:
+          options: DotsFixedOptions, stats, part: Part = WHOLE) -> torch.Tensor:
     """θ0 + Σ λ_i·τ̃_i (the merged weights themselves: this method is `absolute`)."""
     out = base.clone()
     for key, lam in zip(stats.sources, weights):

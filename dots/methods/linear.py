@@ -9,7 +9,7 @@ from typing import Sequence
 
 import torch
 
-from dots.methods.base import Method, weighted_sum
+from dots.methods.base import WHOLE, Method, Part, weighted_sum
 from dots.methods.registry import register
 
 
@@ -19,9 +19,9 @@ class LinearOptions:
 
 
 def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: LinearOptions, stats: None) -> torch.Tensor:
+          options: LinearOptions, stats: None, part: Part = WHOLE) -> torch.Tensor:
     return weighted_sum(deltas, weights).div_(float(sum(weights)))
 
 
-register(Method("linear", LinearOptions, merge, weighted=True,
+register(Method("linear", LinearOptions, merge, weighted=True, blockwise=True,
                 summary="weighted average of the checkpoints"))

@@ -9,7 +9,8 @@ with λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6) and the overlap-unique ratio
 (Eq. 2). `ram` is r = 0 (λ = 1); `ram_plus` is r = 0.1, α = 2.0 (the paper's values).
 
 `scope: global` (the paper; default) counts ρ_t over the whole model in a first pass;
-`scope: tensor` counts it per tensor (as mergekit's `ramplus_tl`). A model with no
+`scope: tensor` counts it per tensor (as mergekit's `ramplus_tl`; on a tensor merged in row blocks,
+over all its blocks first: `tensor_pass`). A model with no
 unique entries gets ρ = ∞ → clipped to α (its λ then multiplies nothing); a model that
 changed nothing gets ρ = 0. No division by zero happens.
 
@@ -26,7 +27,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.methods.base import Method, MergeContext, TensorStream, check_choice, chunkwise
+from dots.methods.base import WHOLE, BlockStream, Method, MergeContext, Part, TensorStream, check_choice, chunkwise
 from dots.methods.registry import register
 
 log = logging.getLogger(__name__)
@@ -107,12 +108,29 @@ def first_pass(stream: Callable[[], TensorStream], options: RamOptions, context:
     return RamStats(shared, unique, lambdas)
 
 
+def tensor_pass(name: str, total: int, blocks: BlockStream, options: RamOptions,
+                stats: RamStats | None) -> list[float] | None:
+    """`scope: tensor` with r ≠ 0: λ_i from this tensor's shared / unique counts, summed over its row blocks."""
+    if float(options.r) == 0.0 or options.scope != "tensor":
+        return None
+    eps = float(options.epsilon)
+    shared = unique = None
+    for _start, _base, deltas in blocks():
+        s, u = _overlap_counts(deltas, _change_counts(deltas, eps), eps)
+        shared = s if shared is None else [a + b for a, b in zip(shared, s)]
+        unique = u if unique is None else [a + b for a, b in zip(unique, u)]
+    assert shared is not None and unique is not None
+    return [rescale_factor(s, u, options.r, options.alpha) for s, u in zip(shared, unique)]
+
+
 def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: RamOptions, stats: RamStats | None) -> torch.Tensor:
+          options: RamOptions, stats: RamStats | None, part: Part = WHOLE) -> torch.Tensor:
     eps = float(options.epsilon)
     counts = _change_counts(deltas, eps)
     if float(options.r) == 0.0:
         lambdas = [1.0] * len(deltas)
+    elif part.facts is not None:  # a row block: λ from tensor_pass
+        lambdas = part.facts
     elif options.scope == "tensor":
         shared, unique = _overlap_counts(deltas, counts, eps)
         lambdas = [rescale_factor(s, u, options.r, options.alpha) for s, u in zip(shared, unique)]
@@ -133,7 +151,8 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
     return out
 
 
-register(Method("ram", RamOptions, merge, first_pass=first_pass, min_sources=2,
+register(Method("ram", RamOptions, merge, first_pass=first_pass, min_sources=2, blockwise=True, tensor_pass=tensor_pass,
                 summary="mean on shared entries, unique entries kept (RAM)"))
-register(Method("ram_plus", RamPlusOptions, merge, first_pass=first_pass, min_sources=2,
+register(Method("ram_plus", RamPlusOptions, merge, first_pass=first_pass, min_sources=2, blockwise=True,
+                tensor_pass=tensor_pass,
                 summary="RAM with unique entries rescaled by 1 + r·clip(ρ, 0, α)"))

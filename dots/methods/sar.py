@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.methods.base import Method, MergeContext, TensorStream, check_probability, chunkwise, drop_mask
+from dots.methods.base import WHOLE, Method, MergeContext, Part, TensorStream, check_probability, chunkwise, drop_mask
 from dots.methods.registry import register
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def first_pass(stream: Callable[[], TensorStream], options: SarOptions, context:
 
 
 def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: SarOptions, stats: SarStats | None) -> torch.Tensor:
+          options: SarOptions, stats: SarStats | None, part: Part = WHOLE) -> torch.Tensor:
     eps, p = float(options.epsilon), float(options.p)
     a, b = deltas
     changed_a, changed_b = a.abs() > eps, b.abs() > eps

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import torch
 
-from dots.methods.base import Method, weighted_sum
+from dots.methods.base import WHOLE, Method, Part, weighted_sum
 from dots.methods.registry import register
 
 
@@ -20,9 +20,9 @@ class TaskArithmeticOptions:
 
 
 def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: TaskArithmeticOptions, stats: None) -> torch.Tensor:
+          options: TaskArithmeticOptions, stats: None, part: Part = WHOLE) -> torch.Tensor:
     return weighted_sum(deltas, weights).mul_(float(options.scale))
 
 
-register(Method("task_arithmetic", TaskArithmeticOptions, merge, weighted=True,
+register(Method("task_arithmetic", TaskArithmeticOptions, merge, weighted=True, blockwise=True,
                 summary="λ·Σ w_i τ_i"))
