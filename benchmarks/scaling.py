@@ -63,14 +63,15 @@ def plot(results: dict, path: Path) -> None:
     sizes = sorted(results, key=lambda s: results[s]["params"])
     x = [results[s]["params"] / 1e9 for s in sizes]
     for name in results[sizes[0]]["runs"]:
-        ax_time.plot(x, [statistics.median(r[0] for r in results[s]["runs"][name]) for s in sizes], "o-", label=name)
-        ax_rss.plot(x, [statistics.median(r[1] for r in results[s]["runs"][name]) for s in sizes], "o-", label=name)
+        style = "o--" if "before" in name else "o-"
+        ax_time.plot(x, [statistics.median(r[0] for r in results[s]["runs"][name]) for s in sizes], style, label=name)
+        ax_rss.plot(x, [statistics.median(r[1] for r in results[s]["runs"][name]) for s in sizes], style, label=name)
     ax_rss.plot(x, [results[s]["checkpoint_gib"] for s in sizes], "k:", label="one checkpoint (bf16)")
     ax_rss.plot(x, [6 * 4 * results[s]["largest"] / 2**30 for s in sizes], "k--",
-                label="(K+4) × largest tensor in fp32 (merge's working set)")
+                label="(K+4) × largest tensor in fp32 (a whole-tensor merge's working set)")
     ax_time.set(xlabel="parameters (billions)", ylabel="wall time (s)", title="wall time")
     ax_rss.set(xlabel="parameters (billions)", ylabel="peak RSS (GiB)",
-               title="peak RSS follows the largest tensor", ylim=(0, None))
+               title="peak RSS", ylim=(0, None))
     for ax in (ax_time, ax_rss):
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=8)
@@ -91,6 +92,8 @@ def main() -> None:
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--plot-only", action="store_true", help="redraw the figure from --out, run nothing")
     parser.add_argument("--machine", default=f"{os.cpu_count()} CPU cores")
+    parser.add_argument("--commands", nargs="+", choices=["merge", "analyze"], default=["merge", "analyze"],
+                        help="measure only these; the others' earlier results in --out are kept")
     args = parser.parse_args()
 
     env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO)}
@@ -104,10 +107,20 @@ def main() -> None:
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_checkpoints.py"), "--shape", f"qwen2.5-{size}",
                         "--dtype", "bfloat16", "--noise", "finetune", "--out", str(root), *smoke], check=True)
         params, largest = parameters(root)
-        entry = {"params": params, "largest": largest, "runs": {},
+        today = datetime.date.today().isoformat()
+        earlier = results.get(size, {})
+        measured = {n for n in commands(root, args.root / "out") if n.split()[0] in args.commands}
+        keep = {n: r for n, r in earlier.get("runs", {}).items() if n not in measured}
+        entry = {"params": params, "largest": largest, "runs": keep,
+                 "dates": {n: earlier.get("dates", {}).get(n, "earlier") for n in keep},
                  "checkpoint_gib": sum(p.stat().st_size for p in (root / "base").glob("*.safetensors")) / 2**30}
         for run in range(args.runs):
             for name, cmd in commands(root, args.root / "out").items():
+                if name not in measured:
+                    continue
+                entry["dates"][name] = today
+                if run == 0:
+                    entry["runs"][name] = []
                 proc = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True, env=env, cwd=REPO)
                 if proc.returncode:
                     raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
@@ -126,8 +139,8 @@ def main() -> None:
              "`--shape qwen2.5-SIZE --dtype bfloat16 --noise finetune`. Medians of the runs (`--runs` per invocation; sizes measured by separate invocations are merged from the JSON); figure: "
              "docs/figures/scaling.png.", "",
              "| size | parameters | checkpoint (GiB) | largest tensor (fp32 GiB) | command | runs | wall (s) | "
-             "peak RSS (GiB) | RSS min–max |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "peak RSS (GiB) | RSS min–max | measured |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for size in sorted(results, key=lambda s: results[s]["params"]):
         entry = results[size]
         for name, runs in entry["runs"].items():
@@ -135,7 +148,7 @@ def main() -> None:
             lines.append(f"| {size} | {entry['params'] / 1e9:.2f} B | {entry['checkpoint_gib']:.2f} | "
                          f"{4 * entry['largest'] / 2**30:.2f} | {name} | {len(runs)} | "
                          f"{statistics.median(r[0] for r in runs):.1f} | {statistics.median(rss):.2f} | "
-                         f"{min(rss):.2f}–{max(rss):.2f} |")
+                         f"{min(rss):.2f}–{max(rss):.2f} | {entry.get('dates', {}).get(name, 'earlier')} |")
     report(lines, args.record)
 
 

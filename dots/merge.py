@@ -98,7 +98,8 @@ def tensor_stream(alignment, names: Sequence[str], with_deltas: bool = True,
             yield (name, *read_inputs(alignment, name, with_deltas, span))
 
 
-def block_stream(alignment, name: str, spans: Sequence[tuple[int, int]], with_deltas: bool = True):
+def block_stream(alignment, name: str, spans: Sequence[tuple[int, int]],
+                 with_deltas: bool = True) -> Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]:
     """A fresh pass over one tensor's row blocks: (flat offset, θ0 rows, [τ_i rows])."""
     per_row = math.prod(alignment.base.info(name).shape[1:])
     for span in spans:
@@ -175,6 +176,8 @@ def merge_checkpoints(
                 else f"at least {spec.min_sources}" if spec.max_sources is None
                 else f"{spec.min_sources} to {spec.max_sources}")
         raise DotsError(f"method {spec.name} needs {want} sources, got {n} ({', '.join(sources)})")
+    if not isinstance(block_entries, int) or block_entries < 1:
+        raise DotsError(f"block_entries must be a positive integer, got {block_entries!r}")
     if Path(output).expanduser().exists() and not overwrite:  # before opening anything large
         raise DotsError(f"output exists: {Path(output).expanduser().resolve()} (pass overwrite=true to replace it)")
 
@@ -326,9 +329,19 @@ def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
         format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
         device=_device(container.get("device", "auto")),
         max_shard_bytes=int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES),
-        block_entries=int(container.get("block_entries") or BLOCK_ENTRIES),
+        block_entries=_positive_int(container.get("block_entries", BLOCK_ENTRIES), "block_entries"),
         card_config=container,
     )
+
+
+def _positive_int(value: Any, what: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise DotsError(f"{what} must be a positive integer, got {value!r}") from None
+    if number < 1 or number != value and not isinstance(value, str):
+        raise DotsError(f"{what} must be a positive integer, got {value!r}")
+    return number
 
 
 def _device(device: str | None) -> str:
