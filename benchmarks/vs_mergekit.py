@@ -94,6 +94,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import statistics
@@ -150,6 +151,7 @@ class Run:
     wall_s: float
     rss_gib: float
     load1: float  # 1-min load average at the start
+    failed: str = ""  # why a mergekit run did not finish (e.g. "killed by signal 9"): its wall and RSS until then
 
 
 @dataclass
@@ -232,12 +234,17 @@ def mergekit_command(exe: Path, config: Path, out: Path, options: list[str]) -> 
     return [str(exe), str(config), str(out), *options]
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """(wall s, peak RSS GiB) of one command under GNU time -v; exits with its stderr on failure."""
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
+    """(wall s, peak RSS GiB, "" or why it failed) of one command under GNU time -v."""
     proc = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True, env=env, cwd=cwd)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
-    return parse_time_v(proc.stderr)
+    if proc.returncode == 0:
+        return (*parse_time_v(proc.stderr), "")
+    signal = re.search(r"Command terminated by signal (\d+)", proc.stderr)
+    why = f"killed by signal {signal.group(1)}" if signal else f"exit code {proc.returncode}"
+    if "Maximum resident set size" not in proc.stderr:
+        raise SystemExit(f"failed ({why}): {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
+    print(f"failed ({why}): {shlex.join(cmd)}\n{proc.stderr[-1500:]}", flush=True)
+    return (*parse_time_v(proc.stderr), why)
 
 
 # --- equality --------------------------------------------------------------------------
@@ -342,27 +349,44 @@ def generate(root: Path, size: str, layers: int | None, vocab: int | None) -> No
 
 def run_case(case: Case, size: str, root: Path, runs: int, exe: Path, mk_options: list[str],
              env: dict[str, str]) -> tuple[list[Run], dict[str, Path]]:
-    """`runs` paired repeats (order alternating); the outputs of the last repeat are kept."""
+    """`runs` paired repeats (order alternating); the outputs of the last repeat are kept.
+
+    A failed dots run ends the benchmark. A failed mergekit run (killed for memory, say) is
+    recorded with its wall time and peak RSS until then, and mergekit is not run again for
+    this case: the remaining repeats time dots alone."""
     config = root / f"mergekit-{case.mk_method}.yml"
     config.write_text(yaml.safe_dump(mergekit_config(case, root), sort_keys=False))
     outs = {"dots": root / "out-dots", "mergekit": root / "out-mergekit"}
     commands = {"dots": dots_command(case, root, outs["dots"]),
                 "mergekit": mergekit_command(exe, config, outs["mergekit"], mk_options)}
-    results = []
+    results: list[Run] = []
     for repeat in range(runs):
         order = ("dots", "mergekit") if repeat % 2 == 0 else ("mergekit", "dots")
         for position, tool in enumerate(order):
+            if tool == "mergekit" and any(r.failed for r in results):
+                continue
             shutil.rmtree(outs[tool], ignore_errors=True)
             load = os.getloadavg()[0]
-            wall, rss = timed(commands[tool], env, root)
-            results.append(Run(tool, case.label, size, repeat, position, wall, rss, load))
+            wall, rss, failed = timed(commands[tool], env, root)
+            if failed and tool == "dots":
+                raise SystemExit(f"dots failed ({failed}): {shlex.join(commands[tool])}")
+            results.append(Run(tool, case.label, size, repeat, position, wall, rss, load, failed))
             print(f"  {case.label:<28} repeat {repeat + 1} {tool:<8} wall {wall:7.1f} s  "
-                  f"peak RSS {rss:6.2f} GiB  (load {load:.1f})", flush=True)
+                  f"peak RSS {rss:6.2f} GiB  (load {load:.1f}){'  FAILED: ' + failed if failed else ''}", flush=True)
+    if any(r.failed for r in results):
+        shutil.rmtree(outs["mergekit"], ignore_errors=True)
     return results, outs
 
 
 def summarise(runs: list[Run]) -> dict[str, Any]:
-    """Medians per tool, ratios of medians and per-repeat paired ratios of one case × size."""
+    """Medians per tool, ratios of medians and per-repeat paired ratios of one case × size; where
+    mergekit failed, dots' medians and mergekit's failed run ("mk_failed": why, wall, RSS)."""
+    failed = [r for r in runs if r.failed]
+    if failed:
+        dots = [r for r in runs if r.tool == "dots"]
+        return {"dots_wall": statistics.median(r.wall_s for r in dots),
+                "dots_rss": statistics.median(r.rss_gib for r in dots), "runs": len(dots),
+                "mk_failed": (failed[0].failed, failed[0].wall_s, failed[0].rss_gib)}
     by = {tool: sorted((r for r in runs if r.tool == tool), key=lambda r: r.repeat) for tool in ("dots", "mergekit")}
     med = {tool: (statistics.median(r.wall_s for r in rs), statistics.median(r.rss_gib for r in rs))
            for tool, rs in by.items()}
@@ -384,6 +408,11 @@ def timing_table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
              "| per-repeat dots/mergekit RSS |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for size, label, s in rows:
+        if "mk_failed" in s:
+            why, wall, rss = s["mk_failed"]
+            lines.append(f"| {size} | {label} | {s['dots_wall']:.1f} | failed ({why}) after {wall:.1f} | — "
+                         f"| {s['dots_rss']:.2f} | ≥ {rss:.2f} at failure | — | — | — |")
+            continue
         lines.append(f"| {size} | {label} | {s['dots_wall']:.1f} | {s['mk_wall']:.1f} | **{s['speedup']:.2f}** "
                      f"| {s['dots_rss']:.2f} | {s['mk_rss']:.2f} | **{s['rss_ratio']:.2f}** "
                      f"| {spread(s['wall_pairs'])} | {spread(s['rss_pairs'])} |")
@@ -447,6 +476,23 @@ def record(args: argparse.Namespace, versions: dict[str, str], mk_options: list[
         fh.write("\n".join(text))
 
 
+def save(args: argparse.Namespace, date: str, versions: dict[str, str], mk_options: list[str], runs: list[Run],
+         rows: list[tuple[str, str, dict[str, Any]]], comparisons: list[Comparison]) -> Path:
+    """Every raw number so far into `--out` (rewritten after each case, so an interrupted run keeps them)."""
+    if args.out is None:
+        args.out = REPO / "outputs" / "bench" / f"vs_mergekit-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "command": sys.argv, "date": date, "machine": args.machine or machine_description(), "versions": versions,
+        "dots_torch": torch.__version__, "mergekit_options": mk_options,
+        "cases": [{**asdict(c), "mergekit_config": mergekit_config(c, Path("ROOT"))}
+                  for m in args.methods for c in build_cases(m, args.density, args.p)],
+        "runs": [asdict(r) for r in runs], "summary": [{"size": s, "case": c, **v} for s, c, v in rows],
+        "equality": [asdict(c) for c in comparisons],
+    }, indent=2))
+    return args.out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["0.5b", "1.5b", "3b"])
@@ -492,7 +538,9 @@ def main() -> None:
                     runs += case_runs
                     if case.timed:
                         rows.append((size, case.label, summarise(case_runs)))
-                    comparisons.append(compare(size, case, outs["dots"], outs["mergekit"], root))
+                    if outs["mergekit"].exists():
+                        comparisons.append(compare(size, case, outs["dots"], outs["mergekit"], root))
+                    save(args, date, versions, mk_options, runs, rows, comparisons)
                     if not args.keep:
                         for out in outs.values():
                             shutil.rmtree(out, ignore_errors=True)
@@ -503,17 +551,7 @@ def main() -> None:
             shutil.rmtree(args.root, ignore_errors=True)
     timing, equality = timing_table(rows), equality_table(comparisons)
     print("\n".join(["", *timing, "", *equality]))
-    out = args.out or REPO / "outputs" / "bench" / f"vs_mergekit-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "command": sys.argv, "date": date, "machine": args.machine or machine_description(), "versions": versions,
-        "dots_torch": torch.__version__, "mergekit_options": mk_options,
-        "cases": [{**asdict(c), "mergekit_config": mergekit_config(c, Path("ROOT"))}
-                  for m in args.methods for c in build_cases(m, args.density, args.p)],
-        "runs": [asdict(r) for r in runs], "summary": [{"size": s, "case": c, **v} for s, c, v in rows],
-        "equality": [asdict(c) for c in comparisons],
-    }, indent=2))
-    print(f"raw results: {out}")
+    print(f"raw results: {save(args, date, versions, mk_options, runs, rows, comparisons)}")
     if args.record:
         record(args, versions, mk_options, date, rows, comparisons, [r.load1 for r in runs])
 
