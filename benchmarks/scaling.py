@@ -59,7 +59,7 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_time, ax_rss) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_time, ax_rss) = plt.subplots(1, 2, figsize=(10, 5.4))
     sizes = sorted(results, key=lambda s: results[s]["params"])
     x = [results[s]["params"] / 1e9 for s in sizes]
     for name in results[sizes[0]]["runs"]:
@@ -72,9 +72,9 @@ def plot(results: dict, path: Path) -> None:
     ax_time.set(xlabel="parameters (billions)", ylabel="wall time (s)", title="wall time")
     ax_rss.set(xlabel="parameters (billions)", ylabel="peak RSS (GiB)",
                title="peak RSS", ylim=(0, None))
-    for ax in (ax_time, ax_rss):
+    for ax in (ax_time, ax_rss):  # legends under the plots: over them they hide the lines
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8)
     fig.suptitle("dots on generated Qwen2.5-shaped bf16 trios (base + 2 sources), medians")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
