@@ -479,8 +479,6 @@ def record(args: argparse.Namespace, versions: dict[str, str], mk_options: list[
 def save(args: argparse.Namespace, date: str, versions: dict[str, str], mk_options: list[str], runs: list[Run],
          rows: list[tuple[str, str, dict[str, Any]]], comparisons: list[Comparison]) -> Path:
     """Every raw number so far into `--out` (rewritten after each case, so an interrupted run keeps them)."""
-    if args.out is None:
-        args.out = REPO / "outputs" / "bench" / f"vs_mergekit-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "command": sys.argv, "date": date, "machine": args.machine or machine_description(), "versions": versions,
@@ -514,6 +512,8 @@ def main() -> None:
     parser.add_argument("--machine", default=None, help="machine description for RESULTS.md (default: detected)")
     parser.add_argument("--date", default=None)
     args = parser.parse_args()
+    if args.out is None:
+        args.out = REPO / "outputs" / "bench" / f"vs_mergekit-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
     if not Path(TIME).exists():
         raise SystemExit(f"{TIME} is missing: apt-get install time")
     venv = args.mergekit_venv if args.mergekit_venv.is_absolute() else REPO / args.mergekit_venv
