@@ -40,11 +40,12 @@ def multirun_cmd(cluster: SlurmCluster, sweep_dir: Path, args: list[str]) -> lis
 
 
 def array_tasks(sweep_dir: Path) -> list[str]:
-    """The SLURM ids (`<array>_<task>`) of the jobs the launcher submitted for this sweep."""
+    """The SLURM ids of the jobs the launcher submitted for this sweep: `<array>_<task>`, or
+    `<job>` when a multirun has a single job (submitit submits no array then)."""
     folder = sweep_dir / ".submitit"
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir() if re.fullmatch(r"\d+_\d+", p.name))
+    return sorted(p.name for p in folder.iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
 
 
 def job_log(sweep_dir: Path, task: str) -> str:
@@ -237,3 +238,56 @@ def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sw
     assert f"recovered trial(s) [{victim}]" in job_log(sweep_dir, survivor_task)
     assert f"trial {retries[0].number}: " in job_log(sweep_dir, survivor_task)  # the survivor ran the retry
     assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == n
+
+
+def test_plain_scancel_stops_the_worker_through_its_sigterm_handler(tiny, slurm_cluster, sweep_dir, env, tmp_path):
+    """A plain `scancel` (SIGTERM, then SIGKILL KillWait seconds later) in the middle of a study:
+    submitit alone would ignore the SIGTERM and leave its trial RUNNING when the SIGKILL comes;
+    dots.search's handler stops the worker at once instead — it logs the stop, fails the
+    interrupted trial and queues its coefficients again, so no trial is left RUNNING — and
+    the same command rerun (here without SLURM) ends the study with exactly n complete trials."""
+    from optuna.trial import TrialState
+
+    run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 8
+    args = overrides(tiny, run_dir, trials=n, extra=["search.k=64", "search.max_tokens=64", f"search.storage={storage}"])
+    proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + SWEEP_TIMEOUT_S
+    caught = False
+    while not caught and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        try:
+            study = load_study(storage)
+        except Exception:  # a journal line being written
+            continue
+        if study is not None:
+            complete = study.get_trials(states=(TrialState.COMPLETE,))
+            caught = 2 <= len(complete) < n - 1 and bool(study.get_trials(states=(TrialState.RUNNING,)))
+    if not caught:
+        proc.kill()
+        pytest.fail(f"no trial was running after two complete ones\n{proc.communicate()[0][-3000:]}")
+    (task,) = array_tasks(sweep_dir)
+    subprocess.run(["scancel", task], check=True, timeout=30)
+    assert sacct_final_states([task], timeout_s=120)[task].startswith("CANCELLED")
+    finish(proc, sweep_dir)  # exits non-zero: its job was cancelled
+
+    log = job_log(sweep_dir, task)
+    assert "SIGTERM: stopping" in log, log[-3000:]
+    study = load_study(storage)
+    assert not study.get_trials(states=(TrialState.RUNNING,))  # what a SIGKILL mid-trial would leave
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert len(failed) <= 1  # the trial the signal interrupted, if it landed inside one
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert [t.user_attrs.get("dots_retry_of") for t in queued] == [t.number for t in failed]
+    done = len(study.get_trials(states=(TrialState.COMPLETE,)))
+    assert 2 <= done < n
+
+    rerun = subprocess.run([sys.executable, "-m", "dots.search", *args], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    study = load_study(storage)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == n
+    for trial in failed:  # the interrupted point was evaluated again, at the same coefficients
+        retry = [t for t in complete if t.user_attrs.get("dots_retry_of") == trial.number]
+        assert len(retry) == 1 and retry[0].params == trial.params
