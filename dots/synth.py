@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Iterator, Mapping
 
 import torch
+from torch.profiler import record_function
 
 from dots.checkpoint import Checkpoint
 from dots.errors import DotsError
@@ -41,14 +42,39 @@ def check_coefficients(task_vectors: TaskVectors, coefficients: Mapping[str, flo
     return out
 
 
-def _combine(acc: torch.Tensor, taus: list[tuple[torch.Tensor, float]]) -> torch.Tensor:
-    """acc (θ0 in float32) += λ_i·τ̃_i in source order; the one arithmetic of both paths below,
-    so streaming and resident synthesis give the same bits on the same device."""
-    for tau, lam in taus:
-        if tau.shape != acc.shape:
-            raise DotsError(f"a task vector has shape {tuple(tau.shape)}, the base {tuple(acc.shape)}: stale cache?")
-        acc.add_(tau, alpha=lam)
-    return acc
+# CPU: the float32 accumulator is worked in blocks of this many entries (4 MiB), so the
+# K + 2 passes over it stay in cache and only θ0, τ̃ and the output cross memory once:
+# 1.6-2x faster than whole-tensor passes on a 0.5B embedding (benchmarks/RESULTS.md,
+# "Profile of a weight swap"). On CUDA one block is the whole tensor.
+CPU_BLOCK_ENTRIES = 2**20
+
+
+def block_entries(device: torch.device, numel: int) -> int:
+    """How many entries one float32 accumulator block holds on `device` (≥ 1)."""
+    return max(1, numel if device.type != "cpu" else min(numel, CPU_BLOCK_ENTRIES))
+
+
+def _combine_into(out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[torch.Tensor, float]],
+                  scratch: torch.Tensor) -> torch.Tensor:
+    """out[:len(θ0)] = cast(θ0 + Σ λ_i τ̃_i), Eq. 6: float32 sums in source order, one block of
+    `scratch` at a time. The one arithmetic of both paths below, so streaming and resident
+    synthesis give the same bits on the same device; elementwise, so any block size does too."""
+    for tau, _ in taus:
+        if tau.shape != theta0.shape:
+            raise DotsError(f"a task vector has shape {tuple(tau.shape)}, the base {tuple(theta0.shape)}: stale cache?")
+    n = theta0.numel()
+    flat_out = out.view(-1)[:n]  # rows a source added to an embedding come after θ0's rows
+    flat_theta0 = theta0.reshape(-1)
+    flat_taus = [(tau.reshape(-1), lam) for tau, lam in taus]
+    step = scratch.numel()
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        acc = scratch[:stop - start]
+        acc.copy_(flat_theta0[start:stop])
+        for tau, lam in flat_taus:
+            acc.add_(tau[start:stop], alpha=lam)
+        flat_out[start:stop].copy_(acc)
+    return out
 
 
 def synthesize(
@@ -67,15 +93,20 @@ def synthesize(
     base = base if base is not None else Checkpoint(task_vectors.base_path)
     merged = set(task_vectors.names)
     active = [(k, lam) for k, lam in lambdas.items() if lam != 0.0]
+    scratch = torch.empty(0, dtype=torch.float32, device=device)
     for name in base.names:
-        theta0 = base.get(name)
+        with record_function("dots.synth.read"):  # labels for torch.profiler (benchmarks/profile_swap.py)
+            theta0 = base.get(name)
+            taus = [(task_vectors.get(key, name).to(device), lam) for key, lam in active] if name in merged else []
         if name not in merged:
             yield name, theta0.to(device)
             continue
-        acc = theta0.to(device=device, dtype=torch.float32)
-        _combine(acc, [(task_vectors.get(key, name).to(device), lam) for key, lam in active])
-        out = acc.to(theta0.dtype)
-        del acc
+        with record_function("dots.synth.combine"):
+            theta0 = theta0.to(device)
+            if scratch.numel() < block_entries(device, theta0.numel()):
+                scratch = torch.empty(block_entries(device, theta0.numel()), dtype=torch.float32, device=device)
+            out = _combine_into(torch.empty_like(theta0), theta0, taus, scratch)
+            del taus
         extra = task_vectors.extra_rows(name)
         if extra is not None:
             out = torch.cat([out, extra.to(device=device, dtype=out.dtype)], dim=0)
@@ -90,7 +121,7 @@ class ResidentSynthesizer:
     next call overwrites, so consume (copy) each yielded tensor before calling again —
     `reload_weights`, `Engine.swap_weights` and `CheckpointWriter` all do. Memory: the
     base in its dtype twice (θ0, outputs) + K float32 task vectors + one float32 scratch
-    of the largest tensor; `nbytes` says how much.
+    block (2^20 entries on CPU, the largest tensor on CUDA); `nbytes` says how much.
     """
 
     def __init__(self, task_vectors: TaskVectors, device: str | torch.device | None = None, base: Checkpoint | None = None):
@@ -118,7 +149,7 @@ class ResidentSynthesizer:
                 self.out[name] = torch.empty((rows, *theta0.shape[1:]), dtype=theta0.dtype, device=self.device)
                 self.out[name][theta0.shape[0]:].copy_(extra)
             largest = max(largest, self.theta0[name].numel())
-        self._scratch = torch.empty(largest, dtype=torch.float32, device=self.device)
+        self._scratch = torch.empty(block_entries(self.device, largest), dtype=torch.float32, device=self.device)
 
     @property
     def nbytes(self) -> int:
@@ -134,11 +165,9 @@ class ResidentSynthesizer:
             if name not in self.taus:
                 yield name, theta0
                 continue
-            acc = self._scratch[:theta0.numel()].view(theta0.shape)
-            acc.copy_(theta0)
-            _combine(acc, [(self.taus[name][k], lam) for k, lam in active])
-            out = self.out[name]
-            (out[:theta0.shape[0]] if out.shape != theta0.shape else out).copy_(acc)
+            with record_function("dots.synth.combine"):
+                out = _combine_into(self.out[name], theta0, [(self.taus[name][k], lam) for k, lam in active],
+                                    self._scratch)
             yield name, out
 
 

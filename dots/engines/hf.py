@@ -151,7 +151,8 @@ class HFEngine:
                 raise DotsError(f"swap: {name!r} is not a tensor of the live model {self.model_path}")
             if tuple(target.shape) != tuple(tensor.shape):
                 raise DotsError(f"swap: {name} has shape {tuple(tensor.shape)}, the live model {tuple(target.shape)}")
-            target.copy_(tensor)
+            with torch.profiler.record_function("dots.hf.copy"):
+                target.copy_(tensor)
 
     def _check_checkpoint(self, ckpt: Checkpoint) -> None:
         unknown = [n for n in ckpt.names if n not in self._targets]

@@ -53,8 +53,11 @@ class DotsWorkerExtension:
         return 0
 
     def _dots_reload(self, weights) -> float:
+        from torch.profiler import record_function
+
         start = time.perf_counter()
-        self.reload_weights(weights_iterator=weights)  # type: ignore[attr-defined]
+        with record_function("dots.vllm.reload_weights"):  # includes the synthesis it consumes
+            self.reload_weights(weights_iterator=weights)  # type: ignore[attr-defined]
         return time.perf_counter() - start
 
     def dots_swap_coefficients(self, coefficients: Mapping[str, float]) -> float:
