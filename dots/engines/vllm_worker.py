@@ -55,35 +55,44 @@ class DotsWorkerExtension:
     def _dots_reload(self, weights) -> float:
         from torch.profiler import record_function
 
+        loaded: set[str] = set()
+
+        def tracked():
+            for name, tensor in weights:
+                loaded.add(name)
+                yield name, tensor
+
         start = time.perf_counter()
         with record_function("dots.vllm.reload_weights"):  # includes the synthesis it consumes
-            self.reload_weights(weights_iterator=weights)  # type: ignore[attr-defined]
-            self._dots_refresh_tied_cpu_gemms()
+            self.reload_weights(weights_iterator=tracked())  # type: ignore[attr-defined]
+            self._dots_refresh_tied_cpu_gemms(loaded)
         return time.perf_counter() - start
 
-    def _dots_refresh_tied_cpu_gemms(self) -> int:
+    def _dots_refresh_tied_cpu_gemms(self, loaded: set[str]) -> list[str]:
         """vLLM-CPU gives each layer that multiplies by a weight a GEMM handle built from it at
         load time (`cpu_linear`; oneDNN reorders the weight into its own packed copy on
         AVX-512-BF16 machines). A tied `lm_head` receives no tensor of its own on reload, so
         its handle would keep multiplying by the first weights while the embedding it shares
-        them with is updated: rebuild the handles of every layer whose weight storage another
-        layer shares. Returns how many were rebuilt (0 off CPU and for untied models)."""
+        them with is updated. Rebuild the handle of every layer that shares its weight's
+        storage with another and got no tensor named after it (`loaded`: the checkpoint names
+        just reloaded; the reload rebuilt the others). Returns the rebuilt layers' names."""
         import torch
 
         if self._dots_device().type != "cpu":
-            return 0
+            return []
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        by_storage: dict[int, list[torch.nn.Module]] = {}
-        for module in model.modules():
+        by_storage: dict[int, list[tuple[str, torch.nn.Module]]] = {}
+        for name, module in model.named_modules():
             weight = getattr(module, "weight", None)
             if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.numel() > 0:
-                by_storage.setdefault(weight.untyped_storage().data_ptr(), []).append(module)
-        tied = [m for group in by_storage.values() if len(group) > 1 for m in group]
-        for module in tied:
+                by_storage.setdefault(weight.untyped_storage().data_ptr(), []).append((name, module))
+        stale = [(name, module) for group in by_storage.values() if len(group) > 1
+                 for name, module in group if f"{name}.weight" not in loaded]
+        for _, module in stale:
             dispatch_cpu_unquantized_gemm(module, remove_weight=False)
-        return len(tied)
+        return [name for name, _ in stale]
 
     def dots_swap_coefficients(self, coefficients: Mapping[str, float]) -> float:
         """Reload θ0 + Σ λ_i τ̃_i (SPEC §2); returns the seconds spent in this worker."""
