@@ -21,7 +21,10 @@ an "SFT" (dense noise) and an "RLVR" (sparse, smaller noise) source and their τ
 
     python benchmarks/swap_latency.py --workdir /tmp/dots-swap --engines vllm hf --repeats 5
 
-`--layers 2` gives a quick smoke run. Results go to stdout as a Markdown table.
+`--layers 2` gives a quick smoke run. Results go to stdout as a Markdown table. Before the
+timed swaps of each τ̃ mode, `--warmup` swaps (default 1, other λ) touch the buffers a swap
+allocates for the first time — a cost a search pays in its first trial only; they are
+reported apart.
 """
 from __future__ import annotations
 
@@ -156,7 +159,8 @@ def greedy(engine) -> str:
 
 def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict:
     """Swaps on one live engine (τ̃ held in memory, then read from disk), then restarts."""
-    out: dict = {"swap_memory": [], "swap_disk": [], "restart": [], "restart_write": [], "restart_start": [], "match": []}
+    out: dict = {"swap_memory": [], "swap_disk": [], "restart": [], "restart_write": [], "restart_start": [], "match": [],
+                 "warmup_memory": [], "warmup_disk": []}
     t = time.perf_counter()
     engine = make_engine(kind, base, tv, args, synth_cache="memory")
     out["startup_once"] = time.perf_counter() - t
@@ -164,6 +168,11 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
     for cache in ("memory", "disk"):
         if cache == "disk":
             engine.set_task_vectors(tv, synth_cache="disk")  # frees the resident copy
+        for lam in lambdas(args.warmup, seed=1):  # first touches of fresh buffers: once per run, not per trial
+            t = time.perf_counter()
+            engine.swap_coefficients(lam)
+            out[f"warmup_{cache}"].append(time.perf_counter() - t)
+            print(f"[{kind}] warm-up swap ({cache}) {lam}: {out[f'warmup_{cache}'][-1]:.3f} s", flush=True)
         for i, lam in enumerate(lams):
             t = time.perf_counter()
             engine.swap_coefficients(lam)
@@ -221,6 +230,8 @@ def main() -> None:
     parser.add_argument("--enforce-eager", action="store_true", help="vLLM without compilation (both sides)")
     parser.add_argument("--memory-utilization", type=float, default=None)
     parser.add_argument("--synthesis", action="store_true", help="also time synthesis alone (always on CUDA)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed swaps (other λ) before the timed ones, per τ̃ mode; reported apart")
     args = parser.parse_args()
     os.environ.setdefault("DOTS_PROGRESS", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default share does not fit here
@@ -253,6 +264,10 @@ def main() -> None:
         rows.append((f"{kind}: save + restart (write {statistics.median(res['restart_write']):.1f} s, "
                      f"start {statistics.median(res['restart_start']):.1f} s)", restart, None, res["restart"]))
         rows.append((f"{kind}: engine start with τ̃ loaded (once per run)", res["startup_once"], None, None))
+        for cache in ("memory", "disk"):
+            if res[f"warmup_{cache}"]:
+                rows.append((f"{kind}: warm-up swap(s), synth_cache={cache} (once per run, not timed above)",
+                             statistics.median(res[f"warmup_{cache}"]), None, res[f"warmup_{cache}"]))
         rows.append((f"{kind}: greedy output of swap == restart for every λ", float(all(res["match"])), None, None))
     print(f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs (shared), torch {torch.__version__}")
     print(f"repeats: {args.repeats} (median), λ: {lams}\n")
