@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 import yaml
@@ -45,7 +46,9 @@ def array_tasks(sweep_dir: Path) -> list[str]:
     folder = sweep_dir / ".submitit"
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
+    names = [p.name for p in folder.iterdir()]
+    tasks = sorted(n for n in names if re.fullmatch(r"\d+_\d+", n))
+    return tasks or sorted(n for n in names if n.isdigit())
 
 
 def job_log(sweep_dir: Path, task: str) -> str:
@@ -94,6 +97,23 @@ def load_study(storage: Path):
     if not summaries:
         return None
     return optuna.load_study(study_name=summaries[0].study_name, storage=backend)
+
+
+def wait_for_study(proc: subprocess.Popen, storage: Path, ready: Callable[[Any], bool], what: str,
+                   poll_s: float = 0.2) -> None:
+    """Poll the journal study until `ready(study)`; fail with `what` and the command's output
+    when the command ends or SWEEP_TIMEOUT_S passes first."""
+    deadline = time.monotonic() + SWEEP_TIMEOUT_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        try:
+            study = load_study(storage)
+        except Exception:  # a journal line being written
+            continue
+        if study is not None and ready(study):
+            return
+    proc.kill()
+    pytest.fail(f"{what}\n{proc.communicate()[0][-3000:]}")
 
 
 def worker_args(tiny, run_dir: Path, storage: Path, n: int, heartbeat_s: float, grace_s: float,
@@ -195,19 +215,8 @@ def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sw
         return len(load_study(storage).get_trials(states=(TrialState.COMPLETE,)))
 
     # Wait until two trials run at once: both workers are inside the study loop.
-    deadline = time.monotonic() + SWEEP_TIMEOUT_S
-    overlapped = False
-    while not overlapped and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-        try:
-            study = load_study(storage)
-        except Exception:  # a journal line being written
-            continue
-        if study is not None:
-            overlapped = len(study.get_trials(states=(TrialState.RUNNING,))) >= 2
-    if not overlapped:
-        proc.kill()
-        pytest.fail(f"the two workers never ran trials at the same time\n{proc.communicate()[0][-3000:]}")
+    wait_for_study(proc, storage, lambda study: len(study.get_trials(states=(TrialState.RUNNING,))) >= 2,
+                   "the two workers never ran trials at the same time")
     tasks = array_tasks(sweep_dir)
     victim_task, survivor_task = tasks[1], tasks[0]
     victim = None
@@ -252,20 +261,12 @@ def test_plain_scancel_stops_the_worker_through_its_sigterm_handler(tiny, slurm_
     args = overrides(tiny, run_dir, trials=n, extra=["search.k=64", "search.max_tokens=64", f"search.storage={storage}"])
     proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + SWEEP_TIMEOUT_S
-    caught = False
-    while not caught and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-        try:
-            study = load_study(storage)
-        except Exception:  # a journal line being written
-            continue
-        if study is not None:
-            complete = study.get_trials(states=(TrialState.COMPLETE,))
-            caught = 2 <= len(complete) < n - 1 and bool(study.get_trials(states=(TrialState.RUNNING,)))
-    if not caught:
-        proc.kill()
-        pytest.fail(f"no trial was running after two complete ones\n{proc.communicate()[0][-3000:]}")
+
+    def mid_study(study) -> bool:
+        complete = study.get_trials(states=(TrialState.COMPLETE,))
+        return 2 <= len(complete) < n - 1 and bool(study.get_trials(states=(TrialState.RUNNING,)))
+
+    wait_for_study(proc, storage, mid_study, "no trial was running after two complete ones", poll_s=0.1)
     (task,) = array_tasks(sweep_dir)
     subprocess.run(["scancel", task], check=True, timeout=30)
     assert sacct_final_states([task], timeout_s=120)[task].startswith("CANCELLED")
