@@ -40,20 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dots.synth  # noqa: E402
 from dots.memory import reuse_freed_memory  # noqa: E402
-from swap_latency import build, lambdas  # noqa: E402
+from swap_latency import build, lambdas, make_engine  # noqa: E402
 
 LABELS = ("dots.synth.read", "dots.synth.combine", "dots.hf.copy", "dots.vllm.reload_weights")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-
-
-def make_engine(kind: str, base: Path, tv):
-    if kind == "vllm":
-        from dots.engines.vllm import VLLMEngine
-
-        return VLLMEngine(base, task_vectors=tv, dtype="bfloat16", max_model_len=512, enforce_eager=True)
-    from dots.engines.hf import HFEngine
-
-    return HFEngine(base, task_vectors=tv, dtype="bfloat16")
 
 
 def profile_swaps(engine, lams: list[dict[str, float]], trace: Path | None) -> dict:
@@ -116,7 +106,7 @@ def main() -> None:
     blocked = dots.synth.CPU_BLOCK_ENTRIES
     settings = {"whole tensors": 2**62, f"blocks of {blocked} entries": blocked}
     for kind in args.engines:
-        engine = make_engine(kind, base, tv)
+        engine = make_engine(kind, base, tv, argparse.Namespace(enforce_eager=True, memory_utilization=None))
         for cache in args.caches:
             walls: dict[str, list[float]] = {}
             order = [*settings, *reversed(settings)]  # A B B A: neither setting always runs first

@@ -103,8 +103,9 @@ def synthesize(
             continue
         with record_function("dots.synth.combine"):
             theta0 = theta0.to(device)
-            if scratch.numel() < block_entries(device, theta0.numel()):
-                scratch = torch.empty(block_entries(device, theta0.numel()), dtype=torch.float32, device=device)
+            need = block_entries(device, theta0.numel())
+            if scratch.numel() < need:
+                scratch = torch.empty(need, dtype=torch.float32, device=device)
             out = _combine_into(torch.empty_like(theta0), theta0, taus, scratch)
             del taus
         extra = task_vectors.extra_rows(name)
