@@ -29,8 +29,9 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dots.checkpoint import CheckpointWriter, TensorInfo  # noqa: E402
-from dots.testing import name_seed  # noqa: E402
+from dots.io.safetensors import TensorInfo  # noqa: E402
+from dots.io.writer import CheckpointWriter
+from dots.keys import name_seed  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from gen_checkpoints import Shape, layer_shapes  # noqa: E402

@@ -43,8 +43,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dots.checkpoint import CheckpointWriter, TensorInfo, dtype_size  # noqa: E402
-from dots.testing import name_seed  # noqa: E402
+from dots.io.safetensors import TensorInfo, dtype_size  # noqa: E402
+from dots.io.writer import CheckpointWriter
+from dots.keys import name_seed  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, MLP, VOCAB = 896, 14, 2, 4864, 151936
 HEAD_DIM = HIDDEN // HEADS

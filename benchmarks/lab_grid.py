@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import torch  # noqa: E402
 
-from dots.checkpoint import Checkpoint  # noqa: E402
+from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.lab import ensure_trio  # noqa: E402
 from dots.lab import tasks as T  # noqa: E402
 from dots.lab.build import _threads  # noqa: E402

@@ -99,7 +99,7 @@ IN_PROCESS = """
 import sys, time
 from dots.memory import reuse_freed_memory
 reuse_freed_memory()
-from dots.merge import merge_checkpoints
+from dots.merge.executor import merge_checkpoints
 root, out, method = sys.argv[1:4]
 start = time.perf_counter()
 merge_checkpoints(f"{root}/base", {"sft": f"{root}/sft", "rlvr": f"{root}/rlvr"}, out, method, overwrite=True)

@@ -6,8 +6,8 @@ On the generated Qwen2.5-0.5B-shaped model of benchmarks/swap_latency.py (494 M 
 parameters, "SFT" + "RLVR" τ̃ at density 0.3), one engine per kind; for each τ̃ cache mode
 (`synth_cache=memory|disk`) one warm-up swap, then `--repeats` swaps under
 `torch.profiler.profile(activities=[CPU])`. The library marks its own phases with
-`record_function`: `dots.synth.read` (base and τ̃ read from the cache, γ applied),
-`dots.synth.combine` (θ0 + Σλτ̃ in float32, cast to bf16), `dots.hf.copy` (copy into the
+`record_function`: `dots.vectors.synth.read` (base and τ̃ read from the cache, γ applied),
+`dots.vectors.synth.combine` (θ0 + Σλτ̃ in float32, cast to bf16), `dots.hf.copy` (copy into the
 live parameters) and `dots.vllm.reload_weights` (vLLM's reload, which consumes the
 synthesis: its own share is that label minus the two synth labels). vLLM runs with its
 engine core in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the worker is
@@ -18,7 +18,7 @@ the same swaps for the profiler's overhead. `--trace DIR` writes Chrome traces.
 
 Each case runs in the same engine over whole tensors (one block per tensor, as before blocks
 were introduced; same bits) and with the float32 accumulator worked in blocks of
-`dots.synth.CPU_BLOCK_ENTRIES` (the default), in the order A B B A, and the medians of
+`dots.vectors.synth.CPU_BLOCK_ENTRIES` (the default), in the order A B B A, and the medians of
 the unprofiled swaps of both passes are compared.
 """
 from __future__ import annotations
@@ -38,11 +38,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dots.synth  # noqa: E402
+import dots.vectors.synth  # noqa: E402
 from dots.memory import reuse_freed_memory  # noqa: E402
 from swap_latency import build, lambdas, make_engine  # noqa: E402
 
-LABELS = ("dots.synth.read", "dots.synth.combine", "dots.hf.copy", "dots.vllm.reload_weights")
+LABELS = ("dots.vectors.synth.read", "dots.vectors.synth.combine", "dots.hf.copy", "dots.vllm.reload_weights")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
@@ -76,7 +76,7 @@ def report(kind: str, cache: str, blocks: str, res: dict) -> str:
              "| phase (inclusive, per swap) | s | share of the profiled swap |", "|---|---|---|"]
     labels = dict(res["labels"])
     if "dots.vllm.reload_weights" in labels:
-        synth = labels.get("dots.synth.read", 0.0) + labels.get("dots.synth.combine", 0.0)
+        synth = labels.get("dots.vectors.synth.read", 0.0) + labels.get("dots.vectors.synth.combine", 0.0)
         labels["vLLM's own reload (reload_weights − synthesis)"] = labels["dots.vllm.reload_weights"] - synth
     for key, seconds in labels.items():
         lines.append(f"| `{key}` | {seconds:.3f} | {seconds / res['profiled']:.0%} |")
@@ -103,7 +103,7 @@ def main() -> None:
     base, tv = build(args.workdir / f"l{args.layers}", args.layers)
     lams = lambdas(args.repeats)
     sections, summary = [], []
-    blocked = dots.synth.CPU_BLOCK_ENTRIES
+    blocked = dots.vectors.synth.CPU_BLOCK_ENTRIES
     settings = {"whole tensors": 2**62, f"blocks of {blocked} entries": blocked}
     for kind in args.engines:
         engine = make_engine(kind, base, tv, argparse.Namespace(enforce_eager=True, memory_utilization=None))
@@ -111,7 +111,7 @@ def main() -> None:
             walls: dict[str, list[float]] = {}
             order = [*settings, *reversed(settings)]  # A B B A: neither setting always runs first
             for blocks in order:
-                dots.synth.CPU_BLOCK_ENTRIES = settings[blocks]  # read when the synthesiser sizes its scratch
+                dots.vectors.synth.CPU_BLOCK_ENTRIES = settings[blocks]  # read when the synthesiser sizes its scratch
                 engine.set_task_vectors(tv, synth_cache=cache)
                 tag = "whole" if settings[blocks] != blocked else "blocked"
                 trace = args.trace / f"{kind}-{cache}-{tag}.json" if args.trace else None
@@ -127,7 +127,7 @@ def main() -> None:
         engine.close()
         del engine
         gc.collect()
-    dots.synth.CPU_BLOCK_ENTRIES = blocked
+    dots.vectors.synth.CPU_BLOCK_ENTRIES = blocked
     table = ("| engine | synth_cache | swap, whole tensors (s) | swap, blocks (s) | whole / blocks |\n"
              "|---|---|---|---|---|\n" + "\n".join(summary) + "\n")
     print(table)

@@ -46,7 +46,7 @@ def commands(root: Path, out: Path) -> dict[str, list[str]]:
 
 def parameters(root: Path) -> tuple[int, int]:
     """(parameters, entries of the largest tensor) of the base."""
-    from dots.checkpoint import Checkpoint
+    from dots.io.checkpoint import Checkpoint
 
     ckpt = Checkpoint(root / "base")
     sizes = [ckpt.info(n).numel for n in ckpt.names]

@@ -44,9 +44,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo  # noqa: E402
+from dots.io.checkpoint import Checkpoint  # noqa: E402
+from dots.io.safetensors import TensorInfo
+from dots.io.writer import CheckpointWriter
 from dots.memory import reuse_freed_memory  # noqa: E402
-from dots.testing import name_seed  # noqa: E402
+from dots.keys import name_seed  # noqa: E402
 from gen_checkpoints import HEADS, HIDDEN, KV_HEADS, MLP, VOCAB, layer_shapes  # noqa: E402  (Qwen2-0.5B widths)
 
 PROMPT = "Question: what is 12 + 30? Answer:"
@@ -115,7 +117,8 @@ def write_model(out: Path, layers: int, source_seed: int | None, scale: float, d
 
 
 def build(workdir: Path, layers: int):
-    from dots.taskvec import SparsifyConfig, build_task_vectors
+    from dots.vectors.cache import build_task_vectors
+    from dots.vectors.sparsify import SparsifyConfig
 
     base = write_model(workdir / "base", layers, None, 0.0, 1.0)
     sft = write_model(workdir / "sft", layers, 1, 2e-3, 1.0)
@@ -134,7 +137,7 @@ def lambdas(n: int, seed: int = 0) -> list[dict[str, float]]:
 
 
 def save_merged(tv, coefficients, base: Path, out: Path) -> Path:
-    from dots.synth import synthesize
+    from dots.vectors.synth import synthesize
 
     ckpt = Checkpoint(base)
     with CheckpointWriter(out, {n: ckpt.info(n) for n in ckpt.names}, max_shard_bytes=2 * 2**30, overwrite=True) as writer:
@@ -206,7 +209,7 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
 
 
 def measure_synthesis(tv, lams, device: str, resident: bool = False) -> list[float]:
-    from dots.synth import ResidentSynthesizer, synthesize
+    from dots.vectors.synth import ResidentSynthesizer, synthesize
 
     make = ResidentSynthesizer(tv, device=device) if resident else (lambda lam: synthesize(tv, lam, device=device))
     times = []

@@ -111,8 +111,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from dots.checkpoint import Checkpoint  # noqa: E402
-from dots.topk import global_kth_largest  # noqa: E402
+from dots.io.checkpoint import Checkpoint  # noqa: E402
+from dots.vectors.topk import global_kth_largest  # noqa: E402
 from merge_memory import TIME, parse_time_v  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"

@@ -6,19 +6,15 @@ checkpoint from it by adding seeded noise, optionally sparse, optionally in anot
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import torch
 
-from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
-
-
-def name_seed(name: str, seed: int) -> int:
-    """A per-tensor seed that depends only on (name, seed), never on processing order."""
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+from dots.io.checkpoint import Checkpoint
+from dots.keys import name_seed
+from dots.io.safetensors import TensorInfo
+from dots.io.writer import CheckpointWriter
 
 
 def make_tiny_model(

@@ -1,4 +1,4 @@
-"""A tiny Hydra app for checking conf/hydra/launcher/slurm.yaml on a real cluster.
+"""A tiny Hydra app for checking dots/conf/hydra/launcher/slurm.yaml on a real cluster.
 
 tests/test_slurm_cluster.py runs it as
 `python tests/slurm_app.py -m hydra/launcher=slurm x=2,3 ...`: each run writes what it
@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 ConfigStore.instance().store(name="slurm_app", node={"x": 1})
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="slurm_app")
+@hydra.main(version_base=None, config_path="../dots/conf", config_name="slurm_app")
 def main(cfg: DictConfig) -> int:
     """Record x, x**2 and the SLURM environment of this run; return x**2."""
     record = {

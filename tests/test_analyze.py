@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from dots.align import align
-from dots.analysis.modules import layer_index, module_class, module_kind
-from dots.analysis.topk import RadixSelect, TopKMask, magnitude_bits
-from dots.analyze import AnalyzeConfig, analyze, compute_analysis
-from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
+from dots.io.align import align
+from dots.analyze.modules import layer_index, module_class, module_kind
+from dots.vectors.masks import TopKMask
+from dots.vectors.topk import RadixSelect, magnitude_bits
+from dots.analyze.run import AnalyzeConfig, analyze, compute_analysis
+from dots.io.checkpoint import Checkpoint
+from dots.io.safetensors import TensorInfo
+from dots.io.writer import CheckpointWriter
 from dots.errors import DotsError
 from dots.testing import make_finetuned, make_tiny_model
 

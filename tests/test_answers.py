@@ -3,9 +3,9 @@ import threading
 
 import pytest
 
-from dots.answers import (answers_equivalent, boxed_answers, consistency, consistency_of_labels,
-                          equivalence_classes, extract_answer, extract_choice, is_correct,
-                          majority_answer)
+from dots.scoring.equivalence import answers_equivalent, equivalence_classes
+from dots.scoring.extract import boxed_answers, extract_answer, extract_choice
+from dots.scoring.grade import consistency, consistency_of_labels, is_correct, majority_answer
 
 EXTRACTION = [
     # (completion, expected answer)

@@ -4,13 +4,18 @@ import math
 import pytest
 import torch
 
-from dots.checkpoint import Checkpoint, CheckpointWriter
-from dots.engines import Engine, engine_perplexity, perplexity
+from dots.paths import CONF_DIR
+from dots.io.checkpoint import Checkpoint
+from dots.io.writer import CheckpointWriter
+from dots.engines import Engine
+from dots.scoring import perplexity
+from dots.scoring.perplexity import perplexity
 from dots.engines.factory import build_engine, resolve_engine_name
 from dots.engines.hf import HFEngine
 from dots.errors import DotsError
-from dots.synth import synthesize
-from dots.taskvec import SparsifyConfig, build_task_vectors
+from dots.vectors.synth import synthesize
+from dots.vectors.cache import build_task_vectors
+from dots.vectors.sparsify import SparsifyConfig
 from dots.testing import make_finetuned, make_tiny_model
 
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "The answer is \\boxed{"]
@@ -80,7 +85,7 @@ def test_prompt_nll_matches_a_plain_forward_pass(engine):
         assert res.nll == pytest.approx(ref, rel=1e-5)
     ppl = perplexity(results)
     assert ppl == pytest.approx(math.exp(sum(r.nll for r in results) / sum(r.tokens for r in results)))
-    assert engine_perplexity(engine, PROMPTS) == pytest.approx(ppl)
+    assert perplexity(engine.prompt_nll(PROMPTS)) == pytest.approx(ppl)
 
 
 def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, models):
@@ -179,7 +184,7 @@ def test_engine_config_files_build(models):
 
     from omegaconf import OmegaConf
 
-    conf = Path(__file__).resolve().parent.parent / "conf" / "engine"
+    conf = CONF_DIR / "engine"
     for name in ("auto", "vllm", "hf"):
         cfg = OmegaConf.load(conf / f"{name}.yaml")
         assert cfg.name == name

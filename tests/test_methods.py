@@ -1,7 +1,7 @@
 """Each merge method against a direct dense computation of its SPEC §5 formula.
 
 The reference functions below are written from the formulas, independently of
-dots.methods (plain loops over models, sorts instead of radix selection). The only
+dots.merge.methods (plain loops over models, sorts instead of radix selection). The only
 shared convention is the documented seeding of random masks: per model i and block b of
 DROP_BLOCK entries, torch.rand from a CPU generator seeded by
 dots.testing.name_seed(f"{tensor name}|{i}|{b}", seed).
@@ -15,9 +15,9 @@ import torch
 from safetensors.torch import save_file
 
 from dots.errors import DotsError
-from dots.methods import available_methods, build_options, get_method
-from dots.methods.base import CHUNK, DROP_BLOCK, MergeContext, topk_magnitude_mask
-from dots.testing import name_seed
+from dots.merge.methods import available_methods, build_options, get_method
+from dots.merge.methods.base import CHUNK, DROP_BLOCK, MergeContext, topk_magnitude_mask
+from dots.keys import name_seed
 
 EPS = 1e-5
 
@@ -233,7 +233,7 @@ def test_dare_drops_the_expected_share():
 
 def test_drop_mask_blocks_drawn_in_parallel_match_the_definition():
     """A tensor over several DROP_BLOCKs takes the threaded path; blocks keep their own keys."""
-    from dots.methods.base import drop_mask
+    from dots.merge.methods.base import drop_mask
 
     shape = (3, DROP_BLOCK // 2 + 7)  # 1.5 blocks + a ragged tail
     mask = drop_mask(shape, 0.3, "layer.w", 5, index=1)
@@ -304,8 +304,8 @@ def test_ram_with_a_model_that_has_no_unique_entries():
 
 
 def _sar_stats(tmp_path, name, fisher_a, fisher_b):
-    from dots.fisher import FisherTable
-    from dots.methods.sar import SarStats
+    from dots.merge.fisher import FisherTable
+    from dots.merge.methods.sar import SarStats
 
     tables = []
     for key, f in (("a", fisher_a), ("b", fisher_b)):
@@ -364,7 +364,7 @@ def _reference_fisher(path, pairs):
 def test_fisher_with_gold_answers(qwen_bf16):
     from transformers import AutoTokenizer
 
-    from dots.fisher import CalibrationExample, compute_fisher
+    from dots.merge.fisher import CalibrationExample, compute_fisher
 
     path = qwen_bf16.sources["sft"]
     tok = AutoTokenizer.from_pretrained(path)
@@ -379,7 +379,7 @@ def test_fisher_with_gold_answers(qwen_bf16):
 
 
 def test_fisher_without_gold_uses_the_greedy_answer(qwen_bf16):
-    from dots.fisher import CalibrationExample, compute_fisher
+    from dots.merge.fisher import CalibrationExample, compute_fisher
 
     path = qwen_bf16.sources["rlvr"]
     fisher = compute_fisher(path, [CalibrationExample("7+8=", None)], max_new_tokens=5)
@@ -392,8 +392,8 @@ def test_fisher_without_gold_uses_the_greedy_answer(qwen_bf16):
 
 
 def test_fisher_cache_is_keyed_and_reused(qwen_bf16, tmp_path):
-    from dots.checkpoint import Checkpoint
-    from dots.fisher import builtin_calibration, fisher_for
+    from dots.io.checkpoint import Checkpoint
+    from dots.merge.fisher import builtin_calibration, fisher_for
 
     ckpt = Checkpoint(qwen_bf16.sources["sft"])
     examples = builtin_calibration(3, seed=0)
@@ -407,7 +407,7 @@ def test_fisher_cache_is_keyed_and_reused(qwen_bf16, tmp_path):
 def test_calibration_from_a_pool_keeps_gold_answers(tmp_path):
     import json
 
-    from dots.fisher import calibration_set
+    from dots.merge.fisher import calibration_set
 
     path = tmp_path / "pool.jsonl"
     rows = [{"question": f"q{i}", "answer": str(i)} for i in range(10)] + [{"question": "open"}]
@@ -427,7 +427,7 @@ def test_calibration_from_a_pool_keeps_gold_answers(tmp_path):
 def _by_blocks(method: str, name: str, base, deltas, rows_per_block: int, stats=None, **options):
     """Run a blockwise method the way the executor does on a large tensor: tensor_pass over the
     row blocks, then merge block by block with its Part."""
-    from dots.methods.base import Part
+    from dots.merge.methods.base import Part
 
     spec = get_method(method)
     opts = build_options(spec, options)

@@ -2,7 +2,7 @@
 import pytest
 
 from dots.errors import DotsError
-from dots.pareto import Point, pareto_front, pick, plot_front
+from dots.search.pareto import Point, pareto_front, pick, plot_front
 
 
 def pts(*rows):

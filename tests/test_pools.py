@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from dots.errors import DotsError
-from dots.pools import load_pool
+from dots.problems import load_pool
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "valid.all.dedup.parquet"
 needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="shared/ benchmark file not beside the repo")

@@ -126,7 +126,7 @@ def worker_args(tiny, run_dir: Path, storage: Path, n: int, heartbeat_s: float, 
 # --- tests ----------------------------------------------------------------------------------
 
 def test_density_sweep_runs_two_searches_as_one_job_array(tiny, slurm_cluster, sweep_dir, env, tmp_path):
-    from dots.checkpoint import Checkpoint
+    from dots.io.checkpoint import Checkpoint
 
     args = overrides(tiny, "null", trials=2, extra=["sparsify.density=0.3,0.5"])  # run dirs under DOTS_OUTPUTS
     proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
@@ -184,7 +184,7 @@ def frozen_trial(storage: Path, window_s: float) -> int | None:
     worker already failed as stale. None when the suspended worker is between trials."""
     from optuna.trial import TrialState
 
-    from dots.parallel import HEARTBEAT
+    from dots.search.workers import HEARTBEAT
 
     before = {t.number: t.system_attrs.get(HEARTBEAT)
               for t in load_study(storage).get_trials(states=(TrialState.RUNNING,))}

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from dots.errors import DotsError
-from dots.pools import Query
-from dots.selection import (SelectionConfig, choose, load_selection, random_selection, save_selection,
+from dots.problems import Query
+from dots.search.selection import (SelectionConfig, choose, load_selection, random_selection, save_selection,
                             score_difficulty)
 
 

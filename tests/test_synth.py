@@ -2,10 +2,11 @@
 import pytest
 import torch
 
-from dots.checkpoint import Checkpoint
+from dots.io.checkpoint import Checkpoint
 from dots.errors import DotsError
-from dots.synth import ResidentSynthesizer, synthesize, synthesize_dict
-from dots.taskvec import SparsifyConfig, build_task_vectors
+from dots.vectors.synth import ResidentSynthesizer, synthesize, synthesize_dict
+from dots.vectors.cache import build_task_vectors
+from dots.vectors.sparsify import SparsifyConfig
 from dots.testing import make_finetuned, make_tiny_model
 
 
@@ -70,10 +71,10 @@ def test_blocked_accumulation_gives_the_bits_of_whole_tensor_arithmetic(cache, m
     """CPU synthesis works its float32 accumulator in blocks (uneven ones here, tensor sizes are
     not multiples of 7): every output equals θ0 + λ1·τ̃1 + λ2·τ̃2 computed over whole tensors in
     float32, then cast — bit for bit, on both paths."""
-    import dots.synth
+    import dots.vectors.synth
 
     base, tv = cache
-    monkeypatch.setattr(dots.synth, "CPU_BLOCK_ENTRIES", block)
+    monkeypatch.setattr(dots.vectors.synth, "CPU_BLOCK_ENTRIES", block)
     lam = {"sft": 0.79, "rl": 1.82}
     resident = ResidentSynthesizer(tv, device="cpu")
     assert resident._scratch.numel() == block

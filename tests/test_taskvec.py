@@ -4,11 +4,15 @@ import json
 import pytest
 import torch
 
-from dots.align import align
-from dots.checkpoint import Checkpoint, CheckpointWriter, TensorInfo
+from dots.io.align import align
+from dots.io.checkpoint import Checkpoint
+from dots.io.safetensors import TensorInfo
+from dots.io.writer import CheckpointWriter
 from dots.errors import DotsError
-from dots.taskvec import SparsifyConfig, build_task_vectors
-from dots.topk import global_kth_largest, topk_mask
+from dots.vectors.cache import build_task_vectors
+from dots.vectors.sparsify import SparsifyConfig
+from dots.vectors.masks import topk_mask
+from dots.vectors.topk import global_kth_largest
 from dots.testing import make_finetuned, make_tiny_model
 
 

@@ -1,11 +1,12 @@
-"""Exact top-k selection (dots.topk): the sampled bracket, its fallback, the tie rule."""
+"""Exact top-k selection (dots.vectors.topk): the sampled bracket, its fallback, the tie rule."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-import dots.topk as topk
-from dots.topk import kth_largest, mask_largest, topk_mask
+import dots.vectors.topk as topk
+from dots.vectors.masks import mask_largest, topk_mask
+from dots.vectors.topk import kth_largest
 
 
 def reference(values: torch.Tensor, k: int) -> tuple[float, int]:

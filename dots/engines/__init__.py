@@ -1,10 +1,12 @@
 """Inference engines (vLLM, transformers) that swap weights in place."""
-from dots.engines.base import Engine, PromptNLL, engine_perplexity, perplexity
+from typing import Any
 
-__all__ = ["Engine", "PromptNLL", "perplexity", "engine_perplexity", "build_engine"]
+from dots.engines.base import Engine
+
+__all__ = ["Engine", "build_engine"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "build_engine":  # lazy: the factory imports torch/transformers/vllm on demand
         from dots.engines.factory import build_engine
 

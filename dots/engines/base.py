@@ -1,13 +1,13 @@
 """The Engine protocol: one live model per run whose weights are swapped in place."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
 from dots.errors import DotsError
+from dots.scoring.perplexity import PromptNLL
 
 SYNTH_CACHES = ("disk", "memory")
 
@@ -18,14 +18,6 @@ def check_synth_cache(value: str) -> str:
     if value not in SYNTH_CACHES:
         raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
     return value
-
-
-@dataclass(frozen=True)
-class PromptNLL:
-    """Summed negative log-likelihood of a text's tokens (all but the first) and their count."""
-
-    nll: float
-    tokens: int
 
 
 @runtime_checkable
@@ -64,18 +56,3 @@ class Engine(Protocol):
 
     def close(self) -> None:
         ...
-
-
-def perplexity(nlls: Sequence[PromptNLL]) -> float:
-    """exp(Σ NLL / Σ tokens) over all texts (SPEC §4: one mean over every prompt token)."""
-    import math
-
-    tokens = sum(r.tokens for r in nlls)
-    if tokens == 0:
-        return float("nan")
-    return math.exp(sum(r.nll for r in nlls) / tokens)
-
-
-def engine_perplexity(engine: Engine, texts: Sequence[str]) -> float:
-    """Perplexity of the engine's live weights on `texts` (the adaptation queries' prompts)."""
-    return perplexity(engine.prompt_nll(texts))

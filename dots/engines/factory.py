@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from dots.engines.base import Engine
 from dots.errors import DotsError
+from dots.plain import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +47,7 @@ def resolve_engine_name(name: str) -> str:
 
 def build_engine(cfg: Mapping[str, Any], model: str | Path, task_vectors=None) -> Engine:
     """The engine named by `cfg.name` on `model`, with `task_vectors` for swap_coefficients."""
-    options = dict(cfg.items()) if hasattr(cfg, "items") else dict(cfg)
-    try:  # OmegaConf DictConfig → plain containers
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            options = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    except ImportError:
-        pass
+    options = dict(to_plain(cfg))
     name = resolve_engine_name(str(options.pop("name", "auto")))
     from dots.engines.hf import HFEngine
 

@@ -16,8 +16,9 @@ from typing import Iterable, Mapping, Sequence
 
 import torch
 
-from dots.checkpoint import Checkpoint
-from dots.engines.base import PromptNLL, check_synth_cache
+from dots.io.checkpoint import Checkpoint
+from dots.engines.base import check_synth_cache
+from dots.scoring.perplexity import PromptNLL
 from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,6 @@ class HFEngine:
         ckpt = Checkpoint(path)
         self._check_checkpoint(ckpt)
         self.swap_weights(ckpt.tensors())
-        ckpt.close()
 
     def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:
         """Use this τ̃ cache for swap_coefficients (held in memory with synth_cache "memory")."""
@@ -177,7 +177,7 @@ class HFEngine:
             self.synth_cache = check_synth_cache(synth_cache)
         self.task_vectors, self._resident = task_vectors, None
         if task_vectors is not None and self.synth_cache == "memory":
-            from dots.synth import ResidentSynthesizer
+            from dots.vectors.synth import ResidentSynthesizer
 
             self._resident = ResidentSynthesizer(task_vectors, device=self.device)
 
@@ -185,7 +185,7 @@ class HFEngine:
         """θ0 + Σ λ_i τ̃_i built on the model's device from the task-vector cache."""
         if self.task_vectors is None:
             raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
-        from dots.synth import synthesize
+        from dots.vectors.synth import synthesize
 
         if self._resident is not None:
             self.swap_weights(self._resident(coefficients))

@@ -9,7 +9,7 @@ default multiprocess engine (EngineCore and workers in other processes) and with
 `tensor_parallel_size` > 1.
 
 With `synth_cache: memory` each worker holds θ0 and τ̃ on its device
-(`dots.synth.ResidentSynthesizer`), so a swap is arithmetic plus the reload; with `disk`
+(`dots.vectors.synth.ResidentSynthesizer`), so a swap is arithmetic plus the reload; with `disk`
 (default) it reads them from the cache at every swap and holds only a few tensors.
 
 `swap_weights(iterator)` streams the tensors into a temporary safetensors checkpoint
@@ -35,8 +35,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
-from dots.checkpoint import Checkpoint, CheckpointWriter
-from dots.engines.base import PromptNLL, check_synth_cache
+from dots.io.checkpoint import Checkpoint
+from dots.io.writer import CheckpointWriter
+from dots.engines.base import check_synth_cache
+from dots.scoring.perplexity import PromptNLL
 from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
@@ -229,7 +231,7 @@ class VLLMEngine:
         """θ0 + Σ λ_i τ̃_i built inside each worker from the cache on disk (SPEC §2)."""
         if self.task_vectors is None:
             raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
-        from dots.synth import check_coefficients
+        from dots.vectors.synth import check_coefficients
 
         lambdas = check_coefficients(self.task_vectors, coefficients)
         self.llm.collective_rpc("dots_swap_coefficients", args=(lambdas,))

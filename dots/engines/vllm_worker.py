@@ -40,13 +40,13 @@ class DotsWorkerExtension:
         if spec is None:
             return 0
         from dots.memory import reuse_freed_memory
-        from dots.taskvec import TaskVectors
+        from dots.vectors.cache import TaskVectors
 
         reuse_freed_memory()  # every swap allocates model-sized tensors again
 
         self._dots_task_vectors = TaskVectors.from_spec(spec)
         if synth_cache == "memory":
-            from dots.synth import ResidentSynthesizer
+            from dots.vectors.synth import ResidentSynthesizer
 
             self._dots_resident = ResidentSynthesizer(self._dots_task_vectors, device=self._dots_device())
             return self._dots_resident.nbytes
@@ -98,7 +98,7 @@ class DotsWorkerExtension:
         """Reload θ0 + Σ λ_i τ̃_i (SPEC §2); returns the seconds spent in this worker."""
         if self._dots_task_vectors is None:
             raise RuntimeError("dots_swap_coefficients before dots_set_task_vectors")
-        from dots.synth import synthesize
+        from dots.vectors.synth import synthesize
 
         if self._dots_resident is not None:
             return self._dots_reload(self._dots_resident(coefficients))
@@ -106,18 +106,14 @@ class DotsWorkerExtension:
 
     def dots_swap_checkpoint(self, path: str) -> float:
         """Reload every tensor of a saved checkpoint (same architecture and shapes)."""
-        from dots.checkpoint import Checkpoint
+        from dots.io.checkpoint import Checkpoint
 
         ckpt = Checkpoint(path)
         device = self._dots_device()
-        try:
-            return self._dots_reload((name, t.to(device)) for name, t in ckpt.tensors())
-        finally:
-            ckpt.close()
+        return self._dots_reload((name, t.to(device)) for name, t in ckpt.tensors())
 
     def dots_parameter_checksum(self) -> float:
         """Σ of all live parameters in float64 (tests: did the weights change?)."""
-        import torch
 
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         return float(sum(p.detach().double().sum().item() for p in model.parameters()))

@@ -1,4 +1,7 @@
-"""`python -m dots.lab [key=value ...]`: build (or find) the trio, print paths and accuracies."""
+"""`python -m dots.lab [key=value ...]`: build the lab trio under <outputs root>/lab (or find
+that build), print its paths and test accuracies. The search's `backbone=lab` uses the trio
+shipped with dots (dots/data/lab, scores in its scores.json) when the settings are the
+defaults; this command rebuilds it, or varies it (`seed=1`, `rlvr.lr=1e-5`, ...)."""
 from __future__ import annotations
 
 import argparse
@@ -42,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     from dots.lab.config import load_config
 
     cfg = load_config(args.overrides)
-    paths = ensure_trio(args.overrides)
+    paths = ensure_trio(args.overrides, shipped=False)
     console = Console()
     for stage, path in paths.items():
         print(f"{stage}: {path}", flush=True)

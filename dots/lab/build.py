@@ -7,9 +7,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from dots.lab.config import STAGES, load_config, stage_dir, stage_key
+from dots.plain import to_plain
+from dots.lab.config import STAGES, load_config, shipped_dir, stage_dir, stage_key
 
 # torch / transformers are imported where training happens, so a cached call stays instant.
 
@@ -46,7 +47,7 @@ def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple["t
 
     tok = build_char_tokenizer()
     splits = {s: T.split_problems(cfg.tasks, s)["train"] for s in T.SKILLS}
-    c = OmegaConf.to_container(cfg, resolve=True)
+    c = to_plain(cfg)
     if stage == "base":
         model = new_model(c["model"], tok, int(cfg.seed))
         return model, train.pretrain(model, tok, c, splits)
@@ -69,13 +70,15 @@ def build_stage(cfg: DictConfig, stage: str) -> Path:
             model, metrics = _train_stage(cfg, stage, base_dir)
             seconds = time.perf_counter() - start
         info = {"stage": stage, "key": stage_key(cfg, stage), "seconds": round(seconds, 2),
-                "metrics": metrics, "config": OmegaConf.to_container(cfg, resolve=True)}
+                "metrics": metrics, "config": to_plain(cfg)}
         from dots.lab.model import save_model
 
         return save_model(model, out, cfg.dtype, info)
 
 
-def ensure_trio(overrides: Sequence[str] | None = None) -> dict[str, Path]:
-    """Paths of the base, SFT and RLVR checkpoints for conf/lab.yaml + overrides (built on demand)."""
+def ensure_trio(overrides: Sequence[str] | None = None, shipped: bool = True) -> dict[str, Path]:
+    """Paths of the base, SFT and RLVR checkpoints for conf/lab.yaml + overrides: the trio
+    shipped with dots when it is the one asked for (and `shipped`), else built on demand
+    under <outputs root>/lab (and reused from there)."""
     cfg = load_config(overrides)
-    return {stage: build_stage(cfg, stage) for stage in STAGES}
+    return {stage: (shipped and shipped_dir(cfg, stage)) or build_stage(cfg, stage) for stage in STAGES}

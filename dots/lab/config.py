@@ -1,18 +1,18 @@
 """The lab's configuration (conf/lab.yaml + key=value overrides) and its cache keys."""
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from dots.errors import DotsError
+from dots.keys import stable_hash
+from dots.paths import CONF_DIR, DATA_DIR, outputs_root
+from dots.plain import to_plain
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_PATH = REPO_ROOT / "conf" / "lab.yaml"
+CONF_PATH = CONF_DIR / "lab.yaml"
+SHIPPED = DATA_DIR / "lab"  # the prebuilt trio of conf/lab.yaml's defaults, with its scores.json
 STAGES = ("base", "sft", "rlvr")
 # The config sections each stage's weights depend on (upstream stages included).
 STAGE_SECTIONS = {
@@ -59,15 +59,15 @@ def _check_types(cfg: DictConfig, update: DictConfig, prefix: str = "") -> None:
 
 def stage_key(cfg: DictConfig, stage: str) -> str:
     """Short hash of the config sections a stage depends on."""
-    data = {k: OmegaConf.to_container(cfg[k]) if isinstance(cfg[k], DictConfig) else cfg[k]
-            for k in STAGE_SECTIONS[stage]}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def outputs_root() -> Path:
-    """$DOTS_OUTPUTS, else <repo>/outputs."""
-    return Path(os.environ.get("DOTS_OUTPUTS") or REPO_ROOT / "outputs")
+    return stable_hash({k: to_plain(cfg[k], resolve=False) for k in STAGE_SECTIONS[stage]}, 12)
 
 
 def stage_dir(cfg: DictConfig, stage: str) -> Path:
+    """Where a build of this stage goes: <outputs root>/lab/<stage>-<key>."""
     return outputs_root() / "lab" / f"{stage}-{stage_key(cfg, stage)}"
+
+
+def shipped_dir(cfg: DictConfig, stage: str) -> Path | None:
+    """The prebuilt checkpoint of this stage shipped with dots, if its key matches."""
+    path = SHIPPED / f"{stage}-{stage_key(cfg, stage)}"
+    return path if path.is_dir() else None

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 
 import torch
 
-from dots.engines.base import PromptNLL
+from dots.scoring.perplexity import PromptNLL
 from dots.lab.tokenizer import build_char_tokenizer
 
 
@@ -125,7 +125,7 @@ class LocalEngine:
             params[name].copy_(tensor.to(params[name].dtype))
 
     def swap_checkpoint(self, path: str | Path) -> None:
-        from dots.checkpoint import Checkpoint
+        from dots.io.checkpoint import Checkpoint
 
         self.swap_weights(Checkpoint(path).tensors())
 

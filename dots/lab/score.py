@@ -7,16 +7,11 @@ form the majority, so a problem whose samples have no answer gets C = 0.
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Sequence
 
 from dots.lab.tasks import extract_answer
-
-
-def consistency(answers: Sequence[int | None]) -> float:
-    """Majority share among samples (SPEC §3); None never counts as an answer."""
-    counts = Counter(a for a in answers if a is not None)
-    return max(counts.values()) / len(answers) if counts else 0.0
+from dots.scoring.grade import consistency_of_labels
 
 
 def accuracy(
@@ -47,7 +42,7 @@ def accuracy(
         acc = sum(a == gold for a in answers) / len(answers)
         by_skill[prob["skill"]].append(acc)
         by_skill["all"].append(acc)
-        cons.append(consistency(answers))
+        cons.append(consistency_of_labels(answers))
         if details:
             rows.append({"id": prob["id"], "skill": prob["skill"], "answer": gold,
                          "samples": list(samples), "accuracy": acc, "consistency": cons[-1]})

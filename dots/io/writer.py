@@ -1,0 +1,225 @@
+"""Streaming, atomic safetensors writer.
+
+`CheckpointWriter` lays out every shard from a plan of (name, shape, dtype) before any
+data arrives, so each tensor is written straight to its final offset and freed: no
+buffering, any write order. It writes into a temporary sibling directory and renames it
+into place only when every planned tensor has been written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import threading
+import uuid
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import torch
+
+from dots.errors import DotsError
+from dots.io.checkpoint import Checkpoint
+from dots.io.safetensors import ST_DTYPES, TensorInfo
+
+
+def _shard_plan(plan: Mapping[str, TensorInfo], max_shard_bytes: int) -> list[list[str]]:
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, info in plan.items():
+        if shards[-1] and size + info.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += info.nbytes
+    return shards
+
+
+def _header(names: list[str], plan: Mapping[str, TensorInfo], metadata: Mapping[str, str]) -> tuple[bytes, dict[str, int]]:
+    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
+    offsets: dict[str, int] = {}
+    start = 0
+    for name in names:
+        info = plan[name]
+        header[name] = {"dtype": ST_DTYPES[info.dtype], "shape": list(info.shape), "data_offsets": [start, start + info.nbytes]}
+        offsets[name] = start
+        start += info.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors pads the header with spaces to 8 bytes
+    return raw, offsets
+
+
+class CheckpointWriter:
+    """Write a planned set of tensors as (sharded) safetensors, atomically.
+
+    `plan` maps every output name to its TensorInfo; shard layout and headers are fixed
+    up front, then `write(name, tensor)` puts each tensor at its offset in any order (from
+    a background thread, so disk writes overlap the caller's next computation).
+    `commit()` checks that everything was written, copies aux files and renames the
+    temporary directory onto `out_dir`. On error (or `abort()`), nothing is left behind.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        plan: Mapping[str, TensorInfo],
+        max_shard_bytes: int = 5 * 2**30,
+        overwrite: bool = False,
+        metadata: Mapping[str, str] | None = None,
+        weights_name: str = "model",
+    ):
+        self.out_dir = Path(out_dir).expanduser().resolve()
+        if self.out_dir.exists() and not overwrite:
+            raise DotsError(f"output exists: {self.out_dir} (pass overwrite=true to replace it)")
+        if not plan:
+            raise DotsError("nothing to write: the tensor plan is empty")
+        self.overwrite = overwrite
+        self.plan = dict(plan)
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir = self.out_dir.parent / f".{self.out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+        self.tmp_dir.mkdir()
+        shards = _shard_plan(self.plan, max_shard_bytes)
+        n = len(shards)
+        self._files: dict[str, tuple[Path, int]] = {}
+        self.weight_map: dict[str, str] = {}
+        meta = {"format": "pt", **(metadata or {})}
+        for i, names in enumerate(shards, 1):
+            fname = f"{weights_name}.safetensors" if n == 1 else f"{weights_name}-{i:05d}-of-{n:05d}.safetensors"
+            header, offsets = _header(names, self.plan, meta)
+            path = self.tmp_dir / fname
+            data_bytes = sum(self.plan[x].nbytes for x in names)
+            with open(path, "wb") as fh:
+                fh.write(len(header).to_bytes(8, "little"))
+                fh.write(header)
+                fh.truncate(8 + len(header) + data_bytes)
+            base = 8 + len(header)
+            for name in names:
+                self._files[name] = (path, base + offsets[name])
+                self.weight_map[name] = fname
+        self._open: dict[Path, object] = {}
+        self._written: set[str] = set()
+        self._rows_written: dict[str, int] = {}
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.index_name = f"{weights_name}.safetensors.index.json" if n > 1 else None
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        """Queue `tensor` (cast to the planned dtype) for writing at its offset. The bytes go to
+        disk from a background thread while the caller computes the next tensor, so `tensor`
+        must not be modified until `commit()`; a write error surfaces here or at `commit()`."""
+        info = self.plan.get(name)
+        if info is None:
+            raise KeyError(f"{name} is not in the write plan")
+        if tuple(tensor.shape) != info.shape:
+            raise ValueError(f"{name}: shape {tuple(tensor.shape)} != planned {info.shape}")
+        self._queue_bytes(name, 0, tensor, info)
+        self._written.add(name)
+
+    def write_rows(self, name: str, start: int, rows: torch.Tensor) -> None:
+        """`write` for rows [start, start + len(rows)) of a tensor: a large tensor goes to disk
+        block by block and is never whole in memory. The tensor counts as written once all
+        its rows are (blocks must not overlap)."""
+        info = self.plan.get(name)
+        if info is None:
+            raise KeyError(f"{name} is not in the write plan")
+        if not info.shape or tuple(rows.shape[1:]) != info.shape[1:] or not 0 <= start <= info.shape[0] - rows.shape[0]:
+            raise ValueError(f"{name}: rows {start}..{start + rows.shape[0]} of shape {tuple(rows.shape)} "
+                             f"do not fit planned {info.shape}")
+        self._queue_bytes(name, start * (info.nbytes // info.shape[0]), rows, info)
+        done = self._rows_written[name] = self._rows_written.get(name, 0) + rows.shape[0]
+        if done == info.shape[0]:
+            self._written.add(name)
+
+    def _queue_bytes(self, name: str, offset: int, tensor: torch.Tensor, info: TensorInfo) -> None:
+        data = tensor.detach().to("cpu", info.dtype).contiguous().reshape(-1).view(torch.uint8)
+        self._check_background()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write_queued, name="dots-writer", daemon=True)
+            self._thread.start()
+        self._queue.put((name, offset, data))  # blocks while one item already waits: ≤ 2 in flight
+
+    def _write_queued(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # drain after a failure; the caller sees the error
+            name, offset, data = item
+            try:
+                path, start = self._files[name]
+                fh = self._open.get(path)
+                if fh is None:
+                    fh = self._open[path] = open(path, "r+b")
+                fh.seek(start + offset)  # type: ignore[attr-defined]
+                fh.write(memoryview(data.numpy()))  # type: ignore[attr-defined]
+            except BaseException as exc:  # noqa: BLE001  re-raised in the caller's thread
+                self._error = exc
+
+    def _check_background(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _finish_background(self) -> None:
+        """Wait until every queued tensor is written, close the files."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        for fh in self._open.values():
+            fh.close()  # type: ignore[attr-defined]
+        self._open.clear()
+
+    def write_all(self, items: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in items:
+            self.write(name, tensor)
+
+    def add_file(self, name: str, content: str | bytes) -> None:
+        """Put a file with `content` next to the weights (written on commit, with them)."""
+        target = self.tmp_dir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content.encode() if isinstance(content, str) else content)
+
+    def copy_file(self, source: str | os.PathLike, name: str | None = None) -> None:
+        """Copy the file `source` next to the weights, as `name` (default: its own name)."""
+        shutil.copy2(source, self.tmp_dir / (name or Path(source).name))
+
+    def commit(self, copy_from: Checkpoint | str | os.PathLike | None = None) -> Path:
+        """Check completeness, copy aux files from `copy_from`, move into place."""
+        self._finish_background()
+        if self._error is not None:
+            self.abort()
+            raise self._error
+        missing = [n for n in self.plan if n not in self._written]
+        if missing:
+            self.abort()
+            raise RuntimeError(f"{len(missing)} planned tensors were never written (first: {missing[0]})")
+        if copy_from is not None:
+            src = copy_from if isinstance(copy_from, Checkpoint) else None
+            files = src.aux_files() if src else [p for p in Path(copy_from).iterdir() if p.is_file()]
+            for f in files:
+                if not (self.tmp_dir / f.name).exists():
+                    self.copy_file(f)
+        if self.index_name:
+            total = sum(i.nbytes for i in self.plan.values())
+            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(self.weight_map.items()))}
+            (self.tmp_dir / self.index_name).write_text(json.dumps(index, indent=2))
+        if self.out_dir.exists():
+            trash = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+            self.out_dir.rename(trash)
+            self.tmp_dir.rename(self.out_dir)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            self.tmp_dir.rename(self.out_dir)
+        return self.out_dir
+
+    def abort(self) -> None:
+        self._finish_background()
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+    def __enter__(self) -> "CheckpointWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif self.tmp_dir.exists():  # left without commit
+            self.abort()

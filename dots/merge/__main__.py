@@ -1,0 +1,131 @@
+"""`python -m dots.merge`: one baseline merge (SPEC §5) from the packaged configs.
+
+    python -m dots.merge method=ties backbone.base=DIR_OR_ID \
+        +backbone.sources.sft=DIR +backbone.sources.rlvr=DIR output=DIR [overwrite=true]
+
+The configuration is composed with Hydra's compose API (dots/conf/merge.yaml plus the
+command line), so a merge writes nothing but its output. Sources named on the command
+line replace the backbone's own (`+backbone.sources.KEY=` may name a key the backbone
+already has). A bad input (missing or non-model path, mismatched architecture, shapes
+or tensors, NaN/Inf, bad option, unknown method, existing output) ends with one
+`error:` line, exit code 2 and nothing written at the output path.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from dots.errors import DotsError, cli_errors
+from dots.merge.executor import DEFAULT_MAX_SHARD_BYTES, merge_checkpoints
+from dots.vectors.deltas import BLOCK_ENTRIES
+
+
+def _prompt_formatter(template: str | None, tokenizer_path: str) -> Callable[[str], str] | None:
+    """question → prompt text under the backbone's SPEC §8 template (for SAR's calibration)."""
+    if not template or template == "plain":
+        return None
+    from dots.scoring.prompts import format_prompt
+
+    tokenizer = None
+    if template == "chat":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    return lambda question: format_prompt(question, template, tokenizer)
+
+
+SOURCE_OVERRIDE = re.compile(r"^(\+{0,2})backbone\.sources\.([^=]+)=")
+
+
+def command_line_sources(overrides: Sequence[str]) -> list[str]:
+    """Source keys given as `[+|++]backbone.sources.KEY=PATH` on the command line."""
+    return [m.group(2) for m in map(SOURCE_OVERRIDE.match, overrides) if m]
+
+
+def _resolved(cfg, keep_sources: Sequence[str]) -> dict:
+    """The config as plain data; sources given on the command line replace the backbone's
+    own (dropped before resolving, so e.g. the lab's `${lab:sft}` is never built)."""
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    if OmegaConf.is_missing(cfg, "output"):
+        raise DotsError("no output directory given (add output=DIR)")
+    if keep_sources and "backbone" in cfg and cfg.backbone.get("sources") is not None:
+        with open_dict(cfg):
+            for key in list(cfg.backbone.sources):
+                if key not in keep_sources:
+                    del cfg.backbone.sources[key]
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, DotsError):
+            raise cause from None
+        raise DotsError(f"bad configuration: {str(exc).splitlines()[0]}") from None
+
+
+def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
+    """Run one merge from a composed Hydra config (conf/merge.yaml)."""
+    container = _resolved(cfg, keep_sources)
+    backbone = container.get("backbone") or {}
+    method_cfg = dict(container.get("method") or {})
+    name = method_cfg.pop("name", None)
+    if not name:
+        raise DotsError("the method config has no name (pick one with method=NAME)")
+    weights = method_cfg.pop("weights", None)
+    if not container.get("output"):
+        raise DotsError("no output directory given (add output=DIR)")
+    if not backbone.get("base"):
+        raise DotsError("no base model given (add backbone.base=DIR_OR_ID)")
+    revision = backbone.get("revision")
+    return merge_checkpoints(
+        base=backbone["base"], sources=backbone.get("sources") or {}, output=container["output"],
+        method=name, options=method_cfg, weights=weights, overwrite=bool(container.get("overwrite", False)),
+        revision=revision if isinstance(revision, str) else None,
+        config_from=str(backbone.get("config_from") or "base"),
+        cache_dir=container.get("cache_dir"), pool=container.get("pool"),
+        format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
+        device=_device(container.get("device", "auto")),
+        max_shard_bytes=int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES),
+        block_entries=_positive_int(container.get("block_entries", BLOCK_ENTRIES), "block_entries"),
+        card_config=container,
+    )
+
+
+def _positive_int(value: Any, what: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise DotsError(f"{what} must be a positive integer, got {value!r}") from None
+    if number < 1 or number != value and not isinstance(value, str):
+        raise DotsError(f"{what} must be a positive integer, got {value!r}")
+    return number
+
+
+def _device(device: str | None) -> str:
+    from dots.merge.fisher import resolve_device
+
+    return resolve_device(device)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry of `python -m dots.merge`: compose the config, merge, print the output path."""
+    from dots.config import compose
+    from dots.memory import reuse_freed_memory
+
+    reuse_freed_memory()
+    args = list(sys.argv[1:] if argv is None else argv)
+    # `+backbone.sources.KEY=` adds a source or replaces one the backbone has (Hydra's `++`)
+    overrides = [("+" + a) if re.match(r"^\+backbone\.sources\.", a) else a for a in args]
+
+    @cli_errors
+    def run() -> None:
+        print(run_from_config(compose("merge", overrides), command_line_sources(overrides)))
+
+    run()
+
+
+if __name__ == "__main__":
+    main()

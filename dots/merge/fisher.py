@@ -1,0 +1,210 @@
+"""Diagonal Fisher information of a checkpoint over a calibration set (SAR-Merging Eq. 13).
+
+S_t[j] = E_{(x,y)}[(∂ log p(y | x; θ_t) / ∂θ_j)²], estimated as the mean over the
+calibration examples of the squared gradient of the summed log-probability of the
+completion tokens y (prompt tokens are context only). y is the gold answer when the
+pool has one, else the model's own greedy completion (generated once per model).
+One backward pass per example (batch size 1), so each squared gradient is per example.
+
+Calibration set: `calibration_size` (default 64) queries drawn with a seed from
+`dots.problems.load_pool(pool_cfg)` when a pool is configured. Without a pool we fall back
+to a built-in, deterministic set of two-digit addition/subtraction questions ("What is
+47 + 38?") whose gold answers ("\\boxed{85}") are known, so no model-generated labels
+and no data files are needed; configure a pool from the target domain for real runs.
+
+Cache: one float32 safetensors file per (model, calibration texts, options) under
+`<cache>/fisher/<sha256>.safetensors`, next to the task-vector cache
+(`dots.vectors.cache.default_cache_root()`), reused whenever the key matches.
+
+Memory: computing S for one model holds its weights, their gradients and the float32
+accumulator: ≈ 12 bytes per parameter in float32 (7B → ~85 GB; use a large GPU, or
+`dtype: bfloat16` for weights and gradients: ≈ 8 bytes per parameter). SAR's merge pass
+then holds, per tensor, the base, both task vectors, both Fisher tensors and the result
+(≈ 6–7 float32 copies of the largest tensor; see `dots.merge.methods.sar`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from dots.io.checkpoint import Checkpoint
+from dots.errors import DotsError
+from dots.keys import stable_hash
+from dots.paths import cache_root
+from dots.progress import progress_bar
+
+log = logging.getLogger(__name__)
+
+FISHER_VERSION = 1
+DEFAULT_CALIBRATION_SIZE = 64
+
+
+@dataclass(frozen=True)
+class CalibrationExample:
+    """A prompt and its gold completion (None: use the model's own greedy completion)."""
+
+    prompt: str
+    answer: str | None = None
+
+
+# --- calibration sets -------------------------------------------------------------------
+
+def builtin_calibration(n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0,
+                        format_prompt: Callable[[str], str] | None = None) -> list[CalibrationExample]:
+    """n seeded two-digit addition/subtraction questions with gold `\\boxed{}` answers."""
+    rng = random.Random(seed)
+    fmt = format_prompt or (lambda q: q)
+    examples = []
+    for _ in range(n):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        if rng.random() < 0.5:
+            question, answer = f"What is {a} + {b}?", a + b
+        else:
+            a, b = max(a, b), min(a, b)
+            question, answer = f"What is {a} - {b}?", a - b
+        examples.append(CalibrationExample(fmt(question), f"\\boxed{{{answer}}}"))
+    return examples
+
+
+def pool_calibration(pool_cfg: Any, n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0,
+                     format_prompt: Callable[[str], str] | None = None) -> list[CalibrationExample]:
+    """n queries sampled with `seed` from a configured pool (gold answer when it has one)."""
+    from dots.problems import load_pool
+
+    queries = list(load_pool(pool_cfg))
+    if not queries:
+        raise DotsError("the calibration pool is empty")
+    if len(queries) > n:
+        queries = random.Random(seed).sample(queries, n)
+    fmt = format_prompt or (lambda q: q)
+    return [CalibrationExample(fmt(q.question), q.answer if q.answer not in (None, "") else None) for q in queries]
+
+
+def calibration_set(pool_cfg: Any | None, n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0,
+                    format_prompt: Callable[[str], str] | None = None) -> list[CalibrationExample]:
+    """From the pool when one is configured, else the built-in arithmetic set."""
+    if pool_cfg:
+        return pool_calibration(pool_cfg, n, seed, format_prompt)
+    log.warning("no pool configured: Fisher uses the built-in %d arithmetic calibration questions", n)
+    return builtin_calibration(n, seed, format_prompt)
+
+
+# --- computation ------------------------------------------------------------------------
+
+def resolve_device(device: str | None) -> str:
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def _completion_ids(model, tok, prompt_ids: torch.Tensor, example: CalibrationExample, max_new_tokens: int) -> torch.Tensor:
+    if example.answer is not None:
+        return tok(example.answer, add_special_tokens=False, return_tensors="pt").input_ids[0]
+    with torch.no_grad():
+        out = model.generate(prompt_ids[None].to(model.device), max_new_tokens=max_new_tokens, do_sample=False,
+                             pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    return out[0, prompt_ids.numel():].cpu()
+
+
+def compute_fisher(model_path: str | os.PathLike, examples: Sequence[CalibrationExample], device: str = "cpu",
+                   max_new_tokens: int = 256, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Diagonal Fisher of one model: mean over examples of (∂ Σ_y log p / ∂θ)², float32 on CPU.
+
+    Keys are the model's parameter names (= checkpoint names for Qwen2/Llama; a tied
+    lm_head appears once, as the embedding).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not examples:
+        raise DotsError("the Fisher calibration set is empty")
+    device = resolve_device(device)
+    tok = AutoTokenizer.from_pretrained(str(model_path))
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype).to(device)
+    model.eval()  # no dropout: the Fisher of the deterministic model
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    total = {n: torch.zeros(p.shape, dtype=torch.float32, device=device) for n, p in params.items()}
+    used = 0
+    for example in progress_bar(examples, f"Fisher {Path(str(model_path)).name}"):
+        prompt_ids = tok(example.prompt, return_tensors="pt").input_ids[0]
+        completion = _completion_ids(model, tok, prompt_ids, example, max_new_tokens)
+        if completion.numel() == 0:
+            continue
+        ids = torch.cat([prompt_ids, completion])[None].to(device)
+        logits = model(input_ids=ids).logits[0, prompt_ids.numel() - 1:-1].float()
+        log_p = torch.log_softmax(logits, dim=-1).gather(1, completion.to(device)[:, None]).sum()
+        model.zero_grad(set_to_none=True)
+        log_p.backward()
+        for name, p in params.items():
+            if p.grad is not None:
+                total[name].add_(p.grad.float().pow(2))
+        used += 1
+    model.zero_grad(set_to_none=True)
+    if used == 0:
+        raise DotsError(f"no calibration example produced completion tokens for {model_path}")
+    return {name: t.div_(used).cpu() for name, t in total.items()}
+
+
+# --- cache ------------------------------------------------------------------------------
+
+def default_fisher_root() -> Path:
+    """Where Fisher tables live: <cache root>/fisher."""
+    return cache_root() / "fisher"
+
+
+def fisher_key(ckpt: Checkpoint, examples: Sequence[CalibrationExample], max_new_tokens: int, dtype: torch.dtype) -> str:
+
+    return stable_hash({
+        "v": FISHER_VERSION, "model": ckpt.fingerprint(), "dtype": str(dtype),
+        "max_new_tokens": int(max_new_tokens), "examples": [[e.prompt, e.answer] for e in examples],
+    }, 24)
+
+
+def fisher_for(ckpt: Checkpoint, examples: Sequence[CalibrationExample], cache_root: str | os.PathLike | None = None,
+               device: str = "cpu", max_new_tokens: int = 256, dtype: torch.dtype = torch.float32) -> Path:
+    """Path of the cached Fisher safetensors of `ckpt`, computed first if absent."""
+    from safetensors.torch import save_file
+
+    root = Path(cache_root) if cache_root is not None else default_fisher_root()
+    path = root / f"{fisher_key(ckpt, examples, max_new_tokens, dtype)}.safetensors"
+    if path.exists():
+        log.info("reusing cached Fisher %s for %s", path, ckpt.source)
+        return path
+    fisher = compute_fisher(ckpt.path, examples, device, max_new_tokens, dtype)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    save_file({n: t.contiguous() for n, t in fisher.items()}, str(tmp),
+              metadata={"model": str(ckpt.path), "examples": str(len(examples))})
+    tmp.replace(path)  # atomic: a reader never sees a half-written file
+    return path
+
+
+class FisherTable:
+    """Lazy per-tensor reader of one model's cached Fisher (rows cut to the base's)."""
+
+    def __init__(self, path: str | os.PathLike, renames: Mapping[str, str] | None = None):
+        from safetensors import safe_open
+
+        self.path = Path(path)
+        self.renames = dict(renames or {})
+        with safe_open(str(self.path), framework="pt") as handle:
+            self.names = set(handle.keys())
+
+    def get(self, name: str, shape: Sequence[int]) -> torch.Tensor:
+        from safetensors import safe_open
+
+        key = self.renames.get(name, name)
+        if key not in self.names and name == "lm_head.weight":  # tied head: the embedding's Fisher
+            key = "model.embed_tokens.weight"
+        if key not in self.names:
+            raise DotsError(f"the Fisher file {self.path} has no entry for {name}")
+        with safe_open(str(self.path), framework="pt") as handle:  # closed at once: bounded RSS
+            tensor = handle.get_slice(key)[: shape[0]] if len(shape) else handle.get_tensor(key)
+        if tuple(tensor.shape) != tuple(shape):
+            raise DotsError(f"Fisher of {name} has shape {list(tensor.shape)}, expected {list(shape)}")
+        return tensor.float()

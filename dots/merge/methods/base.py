@@ -1,0 +1,267 @@
+"""What a merge method is, and the arithmetic several methods share (SPEC §5).
+
+A method is a short function of one parameter's float32 tensors::
+
+    merge(name, base, deltas, weights, options, stats, part) -> merged delta
+
+`deltas` are the task vectors τ_i = θ_i − θ0 (the method may overwrite them in place:
+the executor hands over tensors it will not use again, which keeps peak memory at a
+few tensors), `weights` the per-model weights w_i, `stats` whatever the method's
+optional `first_pass` gathered over the whole model (RAM+'s ρ, SAR's Fisher, the τ̃
+cache of dots_fixed). The executor (`dots.merge`) owns I/O, dtypes, memory and
+progress and computes θ = θ0 + merged delta.
+
+A `blockwise` method is elementwise once a few per-tensor facts are known (TIES'
+thresholds, RAM's per-tensor ρ); its optional `tensor_pass` gathers them from a stream
+of row blocks, and the executor then feeds a large tensor (an embedding) in row blocks,
+each call told by `part` where the block sits. Peak memory is then a few blocks,
+whatever the model's width; the written bits are those of the whole-tensor call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import torch
+
+from dots.errors import DotsError
+from dots.keys import name_seed
+from dots.vectors.masks import topk_magnitude_mask  # noqa: F401  (re-exported for the methods)
+from dots.vectors.topk import CHUNK
+
+if TYPE_CHECKING:
+    from dots.io.align import Alignment
+
+# (name, base float32, [τ_1..τ_K] float32) for every merged tensor, in checkpoint order;
+# a large tensor comes as several consecutive items of row blocks.
+TensorStream = Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]
+# (flat offset of the block, base rows float32, [τ_1..τ_K] rows float32) of one tensor.
+BlockStream = Callable[[], Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]]
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where the entries a merge call sees lie in their tensor: flat [start, start + the
+    block's numel) of `total` entries, with the `facts` the method's tensor_pass gathered
+    over the whole tensor. `WHOLE` (start 0, total None, facts None): the whole tensor."""
+
+    start: int = 0
+    total: int | None = None
+    facts: Any = None
+
+
+WHOLE = Part()
+MergeFn = Callable[[str, torch.Tensor, list[torch.Tensor], Sequence[float], Any, Any, Part], torch.Tensor]
+# (tensor name, total entries, row blocks, options, first-pass stats) -> facts for Part
+TensorPassFn = Callable[[str, int, BlockStream, Any, Any], Any]
+
+
+@dataclass
+class MergeContext:
+    """Whole-run facts a first pass may need beyond the tensor stream."""
+
+    alignment: "Alignment"
+    cache_dir: Path | None = None
+    pool: Mapping | None = None  # pool config (dots.problems) for calibration sets
+    format_prompt: Callable[[str], str] | None = None  # question -> prompt text (backbone template)
+    device: str = "cpu"
+
+    @property
+    def source_keys(self) -> list[str]:
+        return list(self.alignment.sources)
+
+
+FirstPassFn = Callable[[Callable[[], TensorStream], Any, MergeContext], Any]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered merge method.
+
+    `first_pass(stream_factory, options, context)` runs once before merging; calling
+    `stream_factory()` streams every merged tensor (each call is a fresh pass).
+    `weighted`: the method accepts per-model weights. `reads_deltas`: the executor
+    must read the sources tensor by tensor (False when the method reads its own cache).
+    `absolute`: `merge` returns the merged θ itself rather than a delta (dots_fixed, to
+    reproduce the synthesiser's order of float32 additions exactly). `blockwise`: `merge`
+    accepts row blocks of a tensor (see `Part`), after `tensor_pass` (when given) has
+    gathered the per-tensor facts from the blocks.
+    """
+
+    name: str
+    options: type
+    merge: MergeFn
+    first_pass: FirstPassFn | None = None
+    min_sources: int = 1
+    max_sources: int | None = None
+    weighted: bool = False
+    reads_deltas: bool = True
+    absolute: bool = False
+    blockwise: bool = False
+    tensor_pass: TensorPassFn | None = None
+    summary: str = ""
+
+
+def build_options(method: Method, values: Mapping[str, Any]) -> Any:
+    """Instantiate a method's options dataclass, naming any unknown key."""
+    known = {f.name for f in dataclasses.fields(method.options)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise DotsError(f"unknown option(s) for method {method.name}: {', '.join(unknown)} "
+                        f"(known: {', '.join(sorted(known)) or 'none'})")
+    try:
+        return method.options(**dict(values))
+    except TypeError as exc:
+        raise DotsError(f"bad options for method {method.name}: {exc}") from None
+
+
+def check_density(density: float, what: str = "density") -> float:
+    try:
+        value = float(density)
+    except (TypeError, ValueError):
+        raise DotsError(f"{what} must be a number in (0, 1], got {density!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise DotsError(f"{what} must be in (0, 1], got {density}")
+    return value
+
+
+def check_probability(p: float, what: str = "p") -> float:
+    try:
+        value = float(p)
+    except (TypeError, ValueError):
+        raise DotsError(f"{what} must be a number in [0, 1), got {p!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise DotsError(f"drop probability {what} must be in [0, 1), got {p}")
+    return value
+
+
+def check_choice(value: str, choices: Iterable[str], what: str) -> str:
+    choices = tuple(choices)
+    if value not in choices:
+        raise DotsError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+# --- shared arithmetic -----------------------------------------------------------------
+
+
+def chunkwise(fn: Callable[..., Any], *tensors: torch.Tensor, size: int = CHUNK) -> None:
+    """Apply an in-place `fn` to aligned chunks of equally sized contiguous tensors.
+
+    Mixing dtypes in one elementwise op (float += bool mask, float /= uint8 count) makes
+    torch materialise a converted copy of the whole operand; chunking bounds that copy.
+    """
+    flats = [t.view(-1) for t in tensors]
+    for start in range(0, flats[0].numel(), size):
+        fn(*(f[start:start + size] for f in flats))
+
+
+def keep_only(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x ⊙ mask in place (entries outside the boolean mask become 0)."""
+    return x.masked_fill_(~mask, 0.0)
+
+
+def weighted_sum(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """Σ_i w_i·τ_i in float32 (into a fresh tensor)."""
+    out = torch.mul(deltas[0], float(weights[0]))
+    for delta, w in zip(deltas[1:], weights[1:]):
+        out.add_(delta, alpha=float(w))
+    return out
+
+
+def disjoint_mean(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """TIES sign election + disjoint mean (Yadav et al. 2023, Eq. for τ_m). Overwrites `deltas`.
+
+    Elected sign = sign(Σ_i w_i·τ_i); result = Σ_{i agrees} w_i·τ_i / Σ_{i agrees} w_i over
+    the non-zero entries whose sign equals the elected sign (0 where none agrees). With
+    unit weights this is the paper's plain disjoint mean (the count is kept in uint8).
+    Weights must be positive.
+    """
+    total = weighted_sum(deltas, weights)
+    positive, negative = total > 0, total < 0
+    del total
+    unit = all(float(w) == 1.0 for w in weights) and len(deltas) < 256
+    numerator = torch.zeros_like(deltas[0])
+    denominator = torch.zeros(deltas[0].shape, dtype=torch.uint8 if unit else torch.float32)
+    for delta, w in zip(deltas, weights):
+        agrees = (delta > 0).logical_and_(positive).logical_or_((delta < 0).logical_and_(negative))
+        numerator.add_(keep_only(delta, agrees), alpha=float(w))
+        if unit:
+            denominator.add_(agrees)  # bool → uint8: a quarter-size temporary at most
+        else:
+            chunkwise(lambda d, a: d.add_(a, alpha=float(w)), denominator, agrees)
+        del agrees
+    del positive, negative
+    # where no model agrees the numerator is 0; the floor only avoids 0/0
+    floor = 1 if unit else torch.finfo(torch.float32).tiny
+    chunkwise(lambda n, d: n.div_(d.clamp(min=floor)), numerator, denominator)
+    return numerator
+
+
+DROP_BLOCK = 1 << 20  # entries per independently seeded block of a random drop mask
+_drop_pool: ThreadPoolExecutor | None = None
+
+
+def _forget_drop_pool() -> None:
+    global _drop_pool
+    _drop_pool = None  # a forked child has none of the parent's threads
+
+
+os.register_at_fork(after_in_child=_forget_drop_pool)
+
+
+def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int = 0,
+              part: Part = WHOLE) -> torch.Tensor:
+    """Boolean mask, True with probability p: the random drop of DARE and SAR.
+
+    Block b (DROP_BLOCK consecutive flat entries of the whole tensor) is `torch.rand(len)
+    < p` from a CPU generator seeded by name_seed(f"{name}|{index}|{b}", seed): the mask
+    depends only on (tensor name, seed, source index), never on processing order or on
+    how the executor splits the tensor (`part`: the mask of flat entries [start, start +
+    prod(shape)) of `part.total`). Blocks are drawn on all intra-op threads (one
+    generator is sequential: ~5 ns per entry).
+    """
+    global _drop_pool
+    mask = torch.empty(math.prod(shape), dtype=torch.bool)
+    start, stop = part.start, part.start + mask.numel()
+    total = stop if part.total is None else part.total
+
+    def fill(block: int) -> None:
+        first, last = block * DROP_BLOCK, min(total, (block + 1) * DROP_BLOCK)
+        gen = torch.Generator().manual_seed(name_seed(f"{name}|{index}|{block}", int(seed)))
+        lo, hi = max(first, start), min(last, stop)
+        if (lo, hi) == (first, last):
+            torch.lt(torch.rand(last - first, generator=gen), p, out=mask[lo - start:hi - start])
+        else:  # a block cut by the part's edge: draw it whole, keep the part's share
+            torch.lt(torch.rand(last - first, generator=gen)[lo - first:hi - first], p, out=mask[lo - start:hi - start])
+
+    blocks = range(start // DROP_BLOCK, (stop + DROP_BLOCK - 1) // DROP_BLOCK)
+    if len(blocks) <= 1 or torch.get_num_threads() <= 1:
+        for block in blocks:
+            fill(block)
+    else:
+        if _drop_pool is None:
+            _drop_pool = ThreadPoolExecutor(max_workers=torch.get_num_threads(), thread_name_prefix="dots-drop")
+        list(_drop_pool.map(fill, blocks))
+    return mask.view(tuple(shape))
+
+
+def dare_drop(deltas: list[torch.Tensor], p: float, name: str, seed: int,
+              part: Part = WHOLE) -> list[torch.Tensor]:
+    """DARE (Yu et al. 2024): drop each entry with probability p, survivors ×1/(1−p), in place.
+
+    Source i's mask is `drop_mask(shape, p, name, seed, i, part)`, so the result depends
+    only on (name, seed, source order), never on the order in which tensors are processed.
+    """
+    if p <= 0.0:
+        return deltas
+    for i, delta in enumerate(deltas):
+        dropped = drop_mask(delta.shape, p, name, seed, i, part)
+        delta.masked_fill_(dropped, 0.0).div_(1.0 - p)
+        del dropped
+    return deltas

@@ -1,0 +1,117 @@
+"""`sar` — SAR-Merging (seed 000, Eq. 12-16) for exactly two models A, B.
+
+With ε = 1e-5 on |δ| (δA, δB = the first and second source in config order):
+  conflict C = both changed (|δ| > ε) with opposite signs;
+  r = δA + δB outside C (a sum, Eq. 14);
+  on C keep the δ of the model with the larger diagonal Fisher S (Eq. 13), ties → B.
+Private entries (changed by exactly one model) whose |r| is below the per-tensor
+median |r| of the private entries (`torch.median`: the lower middle value) are dropped
+with probability p = 0.2 and the survivors among them rescaled by 1/(1−p) (Eq. 15;
+the paper drops "the lower-magnitude half of the private region"); everything else
+passes unchanged. θ = θ0 + λ·r with λ (`scale`) default 1.0 (the paper gives none).
+
+Drop masks: `dots.merge.methods.base.drop_mask(shape, p, name, seed)` (blocks of
+`torch.rand < p` seeded by tensor name, seed and block), so results do not depend on
+the order tensors are processed in.
+
+Fisher: computed by `dots.merge.fisher` once per source over `calibration_size` (64) queries
+and cached next to the task-vector cache. Memory: the Fisher pass needs ≈ 3 float32
+copies of a model (weights, gradients, accumulator); the merge pass holds per tensor
+the base, δA, δB, S_A, S_B and r — about 6 float32 copies of the largest tensor plus
+boolean masks, i.e. two more than the other methods' (K+4) budget.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from dots.merge.methods.base import WHOLE, Method, MergeContext, Part, TensorStream, check_probability, chunkwise, drop_mask
+from dots.merge.methods.registry import register
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SarOptions:
+    epsilon: float = 1e-5
+    p: float = 0.2
+    scale: float = 1.0
+    seed: int = 0
+    calibration_size: int = 64
+    calibration_seed: int = 0
+    max_new_tokens: int = 256  # greedy completion length when a query has no gold answer
+    fisher_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        check_probability(self.p)
+        if int(self.calibration_size) < 1:
+            from dots.errors import DotsError
+
+            raise DotsError(f"calibration_size must be >= 1, got {self.calibration_size}")
+
+
+class SarStats:
+    """Per-tensor access to the two sources' diagonal Fisher."""
+
+    def __init__(self, tables: Sequence) -> None:
+        self.tables = list(tables)
+
+    def fisher(self, name: str, shape: Sequence[int]) -> list[torch.Tensor]:
+        return [table.get(name, shape) for table in self.tables]
+
+
+def first_pass(stream: Callable[[], TensorStream], options: SarOptions, context: MergeContext) -> SarStats:
+    """Compute (or reuse) the diagonal Fisher of A and B; the tensor stream is not needed."""
+    from dots.merge.fisher import FisherTable, calibration_set, default_fisher_root, fisher_for
+
+    examples = calibration_set(context.pool, int(options.calibration_size), int(options.calibration_seed),
+                               context.format_prompt)
+    root = context.cache_dir / "fisher" if context.cache_dir is not None else default_fisher_root()
+    dtype = getattr(torch, str(options.fisher_dtype))
+    al = context.alignment
+    tables = []
+    for key, ckpt in al.sources.items():
+        path = fisher_for(ckpt, examples, root, context.device, int(options.max_new_tokens), dtype)
+        renames = {name: src for (k, name), src in al.renames.items() if k == key}
+        tables.append(FisherTable(path, renames))
+    return SarStats(tables)
+
+
+def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
+          options: SarOptions, stats: SarStats | None, part: Part = WHOLE) -> torch.Tensor:
+    eps, p = float(options.epsilon), float(options.p)
+    a, b = deltas
+    changed_a, changed_b = a.abs() > eps, b.abs() > eps
+    conflict = changed_a & changed_b & (((a > 0) & (b < 0)) | ((a < 0) & (b > 0)))
+    private = changed_a ^ changed_b
+    del changed_a, changed_b
+    r = torch.add(a, b)
+    if bool(conflict.any()):
+        if stats is None:
+            raise ValueError("sar needs the Fisher statistics of its first pass")
+        fisher_a, fisher_b = stats.fisher(name, tuple(a.shape))
+        a_wins = fisher_a > fisher_b  # ties → B
+        del fisher_a, fisher_b
+        torch.where(conflict & a_wins, a, r, out=r)
+        torch.where(conflict & ~a_wins, b, r, out=r)
+        del a_wins
+    del conflict
+    if p > 0.0 and bool(private.any()):
+        magnitude = r.abs()
+        median = torch.median(magnitude[private])
+        low = private & (magnitude < median)
+        del magnitude
+        dropped = drop_mask(r.shape, p, name, int(options.seed))
+        survivors = low & ~dropped
+        r.masked_fill_(low.logical_and_(dropped), 0.0)
+        del low, dropped
+        chunkwise(lambda x, s: x.copy_(torch.where(s, x / (1.0 - p), x)), r, survivors)
+        del survivors
+    return r.mul_(float(options.scale))
+
+
+register(Method("sar", SarOptions, merge, first_pass=first_pass, min_sources=2, max_sources=2,
+                summary="Fisher-arbitrated conflicts, low private entries dropped (SAR-Merging)"))

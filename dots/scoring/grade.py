@@ -1,0 +1,70 @@
+"""Consistency (DoTS Eq. 4, SPEC §3) and correctness (SPEC §7) of completions.
+
+Consistency: C = max_y (1/m)·#{samples ≡ y}; samples without an answer count in m but
+never form the majority; all-no-answer gives 0. Correctness: math-verify against the
+ground truth, or the option letter for multiple choice.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from dots.scoring.equivalence import answers_equivalent, equivalence_classes
+from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, last_boxed, letter_of
+
+
+def consistency_of_labels(labels: Sequence[int | str | None]) -> float:
+    """max_y (1/m)·#{labels == y} over non-None labels; m counts every sample."""
+    m = len(labels)
+    counts: dict[int | str, int] = {}
+    for label in labels:
+        if label is not None:
+            counts[label] = counts.get(label, 0) + 1
+    return max(counts.values()) / m if counts and m else 0.0
+
+
+def consistency(
+    completions: Sequence[str],
+    mode: str = "math",
+    fallbacks: Iterable[str] = DEFAULT_FALLBACKS,
+    letters: str = "ABCDEFGHIJ",
+) -> float:
+    """Eq. 4 for the m completions of one query; `mode` math (math-verify) or choice (letters)."""
+    if mode == "choice":
+        return consistency_of_labels([extract_choice(c, letters) for c in completions])
+    if mode != "math":
+        raise ValueError(f"consistency mode must be 'math' or 'choice', got {mode!r}")
+    answers = [extract_answer(c, fallbacks) for c in completions]
+    return consistency_of_labels(equivalence_classes(answers))
+
+
+def majority_answer(completions: Sequence[str], fallbacks: Iterable[str] = DEFAULT_FALLBACKS) -> str | None:
+    """A representative answer of the largest class (first seen among ties)."""
+    answers = [extract_answer(c, fallbacks) for c in completions]
+    labels = equivalence_classes(answers)
+    counts: dict[int, int] = {}
+    for label in labels:
+        if label is not None:
+            counts[label] = counts.get(label, 0) + 1
+    if not counts:
+        return None
+    best = max(counts, key=lambda k: (counts[k], -labels.index(k)))
+    return answers[labels.index(best)]
+
+
+def is_correct(
+    completion: str,
+    gold: str,
+    mode: str = "math",
+    fallbacks: Iterable[str] = DEFAULT_FALLBACKS,
+    letters: str = "ABCDEFGHIJ",
+) -> bool:
+    """SPEC §7 correctness: math-verify against the ground truth, letter match for choice."""
+    if mode == "choice":
+        pred = extract_choice(completion, letters)
+        gold_letter = letter_of(gold, letters) or gold.strip().upper()
+        return pred is not None and pred == gold_letter
+    pred = extract_answer(completion, fallbacks)
+    if pred is None:
+        return False
+    gold_answer = last_boxed(gold) or gold
+    return answers_equivalent(gold_answer, pred)

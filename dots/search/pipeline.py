@@ -1,0 +1,239 @@
+"""The DoTS pipeline (Algorithm 1) as a list of stages, resumable stage by stage.
+
+task vectors (cached) → difficulty-aware selection (selection.jsonl) → Optuna study over
+λ ∈ [lo, hi]^K with ONE live engine whose weights are swapped per trial (study.db) →
+pick from the Pareto front (result.yaml, trials.csv, pareto.png) → export (model/, with
+a model card) → push to the Hub (when asked). `dots.search.stages` skips a stage whose
+inputs are unchanged, so rerunning a command resumes where it stopped; the engine starts
+only when a stage needs it, so a finished run re-reports in seconds.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+from dots.errors import DotsError
+from dots.io.align import Alignment, align, config_differences
+from dots.io.checkpoint import Checkpoint
+from dots.keys import stable_hash
+from dots.plain import to_plain
+from dots.problems import Query, load_pool
+from dots.search.engine_model import engine_model, source_activation
+from dots.search.identity import check_range, resolve_run_dir, run_identity
+from dots.search.scorer import LazyEngine, Scorer
+from dots.search.selection import (SelectionConfig, choose, load_selection, random_selection, save_selection,
+                                   score_difficulty)
+from dots.search.stages import Stage, run_stages
+from dots.vectors.cache import TaskVectors, build_task_vectors
+from dots.vectors.sparsify import SparsifyConfig
+
+log = logging.getLogger("dots.search")
+
+
+@dataclass
+class Run:
+    """What the stages of one search share: its config, inputs and the live engine."""
+
+    cfg: DictConfig
+    run_dir: Path
+    alignment: Alignment
+    identity: dict
+    bounds: tuple[float, float]
+    fixed: list[list[float]] | None
+    queries: list[Query] = field(default_factory=list)
+    prompts: dict[str, str] = field(default_factory=dict)
+    tokenizer: Any = None
+    engine: Any = None
+    results: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def task_vectors(self) -> TaskVectors:
+        return self.results["task_vectors"]
+
+    @property
+    def sources(self) -> list[str]:
+        return self.task_vectors.sources
+
+
+# --- the stages -------------------------------------------------------------------------
+
+def build_vectors(run: Run) -> TaskVectors:
+    """τ̃_i for every source (the cache shared by runs skips what is built)."""
+    al = run.alignment
+    return build_task_vectors(al.base, al.sources, SparsifyConfig(**to_plain(run.cfg.sparsify)),
+                              run.cfg.get("cache_dir") or None, alignment=al)
+
+
+def selection_inputs(run: Run) -> dict:
+    return {k: run.identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")}
+
+
+def build_selection(run: Run) -> list[Query]:
+    """SPEC §3: difficulty of every pool query under each source, then a balanced draw."""
+    cfg = SelectionConfig(**to_plain(run.cfg.selection))
+    key = stable_hash(selection_inputs(run))
+    if cfg.strategy == "random":
+        selection = random_selection(run.queries, cfg)
+    else:
+        activate = source_activation(run.engine, cfg.source, run.alignment, run.task_vectors)
+        per_source = score_difficulty(run.queries, run.prompts, activate, run.engine.generate, cfg,
+                                      run.run_dir / f"difficulty-{key}.jsonl",
+                                      mode=str(run.cfg.search.get("answer_mode", "math")))
+        selection = choose(run.queries, per_source, cfg)
+    save_selection(selection, run.run_dir / "selection.jsonl", key)
+    return selection.queries
+
+
+def load_selected(run: Run) -> list[Query]:
+    path = run.run_dir / "selection.jsonl"
+    saved = load_selection(path, stable_hash(selection_inputs(run)))
+    if saved is None:
+        raise DotsError(f"{path} does not match this run's inputs; delete it to select again")
+    log.info("selection: reusing %s (%d queries)", path, len(saved.queries))
+    return saved.queries
+
+
+def study_name(run: Run) -> str:
+    return run.cfg.search.study_name or f"dots-{stable_hash(run.identity, 12)}" + ("-fixed" if run.fixed else "")
+
+
+def run_trials(run: Run) -> Any:
+    """SPEC §4: the study, extended until it holds search.n_trials complete trials."""
+    import optuna
+
+    from dots.search.study import open_storage, open_study, run_study
+    from dots.search.workers import recover_stale_trials
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg, names = run.cfg, run.sources
+    study = open_study(cfg, open_storage(cfg.search.storage, run.run_dir), study_name(run))
+    if int(cfg.search.workers) <= 1:  # alone on this study: whatever is RUNNING was interrupted
+        stale = recover_stale_trials(study, grace_s=-1.0, names=[f"lambda_{n}" for n in names])
+        if stale:
+            print(f"study: trial(s) {stale} left running by an interrupted run were marked failed and queued again")
+    chosen = run.results["selection"]
+    scorer = Scorer(run.engine, [run.prompts[q.id] for q in chosen], cfg, run.tokenizer)
+    try:
+        run_study(study, scorer, names, run.bounds, int(cfg.search.n_trials), int(cfg.seed), run.fixed,
+                  heartbeat_s=float(cfg.search.heartbeat_s), grace_s=float(cfg.search.grace_s))
+    finally:
+        run.engine.close()
+    return study
+
+
+def build_pick(run: Run) -> dict:
+    """App. A.2: the Pareto front of complete trials and the configured pick."""
+    from dots.search.report import pick_and_report
+
+    return pick_and_report(run.results["study"], run.sources, str(run.cfg.pick), run.run_dir,
+                           f"DoTS on {run.cfg.backbone.name}")
+
+
+def load_pick(run: Run) -> dict:
+    return yaml.safe_load((run.run_dir / "result.yaml").read_text())
+
+
+def build_export(run: Run) -> Path:
+    from dots.export.model import export_model
+
+    return export_model(run.cfg, run.task_vectors, run.alignment, run.results["pick"], run.run_dir,
+                        selection_size=len(run.results["selection"]))
+
+
+def build_push(run: Run) -> bool:
+    from dots.export.hub import try_push
+
+    pushed = try_push(run.results["export"], str(run.cfg.export.push_to_hub), bool(run.cfg.export.private))
+    if pushed:
+        (run.run_dir / "pushed.json").write_text(str(run.cfg.export.push_to_hub))
+    return pushed
+
+
+def export_dir(run: Run) -> str:
+    return str(run.cfg.export.dir) if run.cfg.export.dir else "model"
+
+
+def search_stages(run: Run) -> list[Stage]:
+    """The pipeline: each stage names its output in the run directory and its inputs."""
+    cfg = run.cfg
+    study_key = {"identity": run.identity, "n_trials": int(cfg.search.n_trials), "fixed": run.fixed}
+    stages = [
+        Stage("task_vectors", ".", lambda r: None, build_vectors, exclusive=False),  # the cache skips
+        Stage("selection", "selection.jsonl", selection_inputs, build_selection, load_selected),
+        Stage("study", ".", lambda r: study_key, run_trials, exclusive=False),  # resumes by itself
+    ]
+    if run.fixed:
+        return stages
+    pick_key = {**study_key, "pick": str(cfg.pick)}
+    stages.append(Stage("pick", "result.yaml", lambda r: pick_key, build_pick, load_pick))
+    if cfg.export.enabled:
+        export_key = {**pick_key, "export": to_plain(cfg.export), "config_from": cfg.backbone.get("config_from")}
+        stages.append(Stage("export", export_dir(run), lambda r: export_key, build_export,
+                            lambda r: run.run_dir / export_dir(r)))
+        if cfg.export.push_to_hub:
+            stages.append(Stage("push", "pushed.json", lambda r: {**export_key, "repo": cfg.export.push_to_hub},
+                                build_push, lambda r: True))
+    return stages
+
+
+# --- the run ----------------------------------------------------------------------------
+
+def prepare(cfg: DictConfig) -> Run:
+    """Check the options and inputs, open the checkpoints, find the run directory."""
+    bounds = check_range(list(cfg.search.range))
+    if int(cfg.search.n_trials) < 1:
+        raise DotsError(f"search.n_trials must be >= 1, got {cfg.search.n_trials}")
+    backbone = cfg.backbone
+    base = Checkpoint(str(backbone.base), backbone.get("revision"))
+    sources = {str(k): Checkpoint(str(v), backbone.get("revision")) for k, v in backbone.sources.items()}
+    alignment = align(base, sources)
+    for field_name, values in config_differences(base, sources).items():
+        log.warning("config field %s differs: %s (the output takes config_from=%s)", field_name, values,
+                    backbone.get("config_from", "base"))
+    fixed = [list(map(float, p)) for p in cfg.search.fixed] if cfg.search.fixed else None
+    if fixed and any(len(p) != len(sources) for p in fixed):
+        raise DotsError(f"search.fixed points need {len(sources)} coefficients ({', '.join(sources)}) each")
+    if fixed and any(not bounds[0] <= x <= bounds[1] for p in fixed for x in p):
+        raise DotsError(f"search.fixed coefficients must lie in search.range {list(bounds)}")
+    identity = run_identity(cfg, base, sources)
+    return Run(cfg, resolve_run_dir(cfg, identity), alignment, identity, bounds, fixed)
+
+
+def run_search(cfg: DictConfig) -> Path:
+    """The whole pipeline; returns the run directory."""
+    from transformers import AutoTokenizer
+
+    from dots.engines.factory import build_engine
+    from dots.scoring.prompts import format_prompt
+
+    run = prepare(cfg)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    print(f"run directory: {run.run_dir}")
+    run.queries = load_pool(cfg.pool)
+    # the output's tokenizer (and the engine's): a source's when it added vocabulary
+    run.tokenizer = AutoTokenizer.from_pretrained(str(run.alignment.tokenizer_source().path))
+    run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
+    run.engine = LazyEngine(lambda: build_engine(cfg.engine, engine_model(cfg, run.alignment, run.task_vectors,
+                                                                          run.run_dir), run.task_vectors))
+    try:
+        run_stages(run.run_dir, search_stages(run), run)
+    finally:
+        run.engine.close()
+    if run.fixed:
+        from dots.search.pareto import write_trials_csv
+        from dots.search.report import trial_rows
+
+        write_trials_csv(trial_rows(run.results["study"], run.sources), run.run_dir / "fixed.csv")
+        print(f"scored {len(run.fixed)} fixed coefficient set(s): {run.run_dir / 'fixed.csv'}")
+        return run.run_dir
+    result = run.results["pick"]
+    print(f"pick ({cfg.pick}): trial {result['trial']} λ={result['coefficients']} "
+          f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}")
+    return run.run_dir

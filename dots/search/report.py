@@ -1,0 +1,47 @@
+"""The search's report: every trial (trials.csv), the Pareto front and its pick
+(result.yaml, pareto.png; DoTS App. A.2)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dots.search.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
+
+
+def trial_rows(study: Any, sources: list[str]) -> list[dict]:
+    from optuna.trial import TrialState
+
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        times = t.user_attrs.get("time", {})
+        row = {"number": t.number, "state": t.state.name}
+        row.update({f"lambda_{s}": t.params.get(f"lambda_{s}") for s in sources})
+        ok = t.state == TrialState.COMPLETE
+        row.update({"consistency": t.values[0] if ok else None, "perplexity": t.values[1] if ok else None,
+                    "tokens_generated": t.user_attrs.get("tokens_generated")})
+        row.update({f"time_{k}": round(v, 4) for k, v in times.items()})
+        rows.append(row)
+    return rows
+
+
+def pick_and_report(study: Any, sources: list[str], rule: str, run_dir: Path, title: str) -> dict:
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    points = [Point(t.number, t.values[0], t.values[1], {s: t.params[f"lambda_{s}"] for s in sources}) for t in trials]
+    front = pareto_front(points)
+    chosen = pick(front, rule)
+    write_trials_csv(trial_rows(study, sources), run_dir / "trials.csv")
+    plot_front(points, front, chosen, run_dir / "pareto.png", title)
+    result = {
+        "trial": chosen.number, "pick": rule,
+        "coefficients": {s: float(v) for s, v in chosen.params.items()},
+        "objectives": {"consistency": chosen.consistency, "perplexity": chosen.perplexity},
+        "front": [{"trial": p.number, "consistency": p.consistency, "perplexity": p.perplexity,
+                   "coefficients": dict(p.params)} for p in front],
+        "complete_trials": len(points),
+    }
+    (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
+    return result

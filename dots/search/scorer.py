@@ -1,0 +1,82 @@
+"""One trial's score (DoTS §4.3): swap λ into the live engine, sample k answers per query,
+consistency ↑ (Eq. 4) and perplexity ↓ of the adaptation prompts."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from dots.scoring.grade import consistency as answer_consistency
+from dots.scoring.perplexity import perplexity
+
+
+@dataclass
+class TrialResult:
+    consistency: float
+    perplexity: float
+    per_query: list[float]
+    tokens: int
+    times: dict[str, float]
+
+
+class Scorer:
+    """Evaluates one λ on the live engine: swap → generate k → consistency; prompt NLL → PPL."""
+
+    def __init__(self, engine: Any, prompts: list[str], cfg: Any, tokenizer: Any = None):
+        self.engine = engine
+        self.prompts = prompts
+        self.k = int(cfg.search.k)
+        self.temperature = float(cfg.search.temperature)
+        self.top_p = float(cfg.search.top_p)
+        self.max_tokens = int(cfg.search.max_tokens)
+        self.mode = str(cfg.search.get("answer_mode", "math"))
+        self.tokenizer = tokenizer
+
+    def __call__(self, coefficients: Mapping[str, float], seed: int) -> TrialResult:
+        start = getattr(self.engine, "start", None)  # a LazyEngine: its start is not the trial's swap
+        engine_start = start() if callable(start) else 0.0
+        t0 = time.perf_counter()
+        self.engine.swap_coefficients(dict(coefficients))
+        t1 = time.perf_counter()
+        outs = self.engine.generate(self.prompts, n=self.k, temperature=self.temperature, top_p=self.top_p,
+                                    max_tokens=self.max_tokens, seed=seed)
+        t2 = time.perf_counter()
+        per_query = [answer_consistency(samples, mode=self.mode) for samples in outs]
+        t3 = time.perf_counter()
+        ppl = perplexity(self.engine.prompt_nll(self.prompts))
+        t4 = time.perf_counter()
+        texts = [s for samples in outs for s in samples]
+        if self.tokenizer is not None:
+            tokens = sum(len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]) if texts else 0
+        else:
+            tokens = sum(len(s) for s in texts)
+        return TrialResult(
+            sum(per_query) / len(per_query), ppl, per_query, tokens,
+            {"swap": t1 - t0, "generate": t2 - t1, "consistency": t3 - t2, "perplexity": t4 - t3, "total": t4 - t0,
+             "engine_start": engine_start},
+        )
+
+
+class LazyEngine:
+    """Starts the engine on first use, so a finished run resumes without loading a model."""
+
+    def __init__(self, factory: Callable[[], Any]):
+        self._factory = factory
+        self._engine: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        self.start()
+        return getattr(self._engine, name)
+
+    def start(self) -> float:
+        """Start the engine if it is not running; the seconds that took (0 when it was)."""
+        if self._engine is not None:
+            return 0.0
+        began = time.perf_counter()
+        self._engine = self._factory()
+        return time.perf_counter() - began
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None

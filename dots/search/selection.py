@@ -1,0 +1,184 @@
+"""Difficulty-aware selection of adaptation queries (DoTS §4.2, SPEC §3).
+
+For each candidate x, m answers are sampled from every source model θ_i;
+C_θi(x) = max_y (1/m)·#{samples ≡ y} (Eq. 4) and D(x) = 1 − mean_i C_θi(x) (Eq. 5).
+Queries with D > 1 − 1/m are dropped; the rest is split at the median of D into a low
+pool (D <= median) and a medium pool, and n queries are drawn, `easy_fraction` from
+the low pool. Per-source consistencies are appended to `difficulty.jsonl` as they are
+computed, so an interrupted selection resumes where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from dots.scoring.grade import consistency
+from dots.errors import DotsError
+from dots.problems import Query
+from dots.progress import progress_bar
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("balanced", "random", "easy", "medium")
+
+
+@dataclass
+class SelectionConfig:
+    n: int = 64
+    m: int = 5
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_tokens: int = 512
+    threshold: float | None = None  # drop D > threshold; None = 1 − 1/m
+    easy_fraction: float = 0.5
+    strategy: str = "balanced"
+    source: str = "original"  # original checkpoints, or sparsified θ0 + τ̃_i
+    seed: int = 0
+    batch: int = 64  # queries per generate call
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise DotsError(f"selection.strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if self.source not in ("original", "sparsified"):
+            raise DotsError(f"selection.source must be original or sparsified, got {self.source!r}")
+        if self.n < 1 or self.m < 1:
+            raise DotsError(f"selection.n and selection.m must be >= 1 (got n={self.n}, m={self.m})")
+        if not 0.0 <= self.easy_fraction <= 1.0:
+            raise DotsError(f"selection.easy_fraction must be in [0, 1], got {self.easy_fraction}")
+
+    @property
+    def drop_above(self) -> float:
+        return 1.0 - 1.0 / self.m if self.threshold is None else float(self.threshold)
+
+
+@dataclass
+class Selection:
+    queries: list[Query]
+    difficulty: dict[str, float] = field(default_factory=dict)
+    consistency: dict[str, dict[str, float]] = field(default_factory=dict)  # id -> source -> C
+    pools: dict[str, str] = field(default_factory=dict)  # id -> low | medium
+    notes: list[str] = field(default_factory=list)
+
+
+def _score_source(
+    source: str, queries: Sequence[Query], prompts: Mapping[str, str], generate: Callable[..., list[list[str]]],
+    cfg: SelectionConfig, done: dict[str, float], record: Path, mode: str,
+) -> None:
+    todo = [q for q in queries if q.id not in done]
+    batches = [todo[i:i + cfg.batch] for i in range(0, len(todo), cfg.batch)]
+    for b, batch in enumerate(progress_bar(batches, f"difficulty · {source}")):
+        outs = generate([prompts[q.id] for q in batch], n=cfg.m, temperature=cfg.temperature,
+                        top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed + b)
+        with open(record, "a") as fh:
+            for q, samples in zip(batch, outs):
+                done[q.id] = consistency(samples, mode=mode)
+                fh.write(json.dumps({"source": source, "id": q.id, "consistency": done[q.id]}) + "\n")
+
+
+def score_difficulty(
+    queries: Sequence[Query], prompts: Mapping[str, str], activate: Mapping[str, Callable[[], None]],
+    generate: Callable[..., list[list[str]]], cfg: SelectionConfig, record: Path, mode: str = "math",
+) -> dict[str, dict[str, float]]:
+    """C_θi(x) for every source i (activate[i]() loads it into the engine) and query x.
+
+    `record` is a jsonl file keyed by the inputs (its name carries their hash): rows found
+    there are reused, new ones appended as each batch finishes."""
+    known: dict[str, dict[str, float]] = {s: {} for s in activate}
+    wanted = {q.id for q in queries}
+    if record.exists():
+        for line in record.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            if row["source"] in known and row["id"] in wanted:
+                known[row["source"]][row["id"]] = row["consistency"]
+    for source, load in activate.items():
+        if all(q.id in known[source] for q in queries):
+            continue
+        load()
+        _score_source(source, queries, prompts, generate, cfg, known[source], record, mode)
+    return {q.id: {s: known[s][q.id] for s in activate} for q in queries}
+
+
+def choose(queries: Sequence[Query], per_source: Mapping[str, Mapping[str, float]], cfg: SelectionConfig) -> Selection:
+    """Filter by difficulty, split at the median, draw n (SPEC §3)."""
+    rng = random.Random(cfg.seed)
+    by_id = {q.id: q for q in queries}
+    difficulty = {qid: 1.0 - statistics.fmean(c.values()) for qid, c in per_source.items()}
+    kept = [qid for qid in by_id if difficulty[qid] <= cfg.drop_above + 1e-12]
+    if not kept:
+        raise DotsError(
+            f"every query was filtered: all {len(queries)} candidates have difficulty D > {cfg.drop_above:.3f} "
+            f"(no source answers them consistently); raise selection.threshold or use an easier pool"
+        )
+    median = statistics.median(difficulty[q] for q in kept)
+    low = sorted(q for q in kept if difficulty[q] <= median)
+    medium = sorted(q for q in kept if difficulty[q] > median)
+    notes = [f"{len(queries)} candidates, {len(queries) - len(kept)} dropped with D > {cfg.drop_above:.3f}, "
+             f"median D {median:.3f}: {len(low)} low, {len(medium)} medium"]
+    n = min(cfg.n, len(kept))
+    if n < cfg.n:
+        notes.append(f"only {len(kept)} queries survive the filter; selecting {n} instead of {cfg.n}")
+    want_low = {"balanced": round(cfg.easy_fraction * n), "easy": n, "medium": 0}[cfg.strategy]
+    take_low = min(want_low, len(low))
+    take_medium = min(n - take_low, len(medium))
+    if take_low + take_medium < n:  # a pool is short: fill from the other
+        take_low = min(len(low), n - take_medium)
+    if take_low != want_low:
+        notes.append(f"low pool gave {take_low} instead of {want_low}; filled from the other pool")
+    chosen = rng.sample(low, take_low) + rng.sample(medium, take_medium)
+    pools = {q: ("low" if q in set(low) else "medium") for q in chosen}
+    for note in notes:
+        log.info("selection: %s", note)
+    return Selection([by_id[q] for q in sorted(chosen)], {q: difficulty[q] for q in by_id},
+                     {q: dict(c) for q, c in per_source.items()}, pools, notes)
+
+
+def random_selection(queries: Sequence[Query], cfg: SelectionConfig) -> Selection:
+    """The `random` ablation: n queries drawn without looking at difficulty."""
+    rng = random.Random(cfg.seed)
+    chosen = rng.sample(list(queries), min(cfg.n, len(queries)))
+    return Selection(sorted(chosen, key=lambda q: q.id), notes=[f"random draw of {len(chosen)} of {len(queries)}"])
+
+
+def save_selection(selection: Selection, path: Path, key: str) -> None:
+    """selection.jsonl: one line per chosen query (consistency per source, difficulty, pool)."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps({"key": key, "notes": selection.notes}) + "\n")
+        for q in selection.queries:
+            fh.write(json.dumps({
+                "id": q.id, "question": q.question, "answer": q.answer, "source": q.source,
+                "consistency": selection.consistency.get(q.id), "difficulty": selection.difficulty.get(q.id),
+                "pool": selection.pools.get(q.id),
+            }) + "\n")
+    tmp.replace(path)
+
+
+def load_selection(path: Path, key: str) -> Selection | None:
+    """The saved selection if it was made from the same inputs (same key), else None."""
+    if not path.exists():
+        return None
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[0])
+    if head.get("key") != key:
+        return None
+    rows = [json.loads(x) for x in lines[1:]]
+    queries = [Query(r["id"], r["question"], r["answer"], r["source"]) for r in rows]
+    return Selection(
+        queries, {r["id"]: r["difficulty"] for r in rows if r["difficulty"] is not None},
+        {r["id"]: r["consistency"] for r in rows if r["consistency"]}, {r["id"]: r["pool"] for r in rows if r["pool"]},
+        head.get("notes", []),
+    )
+
+
+def selection_key(parts: Mapping[str, Any]) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,181 @@
+"""DoTS synthesis, Eq. 6: θ(λ) = θ0 + Σ_i λ_i·τ̃_i, one tensor at a time (SPEC §2).
+
+`synthesize` streams (name, tensor) in the base checkpoint's naming and order — the
+input of `Engine.swap_weights`, of vLLM's `reload_weights` and of `CheckpointWriter`.
+Every call reads the pristine base from disk (never adds then subtracts), sums in
+float32 on the chosen device (CUDA when present) and casts each result to the base
+tensor's dtype. Tensors outside the task vectors are the base's; an embedding to which
+a source added rows gets those rows appended (they are the source's own values).
+
+`ResidentSynthesizer` computes the same values from θ0 and τ̃ held in memory on the
+device (no disk reads, no allocation per call): the engines use it with
+`synth_cache: memory` when a swap must be as fast as possible and memory allows.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+import torch
+from torch.profiler import record_function
+
+from dots.io.checkpoint import Checkpoint
+from dots.errors import DotsError
+from dots.vectors.cache import TaskVectors
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_coefficients(task_vectors: TaskVectors, coefficients: Mapping[str, float]) -> dict[str, float]:
+    """Exactly one finite float per source of the cache, else a DotsError."""
+    sources = set(task_vectors.sources)
+    unknown = sorted(set(coefficients) - sources)
+    missing = sorted(sources - set(coefficients))
+    if unknown or missing:
+        parts = ([f"unknown source(s) {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else [])
+        raise DotsError(f"coefficients must name each source {sorted(sources)} once: {'; '.join(parts)}")
+    out = {k: float(v) for k, v in coefficients.items()}
+    bad = [k for k, v in out.items() if v != v or v in (float("inf"), float("-inf"))]
+    if bad:
+        raise DotsError(f"coefficient of {bad[0]} is not finite: {coefficients[bad[0]]}")
+    return out
+
+
+# CPU: the float32 accumulator is worked in blocks of this many entries (4 MiB), so the
+# K + 2 passes over it stay in cache and only θ0, τ̃ and the output cross memory once:
+# the arithmetic of a 0.5B swap ran 1.3-1.6x faster than with whole-tensor passes
+# (benchmarks/RESULTS.md, "Profile of a weight swap"). On CUDA one block is the whole tensor.
+CPU_BLOCK_ENTRIES = 2**20
+
+
+def block_entries(device: torch.device, numel: int) -> int:
+    """How many entries one float32 accumulator block holds on `device` (≥ 1)."""
+    return max(1, numel if device.type != "cpu" else min(numel, CPU_BLOCK_ENTRIES))
+
+
+def _combine_into(out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[torch.Tensor, float]],
+                  scratch: torch.Tensor) -> torch.Tensor:
+    """out[:len(θ0)] = cast(θ0 + Σ λ_i τ̃_i), Eq. 6: float32 sums in source order, one block of
+    `scratch` at a time. The one arithmetic of both paths below, so streaming and resident
+    synthesis give the same bits on the same device; elementwise, so any block size does too."""
+    for tau, _ in taus:
+        if tau.shape != theta0.shape:
+            raise DotsError(f"a task vector has shape {tuple(tau.shape)}, the base {tuple(theta0.shape)}: stale cache?")
+    n = theta0.numel()
+    flat_out = out.view(-1)[:n]  # rows a source added to an embedding come after θ0's rows
+    flat_theta0 = theta0.reshape(-1)
+    flat_taus = [(tau.reshape(-1), lam) for tau, lam in taus]
+    step = scratch.numel()
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        acc = scratch[:stop - start]
+        acc.copy_(flat_theta0[start:stop])
+        for tau, lam in flat_taus:
+            acc.add_(tau[start:stop], alpha=lam)
+        flat_out[start:stop].copy_(acc)
+    return out
+
+
+def synthesize(
+    task_vectors: TaskVectors,
+    coefficients: Mapping[str, float],
+    device: str | torch.device | None = None,
+    base: Checkpoint | None = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield θ0 + Σ λ_i τ̃_i for every tensor of the base (copied tensors unchanged).
+
+    Reads base and τ̃ from disk tensor by tensor (memory: a few tensors). Results live on
+    `device` in the base tensor's dtype; a source with λ = 0 is not read.
+    """
+    lambdas = check_coefficients(task_vectors, coefficients)
+    device = torch.device(device) if device is not None else default_device()
+    base = base if base is not None else Checkpoint(task_vectors.base_path)
+    merged = set(task_vectors.names)
+    active = [(k, lam) for k, lam in lambdas.items() if lam != 0.0]
+    scratch = torch.empty(0, dtype=torch.float32, device=device)
+    for name in base.names:
+        with record_function("dots.vectors.synth.read"):  # labels for torch.profiler (benchmarks/profile_swap.py)
+            theta0 = base.get(name)
+            taus = [(task_vectors.get(key, name).to(device), lam) for key, lam in active] if name in merged else []
+        if name not in merged:
+            yield name, theta0.to(device)
+            continue
+        with record_function("dots.vectors.synth.combine"):
+            theta0 = theta0.to(device)
+            need = block_entries(device, theta0.numel())
+            if scratch.numel() < need:
+                scratch = torch.empty(need, dtype=torch.float32, device=device)
+            out = _combine_into(torch.empty_like(theta0), theta0, taus, scratch)
+            del taus
+        extra = task_vectors.extra_rows(name)
+        if extra is not None:
+            out = torch.cat([out, extra.to(device=device, dtype=out.dtype)], dim=0)
+        yield name, out
+
+
+class ResidentSynthesizer:
+    """θ0 and every τ̃ held on one device, so that a swap is arithmetic only (SPEC §2).
+
+    Same values as `synthesize` (same operations, same order), without disk reads and
+    without allocating: results are written into one output buffer per tensor that the
+    next call overwrites, so consume (copy) each yielded tensor before calling again —
+    `reload_weights`, `Engine.swap_weights` and `CheckpointWriter` all do. Memory: the
+    base in its dtype twice (θ0, outputs) + K float32 task vectors + one float32 scratch
+    block (2^20 entries on CPU, the largest tensor on CUDA); `nbytes` says how much.
+    """
+
+    def __init__(self, task_vectors: TaskVectors, device: str | torch.device | None = None, base: Checkpoint | None = None):
+        self.task_vectors = task_vectors
+        self.device = torch.device(device) if device is not None else default_device()
+        base = base if base is not None else Checkpoint(task_vectors.base_path)
+        merged = set(task_vectors.names)
+        self.names = list(base.names)
+        self.theta0: dict[str, torch.Tensor] = {}
+        self.taus: dict[str, dict[str, torch.Tensor]] = {}
+        self.out: dict[str, torch.Tensor] = {}
+        self.extra: dict[str, torch.Tensor] = {}
+        largest = 0
+        for name in self.names:
+            self.theta0[name] = base.get(name).to(self.device)
+            if name not in merged:
+                continue
+            self.taus[name] = {k: task_vectors.get(k, name).to(self.device) for k in task_vectors.sources}
+            extra = task_vectors.extra_rows(name)
+            theta0 = self.theta0[name]
+            if extra is None:
+                self.out[name] = torch.empty_like(theta0)
+            else:  # rows a source added to an embedding: constant, written once
+                rows = theta0.shape[0] + extra.shape[0]
+                self.out[name] = torch.empty((rows, *theta0.shape[1:]), dtype=theta0.dtype, device=self.device)
+                self.out[name][theta0.shape[0]:].copy_(extra)
+            largest = max(largest, self.theta0[name].numel())
+        self._scratch = torch.empty(block_entries(self.device, largest), dtype=torch.float32, device=self.device)
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [*self.theta0.values(), *self.out.values(), self._scratch]
+        tensors += [t for per in self.taus.values() for t in per.values()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def __call__(self, coefficients: Mapping[str, float]) -> Iterator[tuple[str, torch.Tensor]]:
+        lambdas = check_coefficients(self.task_vectors, coefficients)
+        active = [(k, lam) for k, lam in lambdas.items() if lam != 0.0]
+        for name in self.names:
+            theta0 = self.theta0[name]
+            if name not in self.taus:
+                yield name, theta0
+                continue
+            with record_function("dots.vectors.synth.combine"):
+                out = _combine_into(self.out[name], theta0, [(self.taus[name][k], lam) for k, lam in active],
+                                    self._scratch)
+            yield name, out
+
+
+def synthesize_dict(
+    task_vectors: TaskVectors,
+    coefficients: Mapping[str, float],
+    device: str | torch.device | None = "cpu",
+) -> dict[str, torch.Tensor]:
+    """The whole merged model as a state dict (small models, tests)."""
+    return dict(synthesize(task_vectors, coefficients, device))
