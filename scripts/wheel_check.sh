@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Build the wheel, install it (not editable) into a fresh virtual environment, and from a
+# directory outside the checkout run a merge on generated checkpoints and resolve the
+# users' command `python -m dots.search backbone=qwen7b --cfg job`. Prints a transcript.
+#
+#   bash scripts/wheel_check.sh            # keeps nothing: venv and work dir are temporary
+#
+# Environment: PYTHON (default python), DOTS_TORCH_INDEX (extra index for the CPU torch wheel).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${PYTHON:-$(command -v python || command -v python3)}
+TORCH_VERSION=2.13.0
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+say() { echo "[wheel] $*"; }
+t0=$SECONDS
+
+say "building the wheel from $REPO"
+"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" "$REPO" 2>&1 | grep -v "^WARNING: Location" || true
+wheel=$(ls "$work"/dist/dots-*.whl)
+say "wheel: $(basename "$wheel") ($(du -h "$wheel" | cut -f1)); its data files:"
+"$PYTHON" - "$wheel" <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+for prefix in ("dots/conf/", "dots/data/math/", "dots/data/lab/"):
+    print(f"  {prefix}: {sum(n.startswith(prefix) for n in names)} files")
+PY
+
+say "fresh virtual environment $work/venv"
+"$PYTHON" -m venv "$work/venv"
+venv_py="$work/venv/bin/python"
+index=()
+[[ -n ${DOTS_TORCH_INDEX:-} ]] && index=(--extra-index-url "$DOTS_TORCH_INDEX")
+"$venv_py" -m pip install -q --progress-bar off "${index[@]}" "torch==$TORCH_VERSION" 2>&1 | grep -v "^WARNING: Location" || true
+"$venv_py" -m pip install -q --progress-bar off "${index[@]}" "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
+say "installed in $((SECONDS - t0)) s"
+
+mkdir -p "$work/elsewhere"
+cd "$work/elsewhere"
+"$venv_py" - <<'PY'
+import dots, sys
+from pathlib import Path
+where = Path(dots.__file__).resolve()
+print(f"[wheel] dots {dots.__version__} imported from {where.parent}")
+assert "site-packages" in where.parts, "dots must come from the installed wheel, not a checkout"
+PY
+
+say "generated checkpoints, then: python -m dots.merge method=ties backbone=custom ..."
+"$venv_py" -c "
+from dots.testing import make_tiny_model, make_finetuned
+base = make_tiny_model('ckpt/base', dtype=__import__('torch').bfloat16)
+make_finetuned(base, 'ckpt/sft', seed=1)
+make_finetuned(base, 'ckpt/rlvr', seed=2, density=0.1)
+"
+DOTS_PROGRESS=0 "$venv_py" -m dots.merge method=ties backbone=custom backbone.base=ckpt/base \
+  +backbone.sources.sft=ckpt/sft +backbone.sources.rlvr=ckpt/rlvr output=merged/ties
+ls merged/ties
+
+say "python -m dots.search backbone=qwen7b --cfg job --resolve"
+"$venv_py" -m dots.search backbone=qwen7b --cfg job --resolve > qwen7b.yaml
+grep -E "^  (base|name):|^    (sft|rlvr):|^  path:" qwen7b.yaml
+pool=$(grep -E "^  path:" qwen7b.yaml | awk '{print $2}')
+[[ -f $pool ]] || { echo "error: the packaged pool $pool does not exist" >&2; exit 1; }
+say "the packaged pool resolves to an existing file: $pool"
+[[ -z $(ls -A "$work/elsewhere/outputs" 2>/dev/null) ]] && say "no outputs/ directory was left behind"
+say "done in $((SECONDS - t0)) s"
