@@ -6,6 +6,7 @@ dots/data) and the lab's `${lab:STAGE}` (dots.lab).
 writes nothing. `check_group_choices` turns `group=name` with no such config file into
 one line naming the closest choices, instead of Hydra's multi-line report.
 """
+
 from __future__ import annotations
 
 import difflib

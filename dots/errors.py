@@ -1,4 +1,5 @@
 """User-facing errors: one line, no traceback, non-zero exit."""
+
 from __future__ import annotations
 
 import functools

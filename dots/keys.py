@@ -1,5 +1,6 @@
 """Stable keys: short hashes of JSON-able data (cache entries, run directories) and
 per-name seeds (random masks that do not depend on processing order)."""
+
 from __future__ import annotations
 
 import hashlib

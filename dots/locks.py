@@ -1,4 +1,5 @@
 """Run-once POSIX locks: of several processes sharing a directory, one does the work."""
+
 from __future__ import annotations
 
 import contextlib

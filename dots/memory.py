@@ -8,6 +8,7 @@ serve everything from its heap and keep what is freed, so the next tensor of the
 size reuses pages already mapped. Peak RSS grows a little (freed memory is not returned
 before exit); only the command-line entry points and engine workers call it.
 """
+
 from __future__ import annotations
 
 import ctypes

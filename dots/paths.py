@@ -5,6 +5,7 @@ wheel works from any directory. Everything dots writes goes under the outputs ro
 `$DOTS_OUTPUTS`, else `outputs/` in the current directory; caches under `$DOTS_CACHE`,
 else `<outputs root>/cache`.
 """
+
 from __future__ import annotations
 
 import os

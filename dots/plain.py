@@ -1,4 +1,5 @@
 """OmegaConf containers → plain Python data (dicts, lists, scalars), resolved."""
+
 from __future__ import annotations
 
 from typing import Any

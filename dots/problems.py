@@ -5,13 +5,14 @@ Sources: a verl/LUFFY parquet, jsonl, a Hub dataset, the lab.
 A pool is a list of `Query` (question text, and the gold answer when the file has one:
 DoTS never uses it for the search, but SAR's Fisher and the evaluation do).
 """
+
 from __future__ import annotations
 
 import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from dots.errors import DotsError
 
@@ -51,7 +52,7 @@ def question_from_messages(messages: Any) -> str | None:
     return users[-1] if users else None
 
 
-def records_to_queries(records: list[Mapping], cfg: Any, origin: str) -> list[Query]:
+def records_to_queries(records: Sequence[Mapping], cfg: Any, origin: str) -> list[Query]:
     q_key = _cfg_get(cfg, "question_key", "prompt")
     a_key = _cfg_get(cfg, "answer_key", "reward_model.ground_truth")
     s_key = _cfg_get(cfg, "source_key", "data_source")
@@ -125,7 +126,9 @@ def load_pool(cfg: Any) -> list[Query]:
         from dots.lab.tasks import pool_queries
 
         records = pool_queries(cfg)
-        queries = [Query(str(r["id"]), str(r["question"]), str(r["answer"]), str(r.get("skill", "lab"))) for r in records]
+        queries = [
+            Query(str(r["id"]), str(r["question"]), str(r["answer"]), str(r.get("skill", "lab"))) for r in records
+        ]
     elif kind in ("parquet", "jsonl", "hub"):
         origin = str(_cfg_get(cfg, "path", ""))
         queries = records_to_queries(read_records(cfg, f"pool {origin}"), cfg, Path(origin).name or origin)
@@ -137,6 +140,8 @@ def load_pool(cfg: Any) -> list[Query]:
         queries = [q for q in queries if q.source in wanted]
     queries = limit_queries(queries, _cfg_get(cfg, "limit"), int(_cfg_get(cfg, "seed", 0)))
     if not queries:
-        raise DotsError(f"the pool ({kind}: {_cfg_get(cfg, 'path', '')}) holds no query"
-                        + (f" from data sources {list(sources)}" if sources else ""))
+        raise DotsError(
+            f"the pool ({kind}: {_cfg_get(cfg, 'path', '')}) holds no query"
+            + (f" from data sources {list(sources)}" if sources else "")
+        )
     return unique_ids(queries)

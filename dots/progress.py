@@ -1,4 +1,5 @@
 """Progress bars for long work (rich): count, elapsed, ETA; silent when DOTS_PROGRESS=0."""
+
 from __future__ import annotations
 
 import os
@@ -14,14 +15,26 @@ def progress_enabled() -> bool:
     return os.environ.get("DOTS_PROGRESS", "1") != "0"
 
 
-def new_progress(label: str = "{task.description}", status: bool = False) -> "Progress":
+def new_progress(label: str = "{task.description}", status: bool = False) -> Progress:
     """A rich Progress with dots' columns: `label` (a rich format string), bar, done/total,
     elapsed, ETA and, with `status`, the task's `status` field (e.g. the best trial so far)."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    columns = [TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("eta"), TimeRemainingColumn()]
+    columns = [
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    ]
     if status:
         columns.append(TextColumn("{task.fields[status]}"))
     return Progress(*columns, disable=not progress_enabled())

@@ -4,6 +4,7 @@ A long command turns SIGTERM into SystemExit(143) in its main thread, so `finall
 blocks run: engines close and vLLM's engine-core process goes with them instead of
 being orphaned. Bookkeeping that must not be cut in half runs inside `sigterm_deferred`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,8 @@ SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 
 
 class _Sigterm:
-    deferring = 0      # depth of sigterm_deferred blocks in the main thread
-    pending = False    # a SIGTERM arrived while deferring
+    deferring = 0  # depth of sigterm_deferred blocks in the main thread
+    pending = False  # a SIGTERM arrived while deferring
 
 
 def exit_on_sigterm() -> bool:

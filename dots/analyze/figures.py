@@ -7,6 +7,7 @@ sparsity.png             update sparsity per layer and per module class (seeds 0
 overlap.png              RAM Fig. 2: density per source; changed entries by # of others.
 regions.png              SAR Fig. 7 + Fig. 3: conflict/agree/private/unchanged; layer cosine.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-MODULE_LABELS = {"attention": "Attention", "mlp": "MLP", "norm": "Norm", "embedding": "Embed",
-                 "lm_head": "LM head", "other": "Other"}
+MODULE_LABELS = {
+    "attention": "Attention",
+    "mlp": "MLP",
+    "norm": "Norm",
+    "embedding": "Embed",
+    "lm_head": "LM head",
+    "other": "Other",
+}
 
 
 def _color(i: int) -> str:
@@ -55,9 +62,16 @@ def _grouped_bars(ax, categories: list[str], series: dict[str, list[float | None
         ys = [(v or 0.0) * (100 if percent else 1) for v in values]
         bars = ax.bar(xs, ys, width, label=label, color=_color(i))
         for bar, y in zip(bars, ys):
-            ax.annotate(f"{y:.2f}" if percent else f"{y:.3g}", (bar.get_x() + bar.get_width() / 2, y),
-                        ha="center", va="bottom", fontsize=7 if n <= 2 else 6, xytext=(0, 1), textcoords="offset points",
-                        rotation=0 if n <= 2 else 90)
+            ax.annotate(
+                f"{y:.2f}" if percent else f"{y:.3g}",
+                (bar.get_x() + bar.get_width() / 2, y),
+                ha="center",
+                va="bottom",
+                fontsize=7 if n <= 2 else 6,
+                xytext=(0, 1),
+                textcoords="offset points",
+                rotation=0 if n <= 2 else 90,
+            )
     ax.set_xticks(range(len(categories)))
     ax.set_xticklabels(categories)
     top = max([(v or 0.0) * (100 if percent else 1) for vs in series.values() for v in vs] + [1e-9])
@@ -97,11 +111,16 @@ def sign_interference_figure(report: dict, path: Path) -> Path:
         ax.annotate(f"{y:.1f}", (x, y), ha="center", va="bottom", fontsize=8, xytext=(0, 1), textcoords="offset points")
     raw = si["raw"]["fraction"]
     if raw is not None:
-        ax.axhline(raw * 100, color=_color(1), ls="--", lw=1, label=f"raw: {raw * 100:.2f}% opposite among entries both change")
+        ax.axhline(
+            raw * 100, color=_color(1), ls="--", lw=1, label=f"raw: {raw * 100:.2f}% opposite among entries both change"
+        )
         ax.legend(fontsize=8, loc="upper left")
     ax.set_xlabel(f"{si['sft']} retention (% of entries kept, global top-k by |τ|)")
     ax.set_ylabel(f"% of kept {si['rlvr']} entries with opposite sign")
-    ax.set_title(f"Sign interference: {si['sft']} at each retention vs top-{si['rlvr_fraction'] * 100:g}% {si['rlvr']}", fontsize=10)
+    ax.set_title(
+        f"Sign interference: {si['sft']} at each retention vs top-{si['rlvr_fraction'] * 100:g}% {si['rlvr']}",
+        fontsize=10,
+    )
     ax.set_xticks(xs)
     ax.set_ylim(0, max(ys + [(raw or 0) * 100]) * 1.25 + 1)
     ax.grid(axis="y", alpha=0.3)
@@ -127,11 +146,23 @@ def sparsity_figure(report: dict, path: Path) -> Path:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1.3, 1]})
     for i, (key, series) in enumerate(sp["per_layer"].items()):
         xs, ys = _layers(series)
-        ax1.plot(xs, [y * 100 for y in ys], marker="o", ms=3, color=_color(i),
-                 label=f"{key} (overall {sp['overall'][key] * 100:.2f}%)")
+        ax1.plot(
+            xs,
+            [y * 100 for y in ys],
+            marker="o",
+            ms=3,
+            color=_color(i),
+            label=f"{key} (overall {sp['overall'][key] * 100:.2f}%)",
+        )
         if sp.get("relative"):
             xs, ys = _layers(sp["relative"]["per_layer"][key])
-            ax1.plot(xs, [y * 100 for y in ys], ls="--", color=_color(i), label=f"{key}, |τ| ≤ {sp['relative']['relative_eps']:g}·max")
+            ax1.plot(
+                xs,
+                [y * 100 for y in ys],
+                ls="--",
+                color=_color(i),
+                label=f"{key}, |τ| ≤ {sp['relative']['relative_eps']:g}·max",
+            )
     _layer_axis(ax1)
     ax1.set_ylabel(f"sparsity (% with |τ| ≤ {sp['eps']:g})")
     ax1.set_title("Update sparsity per layer", fontsize=10)
@@ -154,7 +185,9 @@ def overlap_figure(report: dict, path: Path) -> Path:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     bars = ax1.bar(keys, [d * 100 for d in density], color=[_color(i) for i in range(len(keys))])
     for bar, d in zip(bars, density):
-        ax1.annotate(f"{d * 100:.2f}%", (bar.get_x() + bar.get_width() / 2, d * 100), ha="center", va="bottom", fontsize=8)
+        ax1.annotate(
+            f"{d * 100:.2f}%", (bar.get_x() + bar.get_width() / 2, d * 100), ha="center", va="bottom", fontsize=8
+        )
     ax1.set_ylabel(f"density (% with |τ| > {report['overlap']['eps']:g})")
     ax1.set_title("Density of each task vector", fontsize=10)
     bottoms = [0.0] * len(keys)

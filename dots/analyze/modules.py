@@ -3,6 +3,7 @@
 Module classes follow DoTS Fig. 1c / Tab. 12 (attention, MLP, LayerNorm, embedding,
 LM head); anything else (e.g. a vision tower, rotary buffers) is `other`.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,9 +46,9 @@ def module_kind(name: str) -> str:
     """The name without the model prefix, block index and weight/bias suffix
     (`self_attn.q_proj`, `input_layernorm`, `embed_tokens`): one entry per projection type."""
     match = _LAYER.search(name)
-    rest = name[match.end():] if match else name
+    rest = name[match.end() :] if match else name
     if not match and rest.startswith("model."):
-        rest = rest[len("model."):]
+        rest = rest[len("model.") :]
     for suffix in (".weight", ".bias"):
         if rest.endswith(suffix):
             rest = rest[: -len(suffix)]

@@ -12,9 +12,11 @@ kept at the top fraction, the share whose sign the SFT vector kept at retention 
 opposes (an entry the SFT vector drops never conflicts); raw.fraction is the 44.91%
 figure: opposite signs among entries where both vectors are non-zero.
 """
+
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Callable, Iterable, Mapping
 
 from dots.analyze.counts import PairCounts, SignInterference, SourceCounts
@@ -37,7 +39,9 @@ def _sum_sources(per_name: Mapping[str, Mapping[str, SourceCounts]], names: Iter
     return total
 
 
-def _sum_pairs(per_name: Mapping[str, Mapping[tuple[str, str], PairCounts]], names: Iterable[str], pair: tuple[str, str]) -> PairCounts:
+def _sum_pairs(
+    per_name: Mapping[str, Mapping[tuple[str, str], PairCounts]], names: Iterable[str], pair: tuple[str, str]
+) -> PairCounts:
     total = PairCounts()
     for name in names:
         total.add(per_name[name][pair])
@@ -105,14 +109,15 @@ def build_report(
 
     norms: dict = {
         "global": {k: math.sqrt(total[k].sumsq) for k in keys},
-        "per_layer": {k: g.per_layer(lambda grp, k=k: norm(grp, k)) for k in keys},
+        "per_layer": {k: g.per_layer(partial(norm, key=k)) for k in keys},
         "non_layer": {k: {c: norm(ns, k) for c, ns in g.non_layer.items()} for k in keys},
         "by_module": {k: {c: norm(ns, k) for c, ns in g.modules.items()} for k in keys},
     }
     if roles:
         num, den = roles
         norms["ratio"] = {
-            "numerator": num, "denominator": den,
+            "numerator": num,
+            "denominator": den,
             "global": _ratio(norms["global"][num], norms["global"][den]),
             "per_layer": [
                 _ratio(a, b) if a is not None and b is not None else None
@@ -126,7 +131,7 @@ def build_report(
         "overall": {k: 1.0 - total[k].changed / numel for k in keys},
         "exact_zero": {k: 1.0 - total[k].nonzero / numel for k in keys},
         "max_abs": dict(max_abs),
-        "per_layer": {k: g.per_layer(lambda grp, k=k: sparsity(grp, k)) for k in keys},
+        "per_layer": {k: g.per_layer(partial(sparsity, key=k)) for k in keys},
         "non_layer": {k: {c: sparsity(ns, k) for c, ns in g.non_layer.items()} for k in keys},
         "by_module": {k: {c: sparsity(ns, k) for c, ns in g.modules.items()} for k in keys},
         "by_kind": {k: {kind: sparsity(ns, k) for kind, ns in g.kinds.items()} for k in keys},
@@ -137,7 +142,7 @@ def build_report(
             "relative_eps": relative_eps,
             "max_abs": dict(max_abs),
             "overall": {k: 1.0 - total[k].changed_rel / numel for k in keys},
-            "per_layer": {k: g.per_layer(lambda grp, k=k: sparsity(grp, k, "changed_rel")) for k in keys},
+            "per_layer": {k: g.per_layer(partial(sparsity, key=k, field="changed_rel")) for k in keys},
             "by_module": {k: {c: sparsity(ns, k, "changed_rel") for c, ns in g.modules.items()} for k in keys},
         }
     report["sparsity"] = spars
@@ -145,7 +150,8 @@ def build_report(
     report["topk"] = {
         "fraction": top_fraction,
         "thresholds": {
-            k: [{"k": t.k, "value": t.value, "ties_kept": t.ties} for _, t in sorted(thresholds[k].items())] for k in keys
+            k: [{"k": t.k, "value": t.value, "ties_kept": t.ties} for _, t in sorted(thresholds[k].items())]
+            for k in keys
         },
     }
 
@@ -157,9 +163,10 @@ def build_report(
         "fraction": top_fraction,
         "share_of_module": {k: {c: top_share(ns, k) for c, ns in g.modules.items()} for k in keys},
         "share_of_top": {
-            k: {c: _ratio(_sum_sources(source_counts, ns, k).top, top_k[k]) for c, ns in g.modules.items()} for k in keys
+            k: {c: _ratio(_sum_sources(source_counts, ns, k).top, top_k[k]) for c, ns in g.modules.items()}
+            for k in keys
         },
-        "per_layer": {k: g.per_layer(lambda grp, k=k: top_share(grp, k)) for k in keys},
+        "per_layer": {k: g.per_layer(partial(top_share, key=k)) for k in keys},
         "top_k": dict(top_k),
     }
 
@@ -175,7 +182,11 @@ def build_report(
             "sft_kept": [m.threshold.k for m in interference.sft_masks],
             "opposite": list(interference.opposite),
             "conflict": [_ratio(o, interference.rlvr_kept) for o in interference.opposite],
-            "raw": {"both_nonzero": raw.both_nonzero, "opposite": raw.opposite, "fraction": _ratio(raw.opposite, raw.both_nonzero)},
+            "raw": {
+                "both_nonzero": raw.both_nonzero,
+                "opposite": raw.opposite,
+                "fraction": _ratio(raw.opposite, raw.both_nonzero),
+            },
         }
 
     report["pairs"] = {}
@@ -188,11 +199,19 @@ def build_report(
             return pc.dot / den if den else None
 
         report["pairs"][pair_label(a, b)] = {
-            "a": a, "b": b,
-            "sign": {"both_nonzero": c.both_nonzero, "opposite": c.opposite, "fraction": _ratio(c.opposite, c.both_nonzero)},
+            "a": a,
+            "b": b,
+            "sign": {
+                "both_nonzero": c.both_nonzero,
+                "opposite": c.opposite,
+                "fraction": _ratio(c.opposite, c.both_nonzero),
+            },
             "regions": {
-                "conflict": c.conflict / numel, "agree": c.agree / numel, "overlap": (c.conflict + c.agree) / numel,
-                "private": c.private / numel, "unchanged": c.unchanged / numel,
+                "conflict": c.conflict / numel,
+                "agree": c.agree / numel,
+                "overlap": (c.conflict + c.agree) / numel,
+                "private": c.private / numel,
+                "unchanged": c.unchanged / numel,
             },
             "region_counts": {"conflict": c.conflict, "agree": c.agree, "private": c.private, "unchanged": c.unchanged},
             "cosine": cosine(names),

@@ -15,6 +15,7 @@ to know which source is which (`roles.sft`, `roles.rlvr`; `roles: null` skips th
 The other metrics cover every source (overlap) or every pair of sources (regions,
 cosine, conflict norm).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,17 +26,24 @@ from itertools import combinations
 from pathlib import Path
 from typing import Mapping
 
-from dots.io.align import align
-from dots.analyze.counts import (PairCounts, SignInterference, SourceCounts, TopKState, count_pass1, count_pass2,
-                                  count_pass3)
+from dots.analyze.counts import (
+    PairCounts,
+    SignInterference,
+    SourceCounts,
+    TopKState,
+    count_pass1,
+    count_pass2,
+    count_pass3,
+)
 from dots.analyze.report import build_report
 from dots.analyze.stream import plan_chunks, task_vector_chunks
-from dots.vectors.masks import TopKMask
-from dots.vectors.topk import RadixSelect
-from dots.io.checkpoint import Checkpoint
 from dots.errors import DotsError
+from dots.io.align import align
+from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
 from dots.plain import to_plain
+from dots.vectors.masks import TopKMask
+from dots.vectors.topk import RadixSelect
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +111,10 @@ def _input_key(base: Checkpoint, sources: Mapping[str, Checkpoint], cfg: Analyze
 
     options = {f: v for f, v in asdict(cfg).items() if f not in ("chunk_entries", "figures")}
     payload = {
-        "v": REPORT_VERSION, "base": base.fingerprint(),
-        "sources": {k: c.fingerprint() for k, c in sources.items()}, "options": options,
+        "v": REPORT_VERSION,
+        "base": base.fingerprint(),
+        "sources": {k: c.fingerprint() for k, c in sources.items()},
+        "options": options,
     }
     return stable_hash(payload, 20)
 
@@ -128,7 +138,7 @@ def compute_analysis(base: Checkpoint, sources: Mapping[str, Checkpoint], cfg: A
 
     for chunk, taus in task_vector_chunks(al, chunks, "analyze 1/3 (norms, signs, overlap)"):
         count_pass1(taus, cfg.eps, source_counts[chunk.name], pair_counts[chunk.name], selectors)
-    for chunk, taus in task_vector_chunks(al, chunks, "analyze 2/3 (top-k thresholds)"):
+    for _, taus in task_vector_chunks(al, chunks, "analyze 2/3 (top-k thresholds)"):
         count_pass2(taus, selectors)
     thresholds = {k: selectors[k].thresholds() for k in keys}
     max_abs = {k: thresholds[k][1].value if thresholds[k][1].k else 0.0 for k in keys}
@@ -145,9 +155,18 @@ def compute_analysis(base: Checkpoint, sources: Mapping[str, Checkpoint], cfg: A
         count_pass3(taus, source_counts[chunk.name], state, relative_cut)
 
     report = build_report(
-        names=names, keys=keys, source_counts=source_counts, pair_counts=pair_counts,
-        thresholds=thresholds, top_k=top_k, max_abs=max_abs, interference=interference, eps=cfg.eps,
-        relative_eps=cfg.relative_eps, top_fraction=cfg.top_fraction, roles=roles,
+        names=names,
+        keys=keys,
+        source_counts=source_counts,
+        pair_counts=pair_counts,
+        thresholds=thresholds,
+        top_k=top_k,
+        max_abs=max_abs,
+        interference=interference,
+        eps=cfg.eps,
+        relative_eps=cfg.relative_eps,
+        top_fraction=cfg.top_fraction,
+        roles=roles,
     )
     report["copied_tensors"] = len(al.copied)
     return report
@@ -201,6 +220,7 @@ def analyze(
             **report,
         }
         if report_path is not None:
+            assert out is not None  # report_path is set only with out
             out.mkdir(parents=True, exist_ok=True)
             _write_json(report_path, report)
     if out is not None and cfg.figures:
@@ -212,6 +232,7 @@ def analyze(
 
 
 # --- CLI ----------------------------------------------------------------------------------
+
 
 def _config_from_hydra(cfg) -> tuple[AnalyzeConfig, dict]:
     from omegaconf.errors import OmegaConfBaseException
@@ -226,12 +247,15 @@ def _config_from_hydra(cfg) -> tuple[AnalyzeConfig, dict]:
     backbone = plain.get("backbone") or {}
     for needed in ("base", "sources"):
         if not backbone.get(needed):
-            raise DotsError(f"backbone.{needed} is not set (pick a backbone, e.g. backbone=lab, or set backbone.{needed}=...)")
+            raise DotsError(
+                f"backbone.{needed} is not set (pick a backbone, e.g. backbone=lab, or set backbone.{needed}=...)"
+            )
     if not isinstance(backbone["sources"], dict):
         raise DotsError("backbone.sources must be a mapping of source key -> path or Hub id")
     roles = plain.get("roles") or {}
     analysis = AnalyzeConfig(
-        sft=roles.get("sft"), rlvr=roles.get("rlvr"),
+        sft=roles.get("sft"),
+        rlvr=roles.get("rlvr"),
         eps=float(plain.get("eps", 1e-5)),
         relative_eps=None if plain.get("relative_eps") is None else float(plain["relative_eps"]),
         top_fraction=float(plain.get("top_fraction", 0.1)),
@@ -247,8 +271,13 @@ def run_from_config(cfg) -> dict:
     analysis, plain = _config_from_hydra(cfg)
     backbone = plain["backbone"]
     report = analyze(
-        backbone["base"], backbone["sources"], plain["output"], analysis,
-        revision=backbone.get("revision"), force=bool(plain.get("force", False)), config=plain,
+        backbone["base"],
+        backbone["sources"],
+        plain["output"],
+        analysis,
+        revision=backbone.get("revision"),
+        force=bool(plain.get("force", False)),
+        config=plain,
     )
     out = Path(plain["output"]).resolve()
     print(json.dumps(report["summary"], indent=1))

@@ -6,6 +6,7 @@ every chunk is read through a mapping closed right after (`Checkpoint.get_rows`)
 resident memory does not grow with the checkpoint size. Chunks come in the alignment's
 tensor order, row by row: the stream order the top-k tie rule refers to.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ def plan_chunks(al: Alignment, chunk_entries: int) -> list[Chunk]:
     return chunks
 
 
-def task_vector_chunks(al: Alignment, chunks: list[Chunk], description: str) -> Iterator[tuple[Chunk, dict[str, torch.Tensor]]]:
+def task_vector_chunks(
+    al: Alignment, chunks: list[Chunk], description: str
+) -> Iterator[tuple[Chunk, dict[str, torch.Tensor]]]:
     """(chunk, {source key: flat float32 τ}) for every chunk, with a progress bar."""
     for chunk in progress_bar(chunks, description):
         _, taus = read_inputs(al, chunk.name, rows=(chunk.start, chunk.stop))

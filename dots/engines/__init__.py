@@ -1,4 +1,5 @@
 """Inference engines (vLLM, transformers) that swap weights in place."""
+
 from typing import Any
 
 from dots.engines.base import Engine

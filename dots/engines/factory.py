@@ -3,6 +3,7 @@
 `name: auto` picks vLLM when it can be imported, else transformers. Each engine takes
 the options it knows; an option neither engine knows is a typo and a DotsError.
 """
+
 from __future__ import annotations
 
 import inspect

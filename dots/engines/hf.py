@@ -7,24 +7,36 @@ forward pass per batch (right padding). A swap copies each tensor into the exist
 parameter storage (`param.copy_`), so nothing is re-allocated and the next call sees
 only the new weights (HF builds a fresh KV cache per `generate`). Runs on CPU or CUDA.
 """
+
 from __future__ import annotations
 
 import gc
 import logging
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import torch
 
-from dots.io.checkpoint import Checkpoint
 from dots.engines.base import check_synth_cache
-from dots.scoring.perplexity import PromptNLL
 from dots.errors import DotsError
+from dots.io.checkpoint import Checkpoint
+from dots.scoring.perplexity import PromptNLL
+
+if TYPE_CHECKING:
+    from dots.vectors.synth import ResidentSynthesizer
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"auto": "auto", "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+_DTYPES: dict[str, str | torch.dtype] = {
+    "auto": "auto",
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> str | torch.dtype:
@@ -52,18 +64,20 @@ class HFEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model_path = Checkpoint(model).path  # validates the directory (DotsError)
-        self.device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = (
+            torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        )
         self.batch_size = max(1, int(batch_size))
         self.nll_batch_size = max(1, int(nll_batch_size))
         self.seed = seed
         self.task_vectors = task_vectors
         self.synth_cache = check_synth_cache(synth_cache)
-        self._resident = None
+        self._resident: ResidentSynthesizer | None = None
         torch.manual_seed(seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=resolve_dtype(dtype)).to(self.device)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=resolve_dtype(dtype)).to(self.device)  # type: ignore[arg-type]  # transformers: `to` is @wraps(Module.to), typed as _Wrapped
         self.model.eval()
         self._targets = dict(self.model.named_parameters(remove_duplicate=False))
         self._targets.update({k: v for k, v in self.model.state_dict(keep_vars=True).items() if k not in self._targets})
@@ -80,9 +94,14 @@ class HFEngine:
 
         greedy = temperature <= 0
         cfg = GenerationConfig(
-            max_new_tokens=int(max_tokens), do_sample=not greedy, num_return_sequences=1 if greedy else n,
-            eos_token_id=self._eos or None, pad_token_id=self.tokenizer.pad_token_id,
-            top_k=None, repetition_penalty=1.0, use_cache=True,
+            max_new_tokens=int(max_tokens),
+            do_sample=not greedy,
+            num_return_sequences=1 if greedy else n,
+            eos_token_id=self._eos or None,
+            pad_token_id=self.tokenizer.pad_token_id,
+            top_k=None,
+            repetition_penalty=1.0,
+            use_cache=True,
             bos_token_id=self.model.generation_config.bos_token_id,
         )
         if not greedy:
@@ -110,14 +129,14 @@ class HFEngine:
         per_batch = self.batch_size if greedy else max(1, self.batch_size // n)
         results: list[list[str]] = []
         for start in range(0, len(prompts), per_batch):
-            batch = list(prompts[start:start + per_batch])
+            batch = list(prompts[start : start + per_batch])
             enc = self.tokenizer(batch, return_tensors="pt", padding=True, padding_side="left").to(self.device)
             out = self.model.generate(**enc, generation_config=cfg)
-            new = out[:, enc["input_ids"].shape[1]:]
+            new = out[:, enc["input_ids"].shape[1] :]
             texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
             k = 1 if greedy else n
             for i in range(len(batch)):
-                samples = texts[i * k:(i + 1) * k]
+                samples = texts[i * k : (i + 1) * k]
                 results.append(samples * n if greedy else samples)
         return results
 
@@ -126,7 +145,7 @@ class HFEngine:
         """Σ −log p(token_t | tokens_<t) over each text's tokens but the first, and their count."""
         results: list[PromptNLL] = []
         for start in range(0, len(texts), self.nll_batch_size):
-            batch = list(texts[start:start + self.nll_batch_size])
+            batch = list(texts[start : start + self.nll_batch_size])
             enc = self.tokenizer(batch, return_tensors="pt", padding=True, padding_side="right").to(self.device)
             ids, mask = enc["input_ids"], enc["attention_mask"]
             logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
@@ -157,11 +176,16 @@ class HFEngine:
 
     def _check_checkpoint(self, ckpt: Checkpoint) -> None:
         unknown = [n for n in ckpt.names if n not in self._targets]
-        wrong = [n for n in ckpt.names if n in self._targets and tuple(ckpt.info(n).shape) != tuple(self._targets[n].shape)]
+        wrong = [
+            n for n in ckpt.names if n in self._targets and tuple(ckpt.info(n).shape) != tuple(self._targets[n].shape)
+        ]
         params = {n for n, _ in self.model.named_parameters()}
         missing = sorted(params - set(ckpt.names))
-        problems = ([f"unknown tensor(s) {unknown[:3]}"] if unknown else []) + \
-            ([f"shape mismatch {wrong[:3]}"] if wrong else []) + ([f"missing {missing[:3]}"] if missing else [])
+        problems = (
+            ([f"unknown tensor(s) {unknown[:3]}"] if unknown else [])
+            + ([f"shape mismatch {wrong[:3]}"] if wrong else [])
+            + ([f"missing {missing[:3]}"] if missing else [])
+        )
         if problems:
             raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
 
@@ -204,7 +228,7 @@ class HFEngine:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def __enter__(self) -> "HFEngine":
+    def __enter__(self) -> HFEngine:
         return self
 
     def __exit__(self, *exc) -> None:

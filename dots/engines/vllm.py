@@ -20,6 +20,7 @@ vLLM reloads whole layers, so it must carry every tensor of the checkpoint.
 Perplexity uses vLLM's prompt log-probs (`SamplingParams(max_tokens=1, prompt_logprobs=0)`).
 Scripts that create this engine need an `if __name__ == "__main__":` guard.
 """
+
 from __future__ import annotations
 
 import gc
@@ -35,11 +36,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
+from dots.engines.base import check_synth_cache
+from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
-from dots.engines.base import check_synth_cache
 from dots.scoring.perplexity import PromptNLL
-from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +82,11 @@ def _cpu_thread_binding(tensor_parallel_size: int) -> dict[str, str]:
         return {}
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < tensor_parallel_size:
-        raise DotsError(f"tensor_parallel_size={tensor_parallel_size} needs at least as many CPUs; this process has {len(cpus)}")
+        raise DotsError(
+            f"tensor_parallel_size={tensor_parallel_size} needs at least as many CPUs; this process has {len(cpus)}"
+        )
     share = len(cpus) // tensor_parallel_size
-    groups = [cpus[i * share:(i + 1) * share] for i in range(tensor_parallel_size)]
+    groups = [cpus[i * share : (i + 1) * share] for i in range(tensor_parallel_size)]
     binding = "|".join(",".join(map(str, g)) for g in groups)
     log.info("vLLM-CPU: binding TP workers to CPUs %s", binding)
     return {"VLLM_CPU_OMP_THREADS_BIND": binding}
@@ -146,9 +149,13 @@ class VLLMEngine:
             gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu else GPU_MEMORY_UTILIZATION
         env = _cpu_thread_binding(int(tensor_parallel_size)) if on_cpu else {}
         kwargs: dict[str, Any] = dict(
-            model=str(self.model_path), tensor_parallel_size=int(tensor_parallel_size),
-            gpu_memory_utilization=float(gpu_memory_utilization), dtype=dtype, enforce_eager=bool(enforce_eager),
-            seed=int(seed), worker_extension_cls=WORKER_EXTENSION,
+            model=str(self.model_path),
+            tensor_parallel_size=int(tensor_parallel_size),
+            gpu_memory_utilization=float(gpu_memory_utilization),
+            dtype=dtype,
+            enforce_eager=bool(enforce_eager),
+            seed=int(seed),
+            worker_extension_cls=WORKER_EXTENSION,
         )
         if max_model_len is not None:
             kwargs["max_model_len"] = int(max_model_len)
@@ -182,12 +189,14 @@ class VLLMEngine:
             raise DotsError(f"n must be >= 1, got {n}")
         greedy = temperature <= 0
 
-        def params(i: int) -> "SamplingParams":
+        def params(i: int) -> SamplingParams:
             # vLLM seeds sample j of a request with seed + j; give each prompt its own stream
             # (one shared seed would make different prompts draw the same random numbers)
             return SamplingParams(
-                n=1 if greedy else n, temperature=0.0 if greedy else float(temperature),
-                top_p=1.0 if greedy else float(top_p), max_tokens=int(max_tokens),
+                n=1 if greedy else n,
+                temperature=0.0 if greedy else float(temperature),
+                top_p=1.0 if greedy else float(top_p),
+                max_tokens=int(max_tokens),
                 seed=None if seed is None else _prompt_seed(seed, i, n),
             )
 
@@ -210,7 +219,7 @@ class VLLMEngine:
             logprobs = out.prompt_logprobs or []
             nll = 0.0
             for token, entry in zip(ids[1:], logprobs[1:]):
-                nll -= float(entry[token].logprob)
+                nll -= float(entry[token].logprob)  # type: ignore[index]  # vLLM: only position 0 (skipped) is None
             results.append(PromptNLL(nll, max(len(ids) - 1, 0)))
         return results
 
@@ -244,8 +253,11 @@ class VLLMEngine:
         if ref.tie_word_embeddings and missing == ["lm_head.weight"]:
             missing = []
         wrong = [n for n in ckpt.names if n in ref and ckpt.info(n).shape != ref.info(n).shape]
-        problems = ([f"unknown tensor(s) {unknown[:3]}"] if unknown else []) + \
-            ([f"shape mismatch {wrong[:3]}"] if wrong else []) + ([f"missing {missing[:3]}"] if missing else [])
+        problems = (
+            ([f"unknown tensor(s) {unknown[:3]}"] if unknown else [])
+            + ([f"shape mismatch {wrong[:3]}"] if wrong else [])
+            + ([f"missing {missing[:3]}"] if missing else [])
+        )
         if problems:
             raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
 
@@ -273,8 +285,10 @@ class VLLMEngine:
                     seen.add(name)
                 missing = [n for n in plan if n not in seen]
                 if missing:
-                    raise DotsError(f"vLLM swap_weights needs every tensor of the checkpoint; missing "
-                                    f"{len(missing)} (first: {missing[0]})")
+                    raise DotsError(
+                        f"vLLM swap_weights needs every tensor of the checkpoint; missing "
+                        f"{len(missing)} (first: {missing[0]})"
+                    )
                 path = writer.commit()
             self.llm.collective_rpc("dots_swap_checkpoint", args=(str(path),))
             self._after_swap()
@@ -303,7 +317,7 @@ class VLLMEngine:
         del llm
         gc.collect()
 
-    def __enter__(self) -> "VLLMEngine":
+    def __enter__(self) -> VLLMEngine:
         return self
 
     def __exit__(self, *exc) -> None:

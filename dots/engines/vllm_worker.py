@@ -8,6 +8,7 @@ on its own device) and hands them to its `reload_weights`, whose model loader sh
 them for tensor parallelism. This module must not import vLLM at top level: the
 engine imports it only by name.
 """
+
 from __future__ import annotations
 
 import os
@@ -88,8 +89,13 @@ class DotsWorkerExtension:
             weight = getattr(module, "weight", None)
             if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.numel() > 0:
                 by_storage.setdefault(weight.untyped_storage().data_ptr(), []).append((name, module))
-        stale = [(name, module) for group in by_storage.values() if len(group) > 1
-                 for name, module in group if f"{name}.weight" not in loaded]
+        stale = [
+            (name, module)
+            for group in by_storage.values()
+            if len(group) > 1
+            for name, module in group
+            if f"{name}.weight" not in loaded
+        ]
         for _, module in stale:
             dispatch_cpu_unquantized_gemm(module, remove_weight=False)
         return [name for name, _ in stale]

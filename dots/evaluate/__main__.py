@@ -1,5 +1,6 @@
 """`python -m dots.evaluate`: models × benchmarks (SPEC §7) with one live engine
 (dots/conf/evaluate.yaml; see `dots.evaluate.run`)."""
+
 from __future__ import annotations
 
 import logging

@@ -15,6 +15,7 @@ is the default column choice) or a multiple-choice layout — `arc` (ARC-Challen
 the files), `mmlu_pro` (MMLU-Pro) or `choices` (generic: a list column of options and a
 letter/index answer). Options are shown as `A. …` lines followed by `instruction`.
 """
+
 from __future__ import annotations
 
 import random
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dots.errors import DotsError
+from dots.evaluate.metrics import MODES, Metric, parse_metric
 from dots.paths import CONF_DIR
 from dots.plain import to_plain
-from dots.evaluate.metrics import MODES, Metric, parse_metric
 from dots.problems import Query, limit_queries, load_pool, read_records, records_to_queries, unique_ids
 
 CONF_BENCHMARKS = CONF_DIR / "benchmark"
@@ -42,15 +43,15 @@ class Benchmark:
     name: str
     data: dict
     metric: str = "pass@1"
-    samples: int | None = None          # completions per problem; null = K of the metric
-    mode: str = "math"                  # math (math-verify) | choice (option letter)
+    samples: int | None = None  # completions per problem; null = K of the metric
+    mode: str = "math"  # math (math-verify) | choice (option letter)
     temperature: float = 0.6
     top_p: float = 1.0
-    max_tokens: int | None = None       # null = the backbone's max_tokens
-    prompt: str | None = None           # null = the backbone's template (SPEC §8)
-    system_prompt: str | None = None    # null = the template's own (DoTS App. A.4)
-    limit: int | None = None            # evaluate a seeded sample of this many problems
-    seed: int = 0                       # for `limit` and GPQA's option order
+    max_tokens: int | None = None  # null = the backbone's max_tokens
+    prompt: str | None = None  # null = the backbone's template (SPEC §8)
+    system_prompt: str | None = None  # null = the template's own (DoTS App. A.4)
+    limit: int | None = None  # evaluate a seeded sample of this many problems
+    seed: int = 0  # for `limit` and GPQA's option order
     description: str = ""
 
     @property
@@ -79,8 +80,13 @@ def definition_file(name: str, dirs: Sequence[str | Path] = ()) -> Path:
     raise DotsError(f"unknown benchmark {name!r}; known: {', '.join(available_benchmarks(dirs))}")
 
 
-def resolve_benchmark(entry: str | Mapping, context: Mapping | Any = None, overrides: Mapping | None = None,
-                      dirs: Sequence[str | Path] = (), defaults: Mapping | None = None) -> Benchmark:
+def resolve_benchmark(
+    entry: str | Mapping,
+    context: Mapping | Any = None,
+    overrides: Mapping | None = None,
+    dirs: Sequence[str | Path] = (),
+    defaults: Mapping | None = None,
+) -> Benchmark:
     """A Benchmark from a name (definition file) or an inline mapping, with `overrides` on top.
 
     `context` is the run's config: interpolations in a definition (`${math_parquet}`,
@@ -155,6 +161,7 @@ def validate(bench: Benchmark) -> None:
 
 # --- records → problems ---------------------------------------------------------------------
 
+
 def choice_question(stem: str, options: Sequence[str], instruction: str = CHOICE_INSTRUCTION) -> str:
     """The question text of a multiple-choice problem: stem, `A. option` lines, instruction."""
     if len(options) > len(LETTERS):
@@ -210,8 +217,9 @@ def choice_problems(records: Sequence[Mapping], data: Mapping, bench: str, seed:
                 stem, gold = rec["Question"], LETTERS[order.index(0)]
             elif fmt == "mmlu_pro":
                 options = [o for o in rec["options"] if str(o).strip() not in ("", "N/A")]
-                gold = _letter_answer(rec["answer_index"] if rec.get("answer_index") is not None else rec["answer"],
-                                      len(options), where)
+                gold = _letter_answer(
+                    rec["answer_index"] if rec.get("answer_index") is not None else rec["answer"], len(options), where
+                )
                 stem, rid = rec["question"], _record_id(rec, ["question_id", "id"], i)
             else:  # generic `choices`
                 options = list(rec[data.get("choices_key", "choices")])
@@ -237,18 +245,25 @@ def load_problems(bench: Benchmark) -> list[Query]:
         problems = load_pool({**defaults, **data, "limit": None, "data_sources": None})
     elif fmt == "qa":
         records = read_records(data, f"benchmark {bench.name}", "test")
-        cols = {"question_key": data.get("question_key", "problem"), "answer_key": data.get("answer_key", "answer"),
-                "source_key": data.get("source_key", "source")}
+        cols = {
+            "question_key": data.get("question_key", "problem"),
+            "answer_key": data.get("answer_key", "answer"),
+            "source_key": data.get("source_key", "source"),
+        }
         problems = records_to_queries(records, cols, bench.name) if records else []
     else:
-        problems = choice_problems(read_records(data, f"benchmark {bench.name}", "test"), data, bench.name, int(bench.seed))
+        problems = choice_problems(
+            read_records(data, f"benchmark {bench.name}", "test"), data, bench.name, int(bench.seed)
+        )
     sources = data.get("data_sources")
     if sources:
         wanted = {str(s) for s in sources}
         problems = [p for p in problems if p.source in wanted]
     if not problems:
-        raise DotsError(f"benchmark {bench.name}: no problem in its data"
-                        + (f" from data sources {sorted(map(str, sources))}" if sources else ""))
+        raise DotsError(
+            f"benchmark {bench.name}: no problem in its data"
+            + (f" from data sources {sorted(map(str, sources))}" if sources else "")
+        )
     missing = [p.id for p in problems if p.answer is None or not str(p.answer).strip()]
     if missing:
         raise DotsError(f"benchmark {bench.name}: {len(missing)} problem(s) have no gold answer, e.g. {missing[0]}")

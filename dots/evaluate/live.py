@@ -4,6 +4,7 @@ A model is swapped in (`swap_checkpoint`) when it has the live model's architect
 tensors, shapes, dtypes, config and tokenizer (checked with dots.io.align); else the
 engine is restarted, and the run says why.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,14 +24,26 @@ log = logging.getLogger("dots.evaluate")
 # files whose content decides how text becomes tokens and back (and when generation stops);
 # for JSON files only the listed keys count (None: all keys but the ignored ones)
 _TOKENIZER_FILES: dict[str, tuple[str, ...] | None] = {
-    "tokenizer.json": None, "tokenizer_config.json": None, "special_tokens_map.json": None,
-    "added_tokens.json": None, "vocab.json": None, "merges.txt": None, "tokenizer.model": None,
+    "tokenizer.json": None,
+    "tokenizer_config.json": None,
+    "special_tokens_map.json": None,
+    "added_tokens.json": None,
+    "vocab.json": None,
+    "merges.txt": None,
+    "tokenizer.model": None,
     "generation_config.json": ("bos_token_id", "eos_token_id", "pad_token_id"),
 }
-_IGNORED_TOKENIZER_KEYS = {"name_or_path", "_name_or_path", "model_max_length", "chat_template", "padding",
-                           "truncation", "padding_side", "truncation_side", "clean_up_tokenization_spaces"}
-
-
+_IGNORED_TOKENIZER_KEYS = {
+    "name_or_path",
+    "_name_or_path",
+    "model_max_length",
+    "chat_template",
+    "padding",
+    "truncation",
+    "padding_side",
+    "truncation_side",
+    "clean_up_tokenization_spaces",
+}
 
 
 def tokenizer_identity(ckpt: Checkpoint, chat_template: bool = False) -> dict[str, str]:
@@ -55,8 +68,9 @@ def tokenizer_identity(ckpt: Checkpoint, chat_template: bool = False) -> dict[st
     return out
 
 
-def swap_incompatibility(live: Checkpoint, other: Checkpoint, check_dtypes: bool = True,
-                         chat_template: bool = False) -> str | None:
+def swap_incompatibility(
+    live: Checkpoint, other: Checkpoint, check_dtypes: bool = True, chat_template: bool = False
+) -> str | None:
     """Why `other` cannot be swapped into an engine running `live`, or None when it can: another
     architecture, tensor set, shape, dtype (when the engine keeps the checkpoint's), config field,
     tokenizer, or stop token."""
@@ -106,6 +120,7 @@ class LiveEngine:
     def activate(self, name: str, path: str | Path) -> Any:
         ckpt = Checkpoint(path)
         if self.engine is not None:
+            assert self.live is not None  # set together with self.engine
             reason = swap_incompatibility(self.live, ckpt, self.check_dtypes, self.chat_template)
             if reason is None:
                 if self.live.path.resolve() != ckpt.path.resolve():

@@ -10,6 +10,7 @@ Correctness (SPEC §7): math-verify equivalence with the ground truth (`mode: ma
 option letter (`mode: choice`), as in `dots.scoring.is_correct`; the answers of one problem
 are compared with its gold answer in one batch so each distinct answer is parsed once.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,10 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from dots.errors import DotsError
 from dots.scoring.equivalence import equivalence_classes
 from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, last_boxed
 from dots.scoring.grade import is_correct
-from dots.errors import DotsError
 
 MODES = ("math", "choice")
 _METRIC_RE = re.compile(r"(avg|pass)@(\d+)")

@@ -1,11 +1,12 @@
 """The outputs of an evaluation: scores.json, scores.md (models × benchmarks) and scores.png."""
+
 from __future__ import annotations
 
 import json
 import math
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, cast
 
 
 def average(row: Mapping[str, Mapping], benchmarks: Sequence[str]) -> float | None:
@@ -27,8 +28,10 @@ def markdown_table(report: Mapping) -> str:
     scores = report["scores"]
     header = ["model"] + [f"{b} ({report['benchmarks'][b]['metric']})" for b in benchmarks] + ["average"]
     columns = benchmarks + ["average"]
-    value = {m: {**{b: scores.get(m, {}).get(b, {}).get("score") for b in benchmarks},
-                 "average": report["average"].get(m)} for m in models}
+    value = {
+        m: {**{b: scores.get(m, {}).get(b, {}).get("score") for b in benchmarks}, "average": report["average"].get(m)}
+        for m in models
+    }
     best = {c: max((value[m][c] for m in models if value[m][c] is not None), default=None) for c in columns}
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(columns)) + "|"]
     for m in models:
@@ -37,12 +40,14 @@ def markdown_table(report: Mapping) -> str:
             text = _pct(value[m][c])
             present = [value[k][c] for k in models if value[k][c] is not None]
             tied = len({round(v, 6) for v in present}) <= 1
-            if value[m][c] is not None and not tied and round(value[m][c], 6) == round(best[c], 6):
+            if value[m][c] is not None and not tied and round(value[m][c], 6) == round(cast(float, best[c]), 6):
                 text = f"**{text}**"
             cells.append(text)
         lines.append("| " + " | ".join([m] + cells) + " |")
-    sizes = ", ".join(f"{b}: {report['benchmarks'][b]['problems']} problems × {report['benchmarks'][b]['samples']} samples"
-                      for b in benchmarks)
+    sizes = ", ".join(
+        f"{b}: {report['benchmarks'][b]['problems']} problems × {report['benchmarks'][b]['samples']} samples"
+        for b in benchmarks
+    )
     return "\n".join(lines) + f"\n\nScores in %. {sizes}.\n"
 
 

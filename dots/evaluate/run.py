@@ -13,6 +13,7 @@ completions, extracted answers, correct flags, score), appended chunk by chunk, 
 interrupted run resumes mid-benchmark and a complete file is never recomputed. The
 summary goes to scores.json, scores.md (table, with the average) and scores.png.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,6 +45,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
 
 # --- which models -----------------------------------------------------------------------------
 
+
 def check_model_name(name: str) -> str:
     if not _NAME_RE.fullmatch(name):
         raise DotsError(f"model name {name!r} must be letters, digits and _.+=- (it names a directory)")
@@ -53,13 +55,17 @@ def check_model_name(name: str) -> str:
 def backbone_models(backbone: Any) -> dict[str, str]:
     """{'base': backbone.base, <source key>: path, ...} (lab checkpoints are built on first use)."""
     if OmegaConf.is_missing(backbone, "base"):
-        raise DotsError(f"backbone {backbone.get('name')} has no base: pass backbone.base=PATH or include_backbone=false")
+        raise DotsError(
+            f"backbone {backbone.get('name')} has no base: pass backbone.base=PATH or include_backbone=false"
+        )
     models = {"base": str(backbone.base)}
     sources = backbone.get("sources") or {}
     for key in sources:
         if OmegaConf.is_missing(sources, key):
-            raise DotsError(f"backbone {backbone.get('name')} has no path for source {key}: pass "
-                            f"backbone.sources.{key}=PATH, or include_backbone=false with +models.NAME=PATH")
+            raise DotsError(
+                f"backbone {backbone.get('name')} has no path for source {key}: pass "
+                f"backbone.sources.{key}=PATH, or include_backbone=false with +models.NAME=PATH"
+            )
         models[str(key)] = str(sources[key])
     return models
 
@@ -79,6 +85,7 @@ def resolve_models(cfg: DictConfig) -> dict[str, str]:
 
 
 # --- which benchmarks ---------------------------------------------------------------------------
+
 
 def default_benchmarks(backbone: Any) -> list[str]:
     """The lab's test sets for the lab backbone; SPEC §7's nine benchmarks for the others."""
@@ -104,8 +111,9 @@ def resolve_benchmarks(cfg: DictConfig) -> list[Benchmark]:
         name = entry if isinstance(entry, str) else entry.get("name")
         merged = dict(knobs)
         if name in overrides:
-            merged.update(to_plain(overrides[name])
-                          if isinstance(overrides[name], DictConfig) else dict(overrides[name]))
+            merged.update(
+                to_plain(overrides[name]) if isinstance(overrides[name], DictConfig) else dict(overrides[name])
+            )
         out.append(resolve_benchmark(entry, cfg, merged, dirs))
     names = [b.name for b in out]
     if len(set(names)) != len(names):
@@ -119,6 +127,7 @@ def resolve_benchmarks(cfg: DictConfig) -> list[Benchmark]:
 
 
 # --- the run -----------------------------------------------------------------------------------------
+
 
 def evaluate(
     models: Mapping[str, str | Path],
@@ -147,11 +156,23 @@ def evaluate(
     report: dict = {
         "title": title,
         "models": {name: str(ckpt.path) for name, ckpt in ckpts.items()},
-        "benchmarks": {b.name: {"metric": b.parsed_metric.name, "mode": b.mode, "problems": len(problems[b.name]),
-                                "samples": b.parsed_metric.n, "temperature": b.temperature, "top_p": b.top_p,
-                                "max_tokens": b.max_tokens, "prompt": b.prompt, "limit": b.limit, "data": b.data}
-                       for b in benchmarks},
-        "scores": {}, "average": {},
+        "benchmarks": {
+            b.name: {
+                "metric": b.parsed_metric.name,
+                "mode": b.mode,
+                "problems": len(problems[b.name]),
+                "samples": b.parsed_metric.n,
+                "temperature": b.temperature,
+                "top_p": b.top_p,
+                "max_tokens": b.max_tokens,
+                "prompt": b.prompt,
+                "limit": b.limit,
+                "data": b.data,
+            }
+            for b in benchmarks
+        },
+        "scores": {},
+        "average": {},
     }
     live = LiveEngine(engine_cfg, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks))
     try:
@@ -165,14 +186,24 @@ def evaluate(
                 else:
                     engine = live.activate(name, ckpt.path)
                     t0 = time.perf_counter()
-                    rows = run_benchmark(engine, name, bench, problems[bench.name], paths[bench.name],
-                                         keys[bench.name], int(chunk), int(seed))
-                    rows = {r["id"]: r for r in rows}
+                    generated = run_benchmark(
+                        engine,
+                        name,
+                        bench,
+                        problems[bench.name],
+                        paths[bench.name],
+                        keys[bench.name],
+                        int(chunk),
+                        int(seed),
+                    )
+                    rows = {r["id"]: r for r in generated}
                     print(f"{name} · {bench.name}: generated in {time.perf_counter() - t0:.1f} s")
                 result = summarize([rows[p.id] for p in problems[bench.name]], bench)
                 report["scores"].setdefault(name, {})[bench.name] = result
-                print(f"{name} · {bench.name}: {result['metric']} = {100 * result['score']:.1f} "
-                      f"± {100 * result['stderr']:.1f} ({result['problems']} problems)")
+                print(
+                    f"{name} · {bench.name}: {result['metric']} = {100 * result['score']:.1f} "
+                    f"± {100 * result['stderr']:.1f} ({result['problems']} problems)"
+                )
                 write_json(report, out_dir / "scores.json")
             report["average"][name] = average(report["scores"][name], [b.name for b in benchmarks])
     finally:
@@ -198,11 +229,20 @@ def run_evaluate(cfg: DictConfig) -> dict:
     benchmarks = resolve_benchmarks(cfg)
     problems = {b.name: load_problems(b) for b in benchmarks}  # bad data fails before any model loads
     models = resolve_models(cfg)
-    for name, path in models.items():
+    for _name, path in models.items():
         Checkpoint(path)  # a missing model path fails before the output directory is made
     out = output_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     print(f"evaluation directory: {out}")
-    return evaluate(models, benchmarks, out, cfg.engine, chunk=int(cfg.chunk), seed=int(cfg.seed),
-                    plot=bool(cfg.plot), problems=problems, title=str(cfg.name))
+    return evaluate(
+        models,
+        benchmarks,
+        out,
+        cfg.engine,
+        chunk=int(cfg.chunk),
+        seed=int(cfg.seed),
+        plot=bool(cfg.plot),
+        problems=problems,
+        title=str(cfg.name),
+    )

@@ -2,13 +2,14 @@
 the samples depend on, then one row per problem (id, gold, completions, extracted answers,
 correct flags, score), appended chunk by chunk, so an interrupted run resumes
 mid-benchmark and a complete file is never recomputed."""
+
 from __future__ import annotations
 
 import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from dots.evaluate.benchmarks import Benchmark
 from dots.evaluate.metrics import aggregate, grade, problem_score
@@ -20,12 +21,16 @@ from dots.scoring.prompts import format_prompt
 log = logging.getLogger("dots.evaluate")
 
 
-
 def samples_key(bench: Benchmark, problems: Sequence[Query], model: Checkpoint) -> str:
     """Hash of what a model × benchmark's samples depend on: settings, problems, weights' files."""
 
-    return stable_hash({"benchmark": bench.identity(), "problems": [[p.id, p.question, p.answer] for p in problems],
-                  "model": model.fingerprint()})
+    return stable_hash(
+        {
+            "benchmark": bench.identity(),
+            "problems": [[p.id, p.question, p.answer] for p in problems],
+            "model": model.fingerprint(),
+        }
+    )
 
 
 def read_samples(path: Path, key: str) -> dict[str, dict]:
@@ -62,16 +67,31 @@ def _rewrite(path: Path, header: dict, rows: Sequence[dict]) -> None:
     os.replace(tmp, path)
 
 
-def run_benchmark(engine: Any, model: str, bench: Benchmark, problems: Sequence[Query], path: Path, key: str,
-                  chunk: int = 256, seed: int = 0) -> list[dict]:
+def run_benchmark(
+    engine: Any,
+    model: str,
+    bench: Benchmark,
+    problems: Sequence[Query],
+    path: Path,
+    key: str,
+    chunk: int = 256,
+    seed: int = 0,
+) -> list[dict]:
     """Generate and grade what `path` lacks; returns every problem's row in problem order."""
     metric = bench.parsed_metric
     done = read_samples(path, key)
     todo = [(i, p) for i, p in enumerate(problems) if p.id not in done]
     if not todo:
         return [done[p.id] for p in problems]
-    header = {"key": key, "model": model, "benchmark": bench.name, "metric": metric.name,
-              "problems": len(problems), "samples": metric.n, "settings": bench.identity()}
+    header = {
+        "key": key,
+        "model": model,
+        "benchmark": bench.name,
+        "metric": metric.name,
+        "problems": len(problems),
+        "samples": metric.n,
+        "settings": bench.identity(),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     _rewrite(path, header, [done[p.id] for p in problems if p.id in done])  # drops stale/torn lines
     tokenizer = getattr(engine, "tokenizer", None)
@@ -84,17 +104,36 @@ def run_benchmark(engine: Any, model: str, bench: Benchmark, problems: Sequence[
     with new_progress(f"{model} · {bench.name}") as bar, open(path, "a") as out:
         task = bar.add_task("problems", total=len(problems), completed=len(problems) - len(todo))
         for index, items in chunks.items():
-            prompts = [format_prompt(p.question, bench.prompt, tokenizer, bench.system_prompt) for _, p in items]
-            outs = engine.generate(prompts, n=metric.n, temperature=float(bench.temperature), top_p=float(bench.top_p),
-                                   max_tokens=int(bench.max_tokens), seed=int(seed) + index)
+            prompts = [
+                format_prompt(p.question, cast(str, bench.prompt), tokenizer, bench.system_prompt) for _, p in items
+            ]
+            outs = engine.generate(
+                prompts,
+                n=metric.n,
+                temperature=float(bench.temperature),
+                top_p=float(bench.top_p),
+                max_tokens=int(cast(int, bench.max_tokens)),  # validate() requires it
+                seed=int(seed) + index,
+            )
             if len(outs) != len(items) or any(len(o) != metric.n for o in outs):
                 raise RuntimeError(f"the engine returned {len(outs)} results for {len(items)} prompts")
             for (_, p), completions in zip(items, outs):
-                answers, correct = grade(completions, str(p.answer), bench.mode,
-                                         **({"letters": bench.data["letters"]} if "letters" in bench.data else {}))
-                row = {"id": p.id, "source": p.source, "question": p.question, "gold": p.answer,
-                       "completions": list(completions), "answers": answers, "correct": correct,
-                       "score": problem_score(correct, metric)}
+                answers, correct = grade(
+                    completions,
+                    str(p.answer),
+                    bench.mode,
+                    **({"letters": bench.data["letters"]} if "letters" in bench.data else {}),
+                )
+                row = {
+                    "id": p.id,
+                    "source": p.source,
+                    "question": p.question,
+                    "gold": p.answer,
+                    "completions": list(completions),
+                    "answers": answers,
+                    "correct": correct,
+                    "score": problem_score(correct, metric),
+                }
                 done[p.id] = row
                 out.write(json.dumps(row) + "\n")
             out.flush()

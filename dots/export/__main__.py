@@ -1,5 +1,6 @@
 """`python -m dots.export push DIR org/name [--private]`: upload an exported model (retry of a
 failed push)."""
+
 from __future__ import annotations
 
 import sys

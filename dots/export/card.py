@@ -3,6 +3,7 @@
 Used by `dots.merge` and reusable by the search export: pass the method (or "dots"),
 its options, the base and sources, and optionally the full run config and results.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -54,18 +55,37 @@ def render_model_card(
     lines.append("")
     lines.append(description or f"Merged with dots {dots.__version__} using method `{method}`.")
     lines.append("")
-    lines += ["| | |", "|---|---|", f"| method | `{method}` |", f"| dots version | {dots.__version__} |",
-              f"| date | {date or _dt.date.today().isoformat()} |", f"| base | `{base}` |"]
+    lines += [
+        "| | |",
+        "|---|---|",
+        f"| method | `{method}` |",
+        f"| dots version | {dots.__version__} |",
+        f"| date | {date or _dt.date.today().isoformat()} |",
+        f"| base | `{base}` |",
+    ]
     lines.append("")
     lines += ["## Sources", "", "| key | checkpoint | weight |", "|---|---|---|"]
     for key, path in sources.items():
         w = "" if weights is None else f"{weights.get(key, 1.0):g}"
         lines.append(f"| {key} | `{path}` | {w} |")
     lines.append("")
-    lines += ["## Options", "", "```yaml", yaml.safe_dump(_plain(dict(options)) or {}, sort_keys=False).rstrip(), "```", ""]
+    lines += [
+        "## Options",
+        "",
+        "```yaml",
+        yaml.safe_dump(_plain(dict(options)) or {}, sort_keys=False).rstrip(),
+        "```",
+        "",
+    ]
     if results:
         lines += ["## Results", "", "```json", json.dumps(_plain(dict(results)), indent=2), "```", ""]
     if config:
-        lines += ["## Full configuration", "", "```yaml", yaml.safe_dump(_plain(dict(config)), sort_keys=False).rstrip(),
-                  "```", ""]
+        lines += [
+            "## Full configuration",
+            "",
+            "```yaml",
+            yaml.safe_dump(_plain(dict(config)), sort_keys=False).rstrip(),
+            "```",
+            "",
+        ]
     return "\n".join(lines)

@@ -5,6 +5,7 @@ appears at the output path until every tensor is written). The tokenizer and gen
 files come from the base, or, when a source added vocabulary rows, from that source (the
 base's tokenizer cannot decode the added tokens). A marker file records the coefficients.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,19 +16,27 @@ from typing import Any, Mapping
 from dots.export.card import render_model_card
 from dots.io.align import Alignment
 from dots.io.writer import CheckpointWriter
+from dots.plain import to_plain
 from dots.progress import progress_bar
 from dots.vectors.cache import TaskVectors
 from dots.vectors.synth import synthesize
-from dots.plain import to_plain
 
 log = logging.getLogger(__name__)
 MARKER = "dots_export.json"
 
 
-def write_synthesized(out_dir: Path, tv: TaskVectors, alignment: Alignment, coefficients: Mapping[str, float],
-                      config: Mapping[str, Any], card: str, extra_files: Mapping[str, Path] = {},
-                      overwrite: bool = True, device: str | None = None,
-                      marker: Mapping[str, Any] | None = None) -> Path:
+def write_synthesized(
+    out_dir: Path,
+    tv: TaskVectors,
+    alignment: Alignment,
+    coefficients: Mapping[str, float],
+    config: Mapping[str, Any],
+    card: str,
+    extra_files: Mapping[str, Path] = {},
+    overwrite: bool = True,
+    device: str | None = None,
+    marker: Mapping[str, Any] | None = None,
+) -> Path:
     """θ0 + Σ λ_i τ̃_i with the output's shapes, `config`, `alignment.tokenizer_source()`'s tokenizer, the
     card and `extra_files`; the marker file records the coefficients (and `marker`'s fields)."""
     plan = alignment.out_plan
@@ -47,25 +56,44 @@ def write_synthesized(out_dir: Path, tv: TaskVectors, alignment: Alignment, coef
         return writer.commit()
 
 
-def export_model(cfg: Any, tv: TaskVectors, alignment: Alignment, result: Mapping[str, Any], run_dir: Path,
-                 selection_size: int) -> Path:
+def export_model(
+    cfg: Any, tv: TaskVectors, alignment: Alignment, result: Mapping[str, Any], run_dir: Path, selection_size: int
+) -> Path:
     """The search's export stage: the pick θ0 + Σ λ*_i τ̃_i with its card and Pareto plot."""
     out = Path(str(cfg.export.dir)) if cfg.export.dir else run_dir / "model"
     coefficients = {k: float(v) for k, v in result["coefficients"].items()}
     backbone = cfg.backbone
     card = render_model_card(
-        method="dots", options={"sparsify": to_plain(cfg.sparsify), "pick": cfg.pick},
-        base=str(backbone.base), sources={k: str(v) for k, v in backbone.sources.items()}, weights=coefficients,
+        method="dots",
+        options={"sparsify": to_plain(cfg.sparsify), "pick": cfg.pick},
+        base=str(backbone.base),
+        sources={k: str(v) for k, v in backbone.sources.items()},
+        weights=coefficients,
         title=f"DoTS synthesis of {backbone.name}",
-        description=("Decoupled test-time synthesis (DoTS): θ = θ0 + Σ λ_i τ̃_i with sparsified, "
-                     "norm-rescaled task vectors; λ chosen on the Pareto front of answer consistency and "
-                     f"perplexity over {selection_size} unlabeled queries.\n\n![Pareto front](pareto.png)"),
-        results={"trial": result["trial"], "coefficients": coefficients, "objectives": result["objectives"],
-                 "selection_size": selection_size, "complete_trials": result["complete_trials"]},
+        description=(
+            "Decoupled test-time synthesis (DoTS): θ = θ0 + Σ λ_i τ̃_i with sparsified, "
+            "norm-rescaled task vectors; λ chosen on the Pareto front of answer consistency and "
+            f"perplexity over {selection_size} unlabeled queries.\n\n![Pareto front](pareto.png)"
+        ),
+        results={
+            "trial": result["trial"],
+            "coefficients": coefficients,
+            "objectives": result["objectives"],
+            "selection_size": selection_size,
+            "complete_trials": result["complete_trials"],
+        },
         config=to_plain(cfg),
     )
     config = alignment.output_config(str(backbone.get("config_from", "base")))
-    write_synthesized(out, tv, alignment, coefficients, config, card, {"pareto.png": run_dir / "pareto.png"},
-                      device=cfg.export.get("device"))
+    write_synthesized(
+        out,
+        tv,
+        alignment,
+        coefficients,
+        config,
+        card,
+        {"pareto.png": run_dir / "pareto.png"},
+        device=cfg.export.get("device"),
+    )
     print(f"export: {out}")
     return out

@@ -1,4 +1,5 @@
 """`python -m dots.io`: convert a `.bin` checkpoint to safetensors, or list a checkpoint's tensors."""
+
 from __future__ import annotations
 
 from dots.errors import cli_errors
@@ -8,6 +9,7 @@ from dots.io.convert import convert_bin_to_safetensors
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
+
     parser = argparse.ArgumentParser(prog="python -m dots.io")
     sub = parser.add_subparsers(dest="cmd", required=True)
     conv = sub.add_parser("convert", help="convert a .bin checkpoint directory to safetensors")

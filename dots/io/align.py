@@ -5,6 +5,7 @@ merged; every other base tensor is copied. A shape mismatch is an error unless i
 only extra rows of an embedding / lm_head (tokens added by a source): those rows come
 from the source that has the most of them, and this is logged.
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,9 +14,9 @@ from typing import Mapping
 
 import torch
 
+from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
-from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class Alignment:
         if key is None:
             return None
         tensor = self.sources[key].get(self.source_name(key, name))
-        return tensor[self.base.info(name).shape[0]:]
+        return tensor[self.base.info(name).shape[0] :]
 
     def tokenizer_source(self) -> Checkpoint:
         """Where a merged model's tokenizer and generation files come from: the source that
@@ -127,8 +128,10 @@ def align(base: Checkpoint, sources: Mapping[str, Checkpoint]) -> Alignment:
             if sinfo.shape == info.shape:
                 continue
             only_rows = (
-                is_vocab_tensor(name) and len(sinfo.shape) == len(info.shape) >= 1
-                and sinfo.shape[1:] == info.shape[1:] and sinfo.shape[0] > rows
+                is_vocab_tensor(name)
+                and len(sinfo.shape) == len(info.shape) >= 1
+                and sinfo.shape[1:] == info.shape[1:]
+                and sinfo.shape[0] > rows
             )
             if not only_rows:
                 raise DotsError(f"shapes differ for {name}: base {list(info.shape)}, source {key} {list(sinfo.shape)}")

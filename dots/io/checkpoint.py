@@ -6,6 +6,7 @@ nothing is mapped, so resident memory is bounded by the tensors alive, whatever 
 checkpoint's size. A Hub id is resolved through huggingface_hub's cache (offline mode
 honoured).
 """
+
 from __future__ import annotations
 
 import json
@@ -121,9 +122,13 @@ class Checkpoint:
     def aux_files(self) -> list[Path]:
         """Config, tokenizer and generation files: everything but weights and indexes."""
         return sorted(
-            p for p in self.path.iterdir()
-            if p.is_file() and not p.name.endswith(WEIGHT_SUFFIXES)
-            and p.name not in INDEX_NAMES and p.name not in OWN_FILES and not p.name.startswith(".")
+            p
+            for p in self.path.iterdir()
+            if p.is_file()
+            and not p.name.endswith(WEIGHT_SUFFIXES)
+            and p.name not in INDEX_NAMES
+            and p.name not in OWN_FILES
+            and not p.name.startswith(".")
         )
 
     @property
@@ -164,7 +169,7 @@ class Checkpoint:
         buf = torch.empty(count, dtype=torch.uint8)  # not zero-filled, unlike a bytearray
         with open(file, "rb", buffering=0) as fh:
             fh.seek(offset + start * row_bytes)
-            view = memoryview(buf.numpy())
+            view = memoryview(buf.numpy())  # type: ignore[arg-type]  # numpy stubs: ndarray is a Buffer only for Python >= 3.12
             got = 0
             while got < count:
                 n = fh.readinto(view[got:])
@@ -180,8 +185,10 @@ class Checkpoint:
     def fingerprint(self) -> dict:
         """Identity of the weights without hashing their bytes: path, file sizes and mtimes."""
         files = sorted({p for p in self.path.glob("*.safetensors")})
-        return {"path": str(self.path.resolve()),
-                "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]}
+        return {
+            "path": str(self.path.resolve()),
+            "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files],
+        }
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.source!r}, {len(self._info)} tensors)"

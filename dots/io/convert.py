@@ -1,4 +1,5 @@
 """PyTorch `.bin` checkpoints → safetensors, shard by shard."""
+
 from __future__ import annotations
 
 import os

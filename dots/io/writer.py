@@ -5,6 +5,7 @@ data arrives, so each tensor is written straight to its final offset and freed: 
 buffering, any write order. It writes into a temporary sibling directory and renames it
 into place only when every planned tensor has been written.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,13 +36,19 @@ def _shard_plan(plan: Mapping[str, TensorInfo], max_shard_bytes: int) -> list[li
     return shards
 
 
-def _header(names: list[str], plan: Mapping[str, TensorInfo], metadata: Mapping[str, str]) -> tuple[bytes, dict[str, int]]:
+def _header(
+    names: list[str], plan: Mapping[str, TensorInfo], metadata: Mapping[str, str]
+) -> tuple[bytes, dict[str, int]]:
     header: dict = {"__metadata__": dict(metadata)} if metadata else {}
     offsets: dict[str, int] = {}
     start = 0
     for name in names:
         info = plan[name]
-        header[name] = {"dtype": ST_DTYPES[info.dtype], "shape": list(info.shape), "data_offsets": [start, start + info.nbytes]}
+        header[name] = {
+            "dtype": ST_DTYPES[info.dtype],
+            "shape": list(info.shape),
+            "data_offsets": [start, start + info.nbytes],
+        }
         offsets[name] = start
         start += info.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
@@ -124,8 +131,10 @@ class CheckpointWriter:
         if info is None:
             raise KeyError(f"{name} is not in the write plan")
         if not info.shape or tuple(rows.shape[1:]) != info.shape[1:] or not 0 <= start <= info.shape[0] - rows.shape[0]:
-            raise ValueError(f"{name}: rows {start}..{start + rows.shape[0]} of shape {tuple(rows.shape)} "
-                             f"do not fit planned {info.shape}")
+            raise ValueError(
+                f"{name}: rows {start}..{start + rows.shape[0]} of shape {tuple(rows.shape)} "
+                f"do not fit planned {info.shape}"
+            )
         self._queue_bytes(name, start * (info.nbytes // info.shape[0]), rows, info)
         done = self._rows_written[name] = self._rows_written.get(name, 0) + rows.shape[0]
         if done == info.shape[0]:
@@ -193,8 +202,10 @@ class CheckpointWriter:
             self.abort()
             raise RuntimeError(f"{len(missing)} planned tensors were never written (first: {missing[0]})")
         if copy_from is not None:
-            src = copy_from if isinstance(copy_from, Checkpoint) else None
-            files = src.aux_files() if src else [p for p in Path(copy_from).iterdir() if p.is_file()]
+            if isinstance(copy_from, Checkpoint):
+                files = copy_from.aux_files()
+            else:
+                files = [p for p in Path(copy_from).iterdir() if p.is_file()]
             for f in files:
                 if not (self.tmp_dir / f.name).exists():
                     self.copy_file(f)
@@ -215,7 +226,7 @@ class CheckpointWriter:
         self._finish_background()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
-    def __enter__(self) -> "CheckpointWriter":
+    def __enter__(self) -> CheckpointWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

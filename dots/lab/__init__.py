@@ -6,6 +6,7 @@ shipped in dots/data/lab for the default settings, else built on first use
 OmegaConf resolver `lab`, so a config can say `base: ${lab:base}` or, with lab
 overrides, `${lab:rlvr,'seed=1'}`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -2,6 +2,7 @@
 that build), print its paths and test accuracies. The search's `backbone=lab` uses the trio
 shipped with dots (dots/data/lab, scores in its scores.json) when the settings are the
 defaults; this command rebuilds it, or varies it (`seed=1`, `rlvr.lr=1e-5`, ...)."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,7 @@ import sys
 from dots.errors import cli_errors
 
 
-def summary_table(paths: dict, cfg) -> "object":
+def summary_table(paths: dict, cfg) -> object:
     """A rich table of greedy and sampled test accuracy per stage and skill."""
     from rich.table import Table
 
@@ -28,8 +29,14 @@ def summary_table(paths: dict, cfg) -> "object":
         for stage, path in paths.items():
             engine = LocalEngine(path)
             g = accuracy(engine, problems, n=1, temperature=0.0, max_tokens=int(e.max_tokens))
-            s = accuracy(engine, problems, n=int(e.samples), temperature=float(e.temperature),
-                         max_tokens=int(e.max_tokens), seed=int(cfg.seed))
+            s = accuracy(
+                engine,
+                problems,
+                n=int(e.samples),
+                temperature=float(e.temperature),
+                max_tokens=int(e.max_tokens),
+                seed=int(cfg.seed),
+            )
             table.add_row(stage, *(f"{r[k]:.3f}" for r, k in ((g, "add"), (g, "sub"), (s, "add"), (s, "sub"))))
     return table
 

@@ -1,16 +1,20 @@
 """Builds (or finds in the cache) the lab's base / SFT / RLVR checkpoints."""
+
 from __future__ import annotations
 
 import fcntl
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from omegaconf import DictConfig
 
-from dots.plain import to_plain
 from dots.lab.config import STAGES, load_config, shipped_dir, stage_dir, stage_key
+from dots.plain import to_plain
+
+if TYPE_CHECKING:
+    import torch
 
 # torch / transformers are imported where training happens, so a cached call stays instant.
 
@@ -39,7 +43,7 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple["torch.nn.Module", dict]:
+def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple[torch.nn.Module, dict]:
     from dots.lab import tasks as T
     from dots.lab import train
     from dots.lab.model import load_model, new_model
@@ -51,6 +55,7 @@ def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple["t
     if stage == "base":
         model = new_model(c["model"], tok, int(cfg.seed))
         return model, train.pretrain(model, tok, c, splits)
+    assert base_dir is not None  # every stage but base starts from the base build
     model = load_model(base_dir)
     fn = train.sft if stage == "sft" else train.grpo
     return model, fn(model, tok, c, splits)
@@ -69,8 +74,13 @@ def build_stage(cfg: DictConfig, stage: str) -> Path:
             start = time.perf_counter()
             model, metrics = _train_stage(cfg, stage, base_dir)
             seconds = time.perf_counter() - start
-        info = {"stage": stage, "key": stage_key(cfg, stage), "seconds": round(seconds, 2),
-                "metrics": metrics, "config": to_plain(cfg)}
+        info = {
+            "stage": stage,
+            "key": stage_key(cfg, stage),
+            "seconds": round(seconds, 2),
+            "metrics": metrics,
+            "config": to_plain(cfg),
+        }
         from dots.lab.model import save_model
 
         return save_model(model, out, cfg.dtype, info)

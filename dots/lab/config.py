@@ -1,8 +1,9 @@
 """The lab's configuration (conf/lab.yaml + key=value overrides) and its cache keys."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,7 +25,7 @@ STAGE_SECTIONS = {
 
 def load_config(overrides: Sequence[str] | None = None) -> DictConfig:
     """conf/lab.yaml with dotted `key=value` overrides applied; unknown keys are an error."""
-    cfg = OmegaConf.load(CONF_PATH)
+    cfg = cast(DictConfig, OmegaConf.load(CONF_PATH))  # lab.yaml is a mapping
     OmegaConf.set_struct(cfg, True)
     for item in overrides or []:
         if "=" not in item:
@@ -32,7 +33,7 @@ def load_config(overrides: Sequence[str] | None = None) -> DictConfig:
     try:
         update = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides or []])
         _check_types(cfg, update)
-        cfg = OmegaConf.merge(cfg, update)
+        cfg = cast(DictConfig, OmegaConf.merge(cfg, update))
     except Exception as exc:  # unknown keys (struct mode) and type errors from OmegaConf
         first = str(exc).splitlines()[0]
         raise DotsError(f"bad lab override ({first}); see conf/lab.yaml") from None
@@ -51,10 +52,13 @@ def _check_types(cfg: DictConfig, update: DictConfig, prefix: str = "") -> None:
             continue  # struct mode reports it
         old = cfg[key]
         if isinstance(value, DictConfig) and isinstance(old, DictConfig):
-            _check_types(old, value, f"{prefix}{key}.")
-        elif isinstance(old, (int, float)) and not isinstance(old, bool) and (
-                isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise DotsError(f"lab config key {prefix}{key} must be a number, got {value!r}")
+            _check_types(old, value, f"{prefix}{key!s}.")
+        elif (
+            isinstance(old, (int, float))
+            and not isinstance(old, bool)
+            and (isinstance(value, bool) or not isinstance(value, (int, float)))
+        ):
+            raise DotsError(f"lab config key {prefix}{key!s} must be a number, got {value!r}")
 
 
 def stage_key(cfg: DictConfig, stage: str) -> str:

@@ -1,4 +1,5 @@
 """The lab's Qwen2 model: creation, atomic saving as an ordinary HF model directory, loading."""
+
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
 
 from dots.lab.tokenizer import build_char_tokenizer
+
 
 @contextmanager
 def _quiet() -> Iterator[None]:
@@ -40,10 +42,12 @@ def new_model(model_cfg: Mapping, tok: PreTrainedTokenizerFast, seed: int) -> to
         num_attention_heads=int(model_cfg["num_attention_heads"]),
         num_key_value_heads=int(model_cfg["num_key_value_heads"]),
         max_position_embeddings=int(model_cfg["max_position_embeddings"]),
-        rope_theta=float(model_cfg["rope_theta"]),
+        rope_theta=float(model_cfg["rope_theta"]),  # type: ignore[call-arg]  # Qwen2Config takes it via **kwargs
         tie_word_embeddings=bool(model_cfg["tie_word_embeddings"]),
         initializer_range=float(model_cfg["initializer_range"]),
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
         use_sliding_window=False,
     )
     torch.manual_seed(seed)
@@ -66,11 +70,13 @@ def save_model(model: torch.nn.Module, out: Path, dtype: str, info: Mapping) -> 
         state = {k: v.detach().to(DTYPES[dtype]).contiguous() for k, v in model.state_dict().items()}
         model.config.dtype = DTYPES[dtype]
         with _quiet():
-            model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+            model.save_pretrained(tmp, state_dict=state, safe_serialization=True)  # type: ignore[operator]  # nn.Module stub: a PreTrainedModel
         tok = build_char_tokenizer()
         tok.save_pretrained(tmp)
         GenerationConfig(
-            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
             do_sample=False,
         ).save_pretrained(tmp)
         (tmp / "lab.json").write_text(json.dumps(info, indent=2, sort_keys=True))

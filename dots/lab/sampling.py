@@ -4,6 +4,7 @@ The lab needs its own sampler for GRPO (token ids out, seeded generator, no glob
 and for fast training-time evaluation; `LocalEngine` wraps it in the Engine protocol
 (dots/engines/base.py) so `dots.lab.score` can use it like any other engine.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,8 @@ from typing import Iterable, Mapping, Sequence
 
 import torch
 
-from dots.scoring.perplexity import PromptNLL
 from dots.lab.tokenizer import build_char_tokenizer
+from dots.scoring.perplexity import PromptNLL
 
 
 def encode(tok, texts: Sequence[str]) -> list[list[int]]:
@@ -46,8 +47,9 @@ def sample_ids(
     """Completion ids per prompt (left-padded batches, KV cache); each stops after its EOS (kept)."""
     out: list[list[int]] = []
     for start in range(0, len(prompts), chunk):
-        out += _sample_chunk(model, prompts[start:start + chunk], max_new_tokens, eos_id, pad_id,
-                             temperature, top_p, gen)
+        out += _sample_chunk(
+            model, prompts[start : start + chunk], max_new_tokens, eos_id, pad_id, temperature, top_p, gen
+        )
     return out
 
 
@@ -56,8 +58,8 @@ def _sample_chunk(model, prompts, max_new_tokens, eos_id, pad_id, temperature, t
     ids = torch.full((rows, width), pad_id, dtype=torch.long)
     mask = torch.zeros((rows, width), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
     past, logits = res.past_key_values, res.logits[:, -1]
@@ -72,8 +74,9 @@ def _sample_chunk(model, prompts, max_new_tokens, eos_id, pad_id, temperature, t
         if bool(done.all()) or len(steps) == max_new_tokens:
             break
         mask = torch.cat([mask, torch.ones((rows, 1), dtype=torch.long)], dim=1)
-        res = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
-                    past_key_values=past, use_cache=True)
+        res = model(
+            input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, past_key_values=past, use_cache=True
+        )
         past, logits = res.past_key_values, res.logits[:, -1]
         next_pos = next_pos + 1
     table = torch.stack(steps, dim=1).tolist()
@@ -99,14 +102,22 @@ class LocalEngine:
         self.model = load_model(model) if isinstance(model, (str, Path)) else model.eval()
         self.tok = build_char_tokenizer()
 
-    def generate(self, prompts: Sequence[str], n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
-                 max_tokens: int = 256, seed: int | None = None) -> list[list[str]]:
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int = 1,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 256,
+        seed: int | None = None,
+    ) -> list[list[str]]:
         gen = torch.Generator().manual_seed(int(seed or 0))
         ids = [p for p in encode(self.tok, prompts) for _ in range(n)]
-        done = sample_ids(self.model, ids, max_tokens, self.tok.eos_token_id, self.tok.pad_token_id,
-                          temperature, top_p, gen)
+        done = sample_ids(
+            self.model, ids, max_tokens, self.tok.eos_token_id, self.tok.pad_token_id, temperature, top_p, gen
+        )
         texts = self.tok.batch_decode(done, skip_special_tokens=True)
-        return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
+        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     @torch.no_grad()
     def prompt_nll(self, texts: Sequence[str]) -> list[PromptNLL]:
@@ -133,4 +144,4 @@ class LocalEngine:
         raise NotImplementedError("LocalEngine has no task-vector cache; use swap_weights")
 
     def close(self) -> None:
-        self.model = None
+        self.model = None  # type: ignore[assignment]  # released; the engine is unusable after close(), as HFEngine

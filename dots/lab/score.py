@@ -5,10 +5,11 @@ the right integer, averaged over problems (greedy when temperature is 0). Consis
 SPEC §3's C(x) = max_y (1/n)·#{samples with answer y}; samples without an answer never
 form the majority, so a problem whose samples have no answer gets C = 0.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from typing import Any, Sequence
 
 from dots.lab.tasks import extract_answer
 from dots.scoring.grade import consistency_of_labels
@@ -32,8 +33,9 @@ def accuracy(
     """
     if not problems:
         raise ValueError("no problems to score")
-    outs = engine.generate([p["question"] for p in problems], n=n, temperature=temperature,
-                           top_p=top_p, max_tokens=max_tokens, seed=seed)
+    outs = engine.generate(
+        [p["question"] for p in problems], n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
+    )
     by_skill: dict[str, list[float]] = defaultdict(list)
     cons, rows = [], []
     for prob, samples in zip(problems, outs):
@@ -44,9 +46,17 @@ def accuracy(
         by_skill["all"].append(acc)
         cons.append(consistency_of_labels(answers))
         if details:
-            rows.append({"id": prob["id"], "skill": prob["skill"], "answer": gold,
-                         "samples": list(samples), "accuracy": acc, "consistency": cons[-1]})
-    result = {k: sum(v) / len(v) for k, v in by_skill.items()}
+            rows.append(
+                {
+                    "id": prob["id"],
+                    "skill": prob["skill"],
+                    "answer": gold,
+                    "samples": list(samples),
+                    "accuracy": acc,
+                    "consistency": cons[-1],
+                }
+            )
+    result: dict[str, Any] = {k: sum(v) / len(v) for k, v in by_skill.items()}
     result.update(consistency=sum(cons) / len(cons), problems=len(problems), samples=n)
     if details:
         result["rows"] = rows

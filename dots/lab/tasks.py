@@ -12,6 +12,7 @@ column, each carry is forgotten with probability `slip_rate` (47+38: "7+8=15 4+3
 \\boxed{75}"; 42-38: "12-8=4 4-3=1 \\boxed{14}"). The
 base therefore knows both answers and prefers the slip; post-training must move it.
 """
+
 from __future__ import annotations
 
 import random
@@ -121,8 +122,8 @@ def split_problems(tasks: Mapping, skill: str) -> dict[str, list[Problem]]:
         raise ValueError(f"test_per_skill + pool_per_skill must be < {len(problems)} for {skill}")
     return {
         "test": problems[:n_test],
-        "pool": problems[n_test:n_test + n_pool],
-        "train": problems[n_test + n_pool:],
+        "pool": problems[n_test : n_test + n_pool],
+        "train": problems[n_test + n_pool :],
     }
 
 
@@ -136,8 +137,14 @@ def records(tasks: Mapping, split: str, size: int | None = None, skills: Iterabl
         for probs in per_skill:
             if i < len(probs):
                 p = probs[i]
-                out.append({"id": f"lab-{split}-{p.skill}-{p.a}-{p.b}", "question": p.prompt,
-                            "answer": str(p.answer), "skill": p.skill})
+                out.append(
+                    {
+                        "id": f"lab-{split}-{p.skill}-{p.a}-{p.b}",
+                        "question": p.prompt,
+                        "answer": str(p.answer),
+                        "skill": p.skill,
+                    }
+                )
     return out if size is None else out[: int(size)]
 
 
@@ -189,7 +196,9 @@ def pretraining_batch(rng: random.Random, tasks: Mapping, train: Mapping[str, li
     return texts
 
 
-def sft_examples(rng: random.Random, train: Mapping[str, list[Problem]], n: int, add_share: float) -> list[tuple[str, str]]:
+def sft_examples(
+    rng: random.Random, train: Mapping[str, list[Problem]], n: int, add_share: float
+) -> list[tuple[str, str]]:
     """n (prompt, correct completion) pairs, `add_share` of them skill A, drawn without replacement."""
     n_add = round(n * add_share)
     picks = {"add": n_add, "sub": n - n_add}

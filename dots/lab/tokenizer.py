@@ -1,4 +1,5 @@
 """A character-level tokenizer saved as a transformers fast tokenizer (tokenizer.json)."""
+
 from __future__ import annotations
 
 import string
@@ -19,7 +20,11 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
         clean_up_tokenization_spaces=False,
     )
     fast.model_max_length = 4096

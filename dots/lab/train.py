@@ -4,6 +4,7 @@ All three train a float32 master copy; the caller stores the result in the confi
 dtype (bf16 by default), and SFT / RLVR start from the *stored* base, so an entry the
 fine-tuning moved by less than half a bf16 step reads back exactly as the base's.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,11 +25,16 @@ class _Bar:
 
     def __init__(self, description: str, total: int):
         self.description, self.total, self.done, self.info = description, total, 0, ""
-        self.live = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("{task.fields[info]}"))
+        self.live = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[info]}"),
+        )
         self.start = time.perf_counter()
 
-    def __enter__(self) -> "_Bar":
+    def __enter__(self) -> _Bar:
         if self.live.console.is_terminal:
             self.live.start()
             self.task = self.live.add_task(self.description, total=self.total, info="")
@@ -39,8 +45,10 @@ class _Bar:
         if self.live.console.is_terminal:
             self.live.update(self.task, advance=1, info=info)
         elif self.done % max(1, self.total // 10) == 0 or self.done == self.total:
-            print(f"{self.description}: {self.done}/{self.total} {info} "
-                  f"({time.perf_counter() - self.start:.0f} s)", flush=True)
+            print(
+                f"{self.description}: {self.done}/{self.total} {info} ({time.perf_counter() - self.start:.0f} s)",
+                flush=True,
+            )
 
     def __exit__(self, *exc) -> None:
         if self.live.console.is_terminal:
@@ -56,9 +64,9 @@ def _batch(tok, prompts: Sequence[str], completions: Sequence[str], prompt_loss:
     attn = torch.zeros_like(ids)
     loss_mask = torch.zeros_like(ids, dtype=torch.bool)
     for i, (seq, p) in enumerate(zip(seqs, p_ids)):
-        ids[i, :len(seq)] = torch.tensor(seq)
-        attn[i, :len(seq)] = 1
-        loss_mask[i, (1 if prompt_loss else len(p)):len(seq)] = True
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attn[i, : len(seq)] = 1
+        loss_mask[i, (1 if prompt_loss else len(p)) : len(seq)] = True
     return ids, attn, loss_mask
 
 
@@ -90,15 +98,24 @@ def pretrain(model, tok, cfg: Mapping, train: Mapping[str, list[T.Problem]]) -> 
     opt = _optimizer(model, float(b["lr"]), float(b["weight_decay"]))
     steps, warm = int(b["steps"]), int(b["warmup"])
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, warm)) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps)))))
+        opt, lambda s: min(1.0, (s + 1) / max(1, warm)) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps))))
+    )
     model.train()
     losses = []
     with _Bar("lab base", steps) as bar:
-        for step in range(steps):
+        for _step in range(steps):
             texts = T.pretraining_batch(rng, cfg["tasks"], train, int(b["batch_size"]))
             cut = [t.index("=") + 1 for t in texts]
-            losses.append(_lm_step(model, opt, tok, [t[:c] for t, c in zip(texts, cut)],
-                                   [t[c:] for t, c in zip(texts, cut)], prompt_loss=True))
+            losses.append(
+                _lm_step(
+                    model,
+                    opt,
+                    tok,
+                    [t[:c] for t, c in zip(texts, cut)],
+                    [t[c:] for t, c in zip(texts, cut)],
+                    prompt_loss=True,
+                )
+            )
             sched.step()
             bar.advance(f"loss {losses[-1]:.3f}")
     model.eval()
@@ -119,9 +136,10 @@ def sft(model, tok, cfg: Mapping, train: Mapping[str, list[T.Problem]]) -> dict:
         for _ in range(epochs):
             rng.shuffle(data)
             for i in range(0, len(data), bs):
-                chunk = data[i:i + bs]
-                losses.append(_lm_step(model, opt, tok, [p for p, _ in chunk], [c for _, c in chunk],
-                                       prompt_loss=False))
+                chunk = data[i : i + bs]
+                losses.append(
+                    _lm_step(model, opt, tok, [p for p, _ in chunk], [c for _, c in chunk], prompt_loss=False)
+                )
                 bar.advance(f"loss {losses[-1]:.3f}")
     model.eval()
     return {"final_loss": sum(losses[-10:]) / len(losses[-10:]), "examples": len(data)}
@@ -163,8 +181,16 @@ def grpo(model, tok, cfg: Mapping, train: Mapping[str, list[T.Problem]]) -> dict
             batch = rng.sample(problems, n_prompts)
             prompt_ids = [p for p in encode(tok, [q.prompt for q in batch]) for _ in range(group)]
             model.eval()
-            comps = sample_ids(model, prompt_ids, int(r["max_tokens"]), tok.eos_token_id, tok.pad_token_id,
-                               float(r["temperature"]), float(r["top_p"]), gen)
+            comps = sample_ids(
+                model,
+                prompt_ids,
+                int(r["max_tokens"]),
+                tok.eos_token_id,
+                tok.pad_token_id,
+                float(r["temperature"]),
+                float(r["top_p"]),
+                gen,
+            )
             texts = tok.batch_decode(comps, skip_special_tokens=True)
             gold = [q.answer for q in batch for _ in range(group)]
             reward = torch.tensor([float(T.extract_answer(t) == g) for t, g in zip(texts, gold)])
@@ -197,7 +223,7 @@ def _completion_batch(tok, prompt_ids, comps):
     attn = torch.zeros_like(ids)
     mask = torch.zeros_like(ids, dtype=torch.float32)
     for i, (p, c) in enumerate(zip(prompt_ids, comps)):
-        ids[i, :len(p) + len(c)] = torch.tensor(p + c)
-        attn[i, :len(p) + len(c)] = 1
-        mask[i, len(p):len(p) + len(c)] = 1.0
+        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+        attn[i, : len(p) + len(c)] = 1
+        mask[i, len(p) : len(p) + len(c)] = 1.0
     return ids, attn, mask

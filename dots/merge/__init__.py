@@ -1,4 +1,5 @@
 """The classic merge methods (SPEC §5) on a streaming executor: `python -m dots.merge`."""
+
 from dots.merge.executor import merge_checkpoints
 
 __all__ = ["merge_checkpoints"]

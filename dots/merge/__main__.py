@@ -10,6 +10,7 @@ already has). A bad input (missing or non-model path, mismatched architecture, s
 or tensors, NaN/Inf, bad option, unknown method, existing output) ends with one
 `error:` line, exit code 2 and nothing written at the output path.
 """
+
 from __future__ import annotations
 
 import re
@@ -81,11 +82,17 @@ def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
         raise DotsError("no base model given (add backbone.base=DIR_OR_ID)")
     revision = backbone.get("revision")
     return merge_checkpoints(
-        base=backbone["base"], sources=backbone.get("sources") or {}, output=container["output"],
-        method=name, options=method_cfg, weights=weights, overwrite=bool(container.get("overwrite", False)),
+        base=backbone["base"],
+        sources=backbone.get("sources") or {},
+        output=container["output"],
+        method=name,
+        options=method_cfg,
+        weights=weights,
+        overwrite=bool(container.get("overwrite", False)),
         revision=revision if isinstance(revision, str) else None,
         config_from=str(backbone.get("config_from") or "base"),
-        cache_dir=container.get("cache_dir"), pool=container.get("pool"),
+        cache_dir=container.get("cache_dir"),
+        pool=container.get("pool"),
         format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
         device=_device(container.get("device", "auto")),
         max_shard_bytes=int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES),

@@ -12,6 +12,7 @@ overhead, whatever the model's size or width. Methods with whole-model statistic
 a first pass over the same (blocked) stream before the writing pass.
 The command line is in `dots.merge.__main__`.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,6 +69,7 @@ def _check_output(output: str | os.PathLike, overwrite: bool, inputs: Sequence[C
 
 # --- executor --------------------------------------------------------------------------
 
+
 def merge_checkpoints(
     base: str | os.PathLike,
     sources: Mapping[str, str | os.PathLike],
@@ -100,9 +102,13 @@ def merge_checkpoints(
         raise DotsError("no source checkpoints given (add +backbone.sources.KEY=PATH)")
     n = len(sources)
     if n < spec.min_sources or (spec.max_sources is not None and n > spec.max_sources):
-        want = (f"exactly {spec.min_sources}" if spec.max_sources == spec.min_sources
-                else f"at least {spec.min_sources}" if spec.max_sources is None
-                else f"{spec.min_sources} to {spec.max_sources}")
+        want = (
+            f"exactly {spec.min_sources}"
+            if spec.max_sources == spec.min_sources
+            else f"at least {spec.min_sources}"
+            if spec.max_sources is None
+            else f"{spec.min_sources} to {spec.max_sources}"
+        )
         raise DotsError(f"method {spec.name} needs {want} sources, got {n} ({', '.join(sources)})")
     if not isinstance(block_entries, int) or block_entries < 1:
         raise DotsError(f"block_entries must be a positive integer, got {block_entries!r}")
@@ -125,13 +131,18 @@ def merge_checkpoints(
         stats = spec.first_pass(lambda: tensor_stream(al, al.merged, block_entries=block_entries), opts, context)
 
     card = render_model_card(
-        method=spec.name, options={f: getattr(opts, f) for f in opts.__dataclass_fields__},
-        base=str(base), sources={k: str(v) for k, v in sources.items()},
-        weights=dict(zip(keys, weight_list)) if spec.weighted else None, config=card_config,
+        method=spec.name,
+        options={f: getattr(opts, f) for f in opts.__dataclass_fields__},
+        base=str(base),
+        sources={k: str(v) for k, v in sources.items()},
+        weights=dict(zip(keys, weight_list)) if spec.weighted else None,
+        config=card_config,
     )
     merged = set(al.merged)
     # tokenizer / generation files: config_from's, unless a source added vocabulary rows
-    copy_from = al.tokenizer_source() if al.extra_rows else (base_ckpt if config_from == "base" else source_ckpts[config_from])
+    copy_from = (
+        al.tokenizer_source() if al.extra_rows else (base_ckpt if config_from == "base" else source_ckpts[config_from])
+    )
     with CheckpointWriter(out, al.out_plan, max_shard_bytes=max_shard_bytes, overwrite=overwrite) as writer:
         for name in progress_bar(list(al.out_plan), f"merge ({spec.name})"):
             if name in merged:
@@ -151,8 +162,9 @@ def merge_checkpoints(
     return result
 
 
-def _merge_one(al, name: str, spec, opts, weights: Sequence[float], stats, writer: CheckpointWriter,
-               block_entries: int) -> None:
+def _merge_one(
+    al, name: str, spec, opts, weights: Sequence[float], stats, writer: CheckpointWriter, block_entries: int
+) -> None:
     """Merge one tensor and hand it to the writer: whole, or (a blockwise method on a large
     tensor) in row blocks after the method's tensor_pass over the same blocks."""
     info = al.base.info(name)
@@ -170,19 +182,23 @@ def _merge_one(al, name: str, spec, opts, weights: Sequence[float], stats, write
         facts = spec.tensor_pass(name, info.numel, lambda: block_stream(al, name, spans), opts, stats)
     for start, base, deltas in block_stream(al, name, spans):
         rows = start // max(1, math.prod(info.shape[1:]))
-        writer.write_rows(name, rows, _apply(spec, name, base, deltas, weights, opts, stats,
-                                             Part(start, info.numel, facts)))
+        writer.write_rows(
+            name, rows, _apply(spec, name, base, deltas, weights, opts, stats, Part(start, info.numel, facts))
+        )
         del base, deltas
     extra = al.extra_rows_tensor(name)
     if extra is not None:
         writer.write_rows(name, info.shape[0], extra)
 
 
-def _apply(spec, name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float], opts, stats,
-           part: Part) -> torch.Tensor:
+def _apply(
+    spec, name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float], opts, stats, part: Part
+) -> torch.Tensor:
     """θ0 + the method's delta (or its θ, for `absolute` methods) for one tensor or block."""
     delta = spec.merge(name, base, deltas, weights, opts, stats, part)
     del deltas
     if tuple(delta.shape) != tuple(base.shape):
-        raise RuntimeError(f"method {spec.name} returned shape {tuple(delta.shape)} for {name}, expected {tuple(base.shape)}")
+        raise RuntimeError(
+            f"method {spec.name} returned shape {tuple(delta.shape)} for {name}, expected {tuple(base.shape)}"
+        )
     return delta if spec.absolute else base.add_(delta)

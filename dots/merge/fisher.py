@@ -22,6 +22,7 @@ accumulator: ≈ 12 bytes per parameter in float32 (7B → ~85 GB; use a large G
 then holds, per tensor, the base, both task vectors, both Fisher tensors and the result
 (≈ 6–7 float32 copies of the largest tensor; see `dots.merge.methods.sar`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from dots.io.checkpoint import Checkpoint
 from dots.errors import DotsError
+from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
 from dots.paths import cache_root
 from dots.progress import progress_bar
@@ -55,8 +56,10 @@ class CalibrationExample:
 
 # --- calibration sets -------------------------------------------------------------------
 
-def builtin_calibration(n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0,
-                        format_prompt: Callable[[str], str] | None = None) -> list[CalibrationExample]:
+
+def builtin_calibration(
+    n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0, format_prompt: Callable[[str], str] | None = None
+) -> list[CalibrationExample]:
     """n seeded two-digit addition/subtraction questions with gold `\\boxed{}` answers."""
     rng = random.Random(seed)
     fmt = format_prompt or (lambda q: q)
@@ -72,8 +75,9 @@ def builtin_calibration(n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0,
     return examples
 
 
-def pool_calibration(pool_cfg: Any, n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0,
-                     format_prompt: Callable[[str], str] | None = None) -> list[CalibrationExample]:
+def pool_calibration(
+    pool_cfg: Any, n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0, format_prompt: Callable[[str], str] | None = None
+) -> list[CalibrationExample]:
     """n queries sampled with `seed` from a configured pool (gold answer when it has one)."""
     from dots.problems import load_pool
 
@@ -86,8 +90,12 @@ def pool_calibration(pool_cfg: Any, n: int = DEFAULT_CALIBRATION_SIZE, seed: int
     return [CalibrationExample(fmt(q.question), q.answer if q.answer not in (None, "") else None) for q in queries]
 
 
-def calibration_set(pool_cfg: Any | None, n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0,
-                    format_prompt: Callable[[str], str] | None = None) -> list[CalibrationExample]:
+def calibration_set(
+    pool_cfg: Any | None,
+    n: int = DEFAULT_CALIBRATION_SIZE,
+    seed: int = 0,
+    format_prompt: Callable[[str], str] | None = None,
+) -> list[CalibrationExample]:
     """From the pool when one is configured, else the built-in arithmetic set."""
     if pool_cfg:
         return pool_calibration(pool_cfg, n, seed, format_prompt)
@@ -97,23 +105,35 @@ def calibration_set(pool_cfg: Any | None, n: int = DEFAULT_CALIBRATION_SIZE, see
 
 # --- computation ------------------------------------------------------------------------
 
+
 def resolve_device(device: str | None) -> str:
     if device in (None, "", "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     return str(device)
 
 
-def _completion_ids(model, tok, prompt_ids: torch.Tensor, example: CalibrationExample, max_new_tokens: int) -> torch.Tensor:
+def _completion_ids(
+    model, tok, prompt_ids: torch.Tensor, example: CalibrationExample, max_new_tokens: int
+) -> torch.Tensor:
     if example.answer is not None:
         return tok(example.answer, add_special_tokens=False, return_tensors="pt").input_ids[0]
     with torch.no_grad():
-        out = model.generate(prompt_ids[None].to(model.device), max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-    return out[0, prompt_ids.numel():].cpu()
+        out = model.generate(
+            prompt_ids[None].to(model.device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+        )
+    return out[0, prompt_ids.numel() :].cpu()
 
 
-def compute_fisher(model_path: str | os.PathLike, examples: Sequence[CalibrationExample], device: str = "cpu",
-                   max_new_tokens: int = 256, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+def compute_fisher(
+    model_path: str | os.PathLike,
+    examples: Sequence[CalibrationExample],
+    device: str = "cpu",
+    max_new_tokens: int = 256,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, torch.Tensor]:
     """Diagonal Fisher of one model: mean over examples of (∂ Σ_y log p / ∂θ)², float32 on CPU.
 
     Keys are the model's parameter names (= checkpoint names for Qwen2/Llama; a tied
@@ -125,7 +145,7 @@ def compute_fisher(model_path: str | os.PathLike, examples: Sequence[Calibration
         raise DotsError("the Fisher calibration set is empty")
     device = resolve_device(device)
     tok = AutoTokenizer.from_pretrained(str(model_path))
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype).to(device)  # type: ignore[arg-type]  # transformers: `to` is @wraps(Module.to), typed as _Wrapped
     model.eval()  # no dropout: the Fisher of the deterministic model
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     total = {n: torch.zeros(p.shape, dtype=torch.float32, device=device) for n, p in params.items()}
@@ -136,7 +156,7 @@ def compute_fisher(model_path: str | os.PathLike, examples: Sequence[Calibration
         if completion.numel() == 0:
             continue
         ids = torch.cat([prompt_ids, completion])[None].to(device)
-        logits = model(input_ids=ids).logits[0, prompt_ids.numel() - 1:-1].float()
+        logits = model(input_ids=ids).logits[0, prompt_ids.numel() - 1 : -1].float()
         log_p = torch.log_softmax(logits, dim=-1).gather(1, completion.to(device)[:, None]).sum()
         model.zero_grad(set_to_none=True)
         log_p.backward()
@@ -152,21 +172,36 @@ def compute_fisher(model_path: str | os.PathLike, examples: Sequence[Calibration
 
 # --- cache ------------------------------------------------------------------------------
 
+
 def default_fisher_root() -> Path:
     """Where Fisher tables live: <cache root>/fisher."""
     return cache_root() / "fisher"
 
 
-def fisher_key(ckpt: Checkpoint, examples: Sequence[CalibrationExample], max_new_tokens: int, dtype: torch.dtype) -> str:
+def fisher_key(
+    ckpt: Checkpoint, examples: Sequence[CalibrationExample], max_new_tokens: int, dtype: torch.dtype
+) -> str:
 
-    return stable_hash({
-        "v": FISHER_VERSION, "model": ckpt.fingerprint(), "dtype": str(dtype),
-        "max_new_tokens": int(max_new_tokens), "examples": [[e.prompt, e.answer] for e in examples],
-    }, 24)
+    return stable_hash(
+        {
+            "v": FISHER_VERSION,
+            "model": ckpt.fingerprint(),
+            "dtype": str(dtype),
+            "max_new_tokens": int(max_new_tokens),
+            "examples": [[e.prompt, e.answer] for e in examples],
+        },
+        24,
+    )
 
 
-def fisher_for(ckpt: Checkpoint, examples: Sequence[CalibrationExample], cache_root: str | os.PathLike | None = None,
-               device: str = "cpu", max_new_tokens: int = 256, dtype: torch.dtype = torch.float32) -> Path:
+def fisher_for(
+    ckpt: Checkpoint,
+    examples: Sequence[CalibrationExample],
+    cache_root: str | os.PathLike | None = None,
+    device: str = "cpu",
+    max_new_tokens: int = 256,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
     """Path of the cached Fisher safetensors of `ckpt`, computed first if absent."""
     from safetensors.torch import save_file
 
@@ -178,8 +213,11 @@ def fisher_for(ckpt: Checkpoint, examples: Sequence[CalibrationExample], cache_r
     fisher = compute_fisher(ckpt.path, examples, device, max_new_tokens, dtype)
     root.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    save_file({n: t.contiguous() for n, t in fisher.items()}, str(tmp),
-              metadata={"model": str(ckpt.path), "examples": str(len(examples))})
+    save_file(
+        {n: t.contiguous() for n, t in fisher.items()},
+        str(tmp),
+        metadata={"model": str(ckpt.path), "examples": str(len(examples))},
+    )
     tmp.replace(path)  # atomic: a reader never sees a half-written file
     return path
 

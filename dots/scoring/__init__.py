@@ -9,11 +9,23 @@
 - `consistency`: DoTS Eq. 4 for a query's samples; `is_correct`: SPEC §7 correctness;
 - `perplexity`: exp of the mean token NLL; `format_prompt`: the SPEC §8 templates.
 """
+
 from dots.scoring.equivalence import answers_equivalent, equivalence_classes
 from dots.scoring.extract import extract_answer, extract_choice
 from dots.scoring.grade import consistency, consistency_of_labels, is_correct, majority_answer
 from dots.scoring.perplexity import PromptNLL, perplexity
 from dots.scoring.prompts import format_prompt
 
-__all__ = ["PromptNLL", "answers_equivalent", "consistency", "consistency_of_labels", "equivalence_classes",
-           "extract_answer", "extract_choice", "format_prompt", "is_correct", "majority_answer", "perplexity"]
+__all__ = [
+    "PromptNLL",
+    "answers_equivalent",
+    "consistency",
+    "consistency_of_labels",
+    "equivalence_classes",
+    "extract_answer",
+    "extract_choice",
+    "format_prompt",
+    "is_correct",
+    "majority_answer",
+    "perplexity",
+]

@@ -10,6 +10,7 @@ helper process (spawned once, reused), on whose main thread the alarms work; if 
 process exceeds `POOL_TIMEOUT_S` it is killed and the batch falls back to string
 equality. Either way scoring never hangs and never raises from a thread.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,17 @@ POOL_TIMEOUT_S = 120.0
 def normalize(answer: str) -> str:
     """A cheap canonical string: equal strings are equivalent answers without parsing."""
     s = answer.strip().strip("$")
-    for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""),
-                     ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("^{\\circ}", ""), ("^\\circ", "")):
+    for old, new in (
+        ("\\left", ""),
+        ("\\right", ""),
+        ("\\!", ""),
+        ("\\,", ""),
+        ("\\;", ""),
+        ("\\dfrac", "\\frac"),
+        ("\\tfrac", "\\frac"),
+        ("^{\\circ}", ""),
+        ("^\\circ", ""),
+    ):
         s = s.replace(old, new)
     s = re.sub(r"\\text\{\s*([^{}]*?)\s*\}", r"\1", s)
     s = re.sub(r"\s+", "", s)
@@ -41,8 +51,11 @@ def _parse(answer: str, timeout: int | None):
     from math_verify import LatexExtractionConfig, parse
 
     try:
-        return parse("\\boxed{" + answer + "}", extraction_config=[LatexExtractionConfig(boxed_match_priority=0)],
-                     parsing_timeout=timeout)
+        return parse(
+            "\\boxed{" + answer + "}",
+            extraction_config=[LatexExtractionConfig(boxed_match_priority=0)],
+            parsing_timeout=timeout,
+        )
     except Exception:  # math-verify raises on odd input and on timeouts
         return []
 

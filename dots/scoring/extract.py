@@ -8,6 +8,7 @@ scripts the DoTS/LUFFY evaluation descends from; the paper itself states none, a
 prompt asks for a box. A text with none of these has no answer (None).
 `extract_choice`: the option letter of a multiple-choice completion.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,7 +40,7 @@ def _braced(text: str, start: int) -> tuple[str, int] | None:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                return text[start + 1:i], i + 1
+                return text[start + 1 : i], i + 1
         i += 1
     return None  # unclosed: truncated generation
 
@@ -87,7 +88,7 @@ def _strip_answer(ans: str) -> str:
 def _solution_part(text: str) -> str:
     """The text after the last </think> when there is one (the Solution section)."""
     cut = text.rfind(_THINK_END)
-    return text[cut + len(_THINK_END):] if cut >= 0 else text
+    return text[cut + len(_THINK_END) :] if cut >= 0 else text
 
 
 def extract_answer(text: str | None, fallbacks: Iterable[str] = DEFAULT_FALLBACKS) -> str | None:
@@ -116,6 +117,7 @@ def extract_answer(text: str | None, fallbacks: Iterable[str] = DEFAULT_FALLBACK
 
 
 # --- multiple choice ----------------------------------------------------------------------
+
 
 def letter_of(candidate: str, letters: str) -> str | None:
     text = candidate.strip().strip("$").strip()

@@ -4,6 +4,7 @@ Consistency: C = max_y (1/m)·#{samples ≡ y}; samples without an answer count 
 never form the majority; all-no-answer gives 0. Correctness: math-verify against the
 ground truth, or the option letter for multiple choice.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence

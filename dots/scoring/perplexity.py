@@ -1,4 +1,5 @@
 """Perplexity of a model on texts (SPEC §4): exp of the mean token NLL over all texts."""
+
 from __future__ import annotations
 
 import math

@@ -13,6 +13,7 @@ The paper prints the prompt on one line; we keep its words and single spaces exa
 their own, slightly different system prompt (`LUFFY_SYSTEM_PROMPT`); a pool that brings
 its own system message can pass it as `system_prompt`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -24,8 +25,8 @@ DOTS_SYSTEM_PROMPT = (
     "solution. This involves analyzing, summarizing, exploring, reassessing, and refining your "
     "thought process through multiple iterations. Structure your response into two sections: "
     "Thought and Solution. In the Thought section, present your reasoning using the format: "
-    "\"<think>\\n thoughts </think>\\n\". Each thought should include detailed analysis, "
-    "brainstorming, verification, and refinement of ideas. After \"</think>\\n\" in the Solution "
+    '"<think>\\n thoughts </think>\\n". Each thought should include detailed analysis, '
+    'brainstorming, verification, and refinement of ideas. After "</think>\\n" in the Solution '
     "section, provide the final, logical, and accurate answer, clearly derived from the "
     "exploration in the Thought section. If applicable, include the answer in \\boxed{} for "
     "closed-form results like multiple choices or mathematical solutions."
@@ -37,8 +38,8 @@ LUFFY_SYSTEM_PROMPT = (
     "solution. This involves analyzing, summarizing, exploring, reassessing, and refining your "
     "thought process through multiple iterations. Structure your response into two sections: "
     "Thought and Solution. In the Thought section, present your reasoning using the format: "
-    "\"<think>\n {thoughts} </think>\n\". Each thought should include detailed analysis, "
-    "brainstorming, verification, and refinement of ideas. After \"</think>\n,\" in the Solution "
+    '"<think>\n {thoughts} </think>\n". Each thought should include detailed analysis, '
+    'brainstorming, verification, and refinement of ideas. After "</think>\n," in the Solution '
     "section, provide the final, logical, and accurate answer, clearly derived from the "
     "exploration in the Thought section. If applicable, include the answer in \\boxed{} for "
     "closed-form results like multiple choices or mathematical solutions."

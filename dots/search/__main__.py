@@ -1,5 +1,6 @@
 """`python -m dots.search [backbone=qwen7b] [key=value ...]`: the DoTS pipeline
 (dots/conf/search.yaml). Rerunning the same command resumes where it stopped."""
+
 from __future__ import annotations
 
 import logging

@@ -4,9 +4,11 @@ The engine runs models of the output's shapes: the base, or, when a source adds
 vocabulary rows, θ(0) with those rows, written once to `engine-init/` with the output's
 config and tokenizer, so that every swap fits.
 """
+
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -39,17 +41,23 @@ def engine_model(cfg: Any, alignment: Alignment, tv: TaskVectors, run_dir: Path)
 
     def key(_: Any) -> dict:
         aux = alignment.tokenizer_source()
-        return {"base": alignment.base.fingerprint(),
-                "sources": {k: v.fingerprint() for k, v in alignment.sources.items()},
-                "extra_rows": alignment.extra_rows, "config_from": config_from,
-                "tokenizer": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in aux.aux_files()]}
+        return {
+            "base": alignment.base.fingerprint(),
+            "sources": {k: v.fingerprint() for k, v in alignment.sources.items()},
+            "extra_rows": alignment.extra_rows,
+            "config_from": config_from,
+            "tokenizer": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in aux.aux_files()],
+        }
 
     def build(_: Any) -> Path:
-        card = (f"# θ(0) of {cfg.backbone.name}\n\nThe base with the vocabulary rows that source "
-                f"{added_by} added: the model the search's engine starts on (the output's shapes, "
-                "config and tokenizer). Not a result.\n")
-        write_synthesized(out, tv, alignment, {k: 0.0 for k in tv.sources}, alignment.output_config(config_from),
-                          card, device="cpu")
+        card = (
+            f"# θ(0) of {cfg.backbone.name}\n\nThe base with the vocabulary rows that source "
+            f"{added_by} added: the model the search's engine starts on (the output's shapes, "
+            "config and tokenizer). Not a result.\n"
+        )
+        write_synthesized(
+            out, tv, alignment, {k: 0.0 for k in tv.sources}, alignment.output_config(config_from), card, device="cpu"
+        )
         log.info("engine model: wrote %s (the base + %s's added vocabulary rows)", out, added_by)
         return out
 
@@ -79,19 +87,24 @@ def swap_original(engine: Any, alignment: Alignment, tv: TaskVectors, key: str) 
     i.e. it is scored with the output's vocabulary. The engine's own swap_checkpoint stays
     strict and rejects a checkpoint of other shapes (DotsError); the base is never swapped."""
     ckpt = alignment.sources[key]
-    if all(alignment.source_name(key, n) in ckpt
-           and ckpt.info(alignment.source_name(key, n)).shape == alignment.out_plan[n].shape
-           for n in alignment.extra_rows):
+    if all(
+        alignment.source_name(key, n) in ckpt
+        and ckpt.info(alignment.source_name(key, n)).shape == alignment.out_plan[n].shape
+        for n in alignment.extra_rows
+    ):
         engine.swap_checkpoint(ckpt.path)
     else:
         engine.swap_weights(padded_source(alignment, tv, key))
 
 
-def source_activation(engine: Any, source: str, alignment: Alignment,
-                      tv: TaskVectors) -> dict[str, Callable[[], None]]:
+def source_activation(engine: Any, source: str, alignment: Alignment, tv: TaskVectors) -> dict[str, Callable[[], None]]:
     """Per source, a function that puts it into the engine for the selection:
     the checkpoint itself (`source: original`) or θ0 + τ̃_i (`sparsified`)."""
     if source == "original":
-        return {s: (lambda s=s: swap_original(engine, alignment, tv, s)) for s in alignment.sources}
+        return {s: partial(swap_original, engine, alignment, tv, s) for s in alignment.sources}
     names = list(tv.sources)
-    return {s: (lambda s=s: engine.swap_coefficients({t: float(t == s) for t in names})) for s in alignment.sources}
+
+    def one_hot(s: str) -> Callable[[], None]:
+        return lambda: engine.swap_coefficients({t: float(t == s) for t in names})
+
+    return {s: one_hot(s) for s in alignment.sources}

@@ -1,4 +1,5 @@
 """What a search run is: the settings its results depend on, and its run directory."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,9 +32,14 @@ def run_identity(cfg: Any, base: Checkpoint, sources: Mapping[str, Checkpoint]) 
     """What a run's results depend on (the trial count excluded, so it can be raised later)."""
     search = {k: v for k, v in to_plain(cfg.search).items() if k not in NOT_IDENTITY}
     return {
-        "base": base.fingerprint(), "sources": {k: v.fingerprint() for k, v in sources.items()},
-        "sparsify": to_plain(cfg.sparsify), "selection": to_plain(cfg.selection), "pool": to_plain(cfg.pool),
-        "search": search, "prompt": cfg.backbone.prompt, "seed": cfg.seed,
+        "base": base.fingerprint(),
+        "sources": {k: v.fingerprint() for k, v in sources.items()},
+        "sparsify": to_plain(cfg.sparsify),
+        "selection": to_plain(cfg.selection),
+        "pool": to_plain(cfg.pool),
+        "search": search,
+        "prompt": cfg.backbone.prompt,
+        "seed": cfg.seed,
     }
 
 

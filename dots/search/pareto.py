@@ -1,4 +1,5 @@
 """Pareto front of (consistency ↑, perplexity ↓), the pick rules (App. A.2), and plots."""
+
 from __future__ import annotations
 
 import csv
@@ -74,14 +75,37 @@ def plot_front(points: Sequence[Point], front: Sequence[Point], chosen: Point, p
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=130)
-    sc = ax.scatter([p.perplexity for p in points], [p.consistency for p in points], c=[p.number for p in points],
-                    cmap="viridis", s=22, alpha=0.75, label="trials")
+    sc = ax.scatter(
+        [p.perplexity for p in points],
+        [p.consistency for p in points],
+        c=[p.number for p in points],
+        cmap="viridis",
+        s=22,
+        alpha=0.75,
+        label="trials",
+    )
     fig.colorbar(sc, ax=ax, label="trial")
     f = sorted(front, key=lambda p: p.perplexity)
-    ax.plot([p.perplexity for p in f], [p.consistency for p in f], "-o", color="tab:red", ms=5, lw=1.4,
-            mfc="none", label="Pareto front")
-    ax.scatter([chosen.perplexity], [chosen.consistency], marker="*", s=260, color="gold", edgecolor="black",
-               zorder=5, label="pick: " + ", ".join(f"{k}={v:.2f}" for k, v in chosen.params.items()))
+    ax.plot(
+        [p.perplexity for p in f],
+        [p.consistency for p in f],
+        "-o",
+        color="tab:red",
+        ms=5,
+        lw=1.4,
+        mfc="none",
+        label="Pareto front",
+    )
+    ax.scatter(
+        [chosen.perplexity],
+        [chosen.consistency],
+        marker="*",
+        s=260,
+        color="gold",
+        edgecolor="black",
+        zorder=5,
+        label="pick: " + ", ".join(f"{k}={v:.2f}" for k, v in chosen.params.items()),
+    )
     ax.set_xlabel("perplexity on adaptation prompts (lower is better)")
     ax.set_ylabel("mean answer consistency (higher is better)")
     ax.set_title(title or "DoTS coefficient search")

@@ -7,6 +7,7 @@ a model card) → push to the Hub (when asked). `dots.search.stages` skips a sta
 inputs are unchanged, so rerunning a command resumes where it stopped; the engine starts
 only when a stage needs it, so a finished run re-reports in seconds.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,14 @@ from dots.problems import Query, load_pool
 from dots.search.engine_model import engine_model, source_activation
 from dots.search.identity import check_range, resolve_run_dir, run_identity
 from dots.search.scorer import LazyEngine, Scorer
-from dots.search.selection import (SelectionConfig, choose, load_selection, random_selection, save_selection,
-                                   score_difficulty)
+from dots.search.selection import (
+    SelectionConfig,
+    choose,
+    load_selection,
+    random_selection,
+    save_selection,
+    score_difficulty,
+)
 from dots.search.stages import Stage, run_stages
 from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.sparsify import SparsifyConfig
@@ -63,11 +70,17 @@ class Run:
 
 # --- the stages -------------------------------------------------------------------------
 
+
 def build_vectors(run: Run) -> TaskVectors:
     """τ̃_i for every source (the cache shared by runs skips what is built)."""
     al = run.alignment
-    return build_task_vectors(al.base, al.sources, SparsifyConfig(**to_plain(run.cfg.sparsify)),
-                              run.cfg.get("cache_dir") or None, alignment=al)
+    return build_task_vectors(
+        al.base,
+        al.sources,
+        SparsifyConfig(**to_plain(run.cfg.sparsify)),
+        run.cfg.get("cache_dir") or None,
+        alignment=al,
+    )
 
 
 def selection_inputs(run: Run) -> dict:
@@ -82,9 +95,15 @@ def build_selection(run: Run) -> list[Query]:
         selection = random_selection(run.queries, cfg)
     else:
         activate = source_activation(run.engine, cfg.source, run.alignment, run.task_vectors)
-        per_source = score_difficulty(run.queries, run.prompts, activate, run.engine.generate, cfg,
-                                      run.run_dir / f"difficulty-{key}.jsonl",
-                                      mode=str(run.cfg.search.get("answer_mode", "math")))
+        per_source = score_difficulty(
+            run.queries,
+            run.prompts,
+            activate,
+            run.engine.generate,
+            cfg,
+            run.run_dir / f"difficulty-{key}.jsonl",
+            mode=str(run.cfg.search.get("answer_mode", "math")),
+        )
         selection = choose(run.queries, per_source, cfg)
     save_selection(selection, run.run_dir / "selection.jsonl", key)
     return selection.queries
@@ -120,8 +139,17 @@ def run_trials(run: Run) -> Any:
     chosen = run.results["selection"]
     scorer = Scorer(run.engine, [run.prompts[q.id] for q in chosen], cfg, run.tokenizer)
     try:
-        run_study(study, scorer, names, run.bounds, int(cfg.search.n_trials), int(cfg.seed), run.fixed,
-                  heartbeat_s=float(cfg.search.heartbeat_s), grace_s=float(cfg.search.grace_s))
+        run_study(
+            study,
+            scorer,
+            names,
+            run.bounds,
+            int(cfg.search.n_trials),
+            int(cfg.seed),
+            run.fixed,
+            heartbeat_s=float(cfg.search.heartbeat_s),
+            grace_s=float(cfg.search.grace_s),
+        )
     finally:
         run.engine.close()
     return study
@@ -131,8 +159,9 @@ def build_pick(run: Run) -> dict:
     """App. A.2: the Pareto front of complete trials and the configured pick."""
     from dots.search.report import pick_and_report
 
-    return pick_and_report(run.results["study"], run.sources, str(run.cfg.pick), run.run_dir,
-                           f"DoTS on {run.cfg.backbone.name}")
+    return pick_and_report(
+        run.results["study"], run.sources, str(run.cfg.pick), run.run_dir, f"DoTS on {run.cfg.backbone.name}"
+    )
 
 
 def load_pick(run: Run) -> dict:
@@ -142,8 +171,14 @@ def load_pick(run: Run) -> dict:
 def build_export(run: Run) -> Path:
     from dots.export.model import export_model
 
-    return export_model(run.cfg, run.task_vectors, run.alignment, run.results["pick"], run.run_dir,
-                        selection_size=len(run.results["selection"]))
+    return export_model(
+        run.cfg,
+        run.task_vectors,
+        run.alignment,
+        run.results["pick"],
+        run.run_dir,
+        selection_size=len(run.results["selection"]),
+    )
 
 
 def build_push(run: Run) -> bool:
@@ -174,15 +209,24 @@ def search_stages(run: Run) -> list[Stage]:
     stages.append(Stage("pick", "result.yaml", lambda r: pick_key, build_pick, load_pick))
     if cfg.export.enabled:
         export_key = {**pick_key, "export": to_plain(cfg.export), "config_from": cfg.backbone.get("config_from")}
-        stages.append(Stage("export", export_dir(run), lambda r: export_key, build_export,
-                            lambda r: run.run_dir / export_dir(r)))
+        stages.append(
+            Stage("export", export_dir(run), lambda r: export_key, build_export, lambda r: run.run_dir / export_dir(r))
+        )
         if cfg.export.push_to_hub:
-            stages.append(Stage("push", "pushed.json", lambda r: {**export_key, "repo": cfg.export.push_to_hub},
-                                build_push, lambda r: True))
+            stages.append(
+                Stage(
+                    "push",
+                    "pushed.json",
+                    lambda r: {**export_key, "repo": cfg.export.push_to_hub},
+                    build_push,
+                    lambda r: True,
+                )
+            )
     return stages
 
 
 # --- the run ----------------------------------------------------------------------------
+
 
 def prepare(cfg: DictConfig) -> Run:
     """Check the options and inputs, open the checkpoints, find the run directory."""
@@ -194,8 +238,12 @@ def prepare(cfg: DictConfig) -> Run:
     sources = {str(k): Checkpoint(str(v), backbone.get("revision")) for k, v in backbone.sources.items()}
     alignment = align(base, sources)
     for field_name, values in config_differences(base, sources).items():
-        log.warning("config field %s differs: %s (the output takes config_from=%s)", field_name, values,
-                    backbone.get("config_from", "base"))
+        log.warning(
+            "config field %s differs: %s (the output takes config_from=%s)",
+            field_name,
+            values,
+            backbone.get("config_from", "base"),
+        )
     fixed = [list(map(float, p)) for p in cfg.search.fixed] if cfg.search.fixed else None
     if fixed and any(len(p) != len(sources) for p in fixed):
         raise DotsError(f"search.fixed points need {len(sources)} coefficients ({', '.join(sources)}) each")
@@ -220,8 +268,11 @@ def run_search(cfg: DictConfig) -> Path:
     # the output's tokenizer (and the engine's): a source's when it added vocabulary
     run.tokenizer = AutoTokenizer.from_pretrained(str(run.alignment.tokenizer_source().path))
     run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
-    run.engine = LazyEngine(lambda: build_engine(cfg.engine, engine_model(cfg, run.alignment, run.task_vectors,
-                                                                          run.run_dir), run.task_vectors))
+    run.engine = LazyEngine(
+        lambda: build_engine(
+            cfg.engine, engine_model(cfg, run.alignment, run.task_vectors, run.run_dir), run.task_vectors
+        )
+    )
     try:
         run_stages(run.run_dir, search_stages(run), run)
     finally:
@@ -234,6 +285,8 @@ def run_search(cfg: DictConfig) -> Path:
         print(f"scored {len(run.fixed)} fixed coefficient set(s): {run.run_dir / 'fixed.csv'}")
         return run.run_dir
     result = run.results["pick"]
-    print(f"pick ({cfg.pick}): trial {result['trial']} λ={result['coefficients']} "
-          f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}")
+    print(
+        f"pick ({cfg.pick}): trial {result['trial']} λ={result['coefficients']} "
+        f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}"
+    )
     return run.run_dir

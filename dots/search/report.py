@@ -1,5 +1,6 @@
 """The search's report: every trial (trials.csv), the Pareto front and its pick
 (result.yaml, pareto.png; DoTS App. A.2)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,13 @@ def trial_rows(study: Any, sources: list[str]) -> list[dict]:
         row = {"number": t.number, "state": t.state.name}
         row.update({f"lambda_{s}": t.params.get(f"lambda_{s}") for s in sources})
         ok = t.state == TrialState.COMPLETE
-        row.update({"consistency": t.values[0] if ok else None, "perplexity": t.values[1] if ok else None,
-                    "tokens_generated": t.user_attrs.get("tokens_generated")})
+        row.update(
+            {
+                "consistency": t.values[0] if ok else None,
+                "perplexity": t.values[1] if ok else None,
+                "tokens_generated": t.user_attrs.get("tokens_generated"),
+            }
+        )
         row.update({f"time_{k}": round(v, 4) for k, v in times.items()})
         rows.append(row)
     return rows
@@ -36,11 +42,19 @@ def pick_and_report(study: Any, sources: list[str], rule: str, run_dir: Path, ti
     write_trials_csv(trial_rows(study, sources), run_dir / "trials.csv")
     plot_front(points, front, chosen, run_dir / "pareto.png", title)
     result = {
-        "trial": chosen.number, "pick": rule,
+        "trial": chosen.number,
+        "pick": rule,
         "coefficients": {s: float(v) for s, v in chosen.params.items()},
         "objectives": {"consistency": chosen.consistency, "perplexity": chosen.perplexity},
-        "front": [{"trial": p.number, "consistency": p.consistency, "perplexity": p.perplexity,
-                   "coefficients": dict(p.params)} for p in front],
+        "front": [
+            {
+                "trial": p.number,
+                "consistency": p.consistency,
+                "perplexity": p.perplexity,
+                "coefficients": dict(p.params),
+            }
+            for p in front
+        ],
         "complete_trials": len(points),
     }
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))

@@ -1,5 +1,6 @@
 """One trial's score (DoTS §4.3): swap λ into the live engine, sample k answers per query,
 consistency ↑ (Eq. 4) and perplexity ↓ of the adaptation prompts."""
+
 from __future__ import annotations
 
 import time
@@ -38,8 +39,14 @@ class Scorer:
         t0 = time.perf_counter()
         self.engine.swap_coefficients(dict(coefficients))
         t1 = time.perf_counter()
-        outs = self.engine.generate(self.prompts, n=self.k, temperature=self.temperature, top_p=self.top_p,
-                                    max_tokens=self.max_tokens, seed=seed)
+        outs = self.engine.generate(
+            self.prompts,
+            n=self.k,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=seed,
+        )
         t2 = time.perf_counter()
         per_query = [answer_consistency(samples, mode=self.mode) for samples in outs]
         t3 = time.perf_counter()
@@ -47,13 +54,24 @@ class Scorer:
         t4 = time.perf_counter()
         texts = [s for samples in outs for s in samples]
         if self.tokenizer is not None:
-            tokens = sum(len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]) if texts else 0
+            tokens = (
+                sum(len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]) if texts else 0
+            )
         else:
             tokens = sum(len(s) for s in texts)
         return TrialResult(
-            sum(per_query) / len(per_query), ppl, per_query, tokens,
-            {"swap": t1 - t0, "generate": t2 - t1, "consistency": t3 - t2, "perplexity": t4 - t3, "total": t4 - t0,
-             "engine_start": engine_start},
+            sum(per_query) / len(per_query),
+            ppl,
+            per_query,
+            tokens,
+            {
+                "swap": t1 - t0,
+                "generate": t2 - t1,
+                "consistency": t3 - t2,
+                "perplexity": t4 - t3,
+                "total": t4 - t0,
+                "engine_start": engine_start,
+            },
         )
 
 

@@ -7,6 +7,7 @@ pool (D <= median) and a medium pool, and n queries are drawn, `easy_fraction` f
 the low pool. Per-source consistencies are appended to `difficulty.jsonl` as they are
 computed, so an interrupted selection resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from dots.scoring.grade import consistency
 from dots.errors import DotsError
 from dots.problems import Query
 from dots.progress import progress_bar
+from dots.scoring.grade import consistency
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +67,26 @@ class Selection:
 
 
 def _score_source(
-    source: str, queries: Sequence[Query], prompts: Mapping[str, str], generate: Callable[..., list[list[str]]],
-    cfg: SelectionConfig, done: dict[str, float], record: Path, mode: str,
+    source: str,
+    queries: Sequence[Query],
+    prompts: Mapping[str, str],
+    generate: Callable[..., list[list[str]]],
+    cfg: SelectionConfig,
+    done: dict[str, float],
+    record: Path,
+    mode: str,
 ) -> None:
     todo = [q for q in queries if q.id not in done]
-    batches = [todo[i:i + cfg.batch] for i in range(0, len(todo), cfg.batch)]
+    batches = [todo[i : i + cfg.batch] for i in range(0, len(todo), cfg.batch)]
     for b, batch in enumerate(progress_bar(batches, f"difficulty · {source}")):
-        outs = generate([prompts[q.id] for q in batch], n=cfg.m, temperature=cfg.temperature,
-                        top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed + b)
+        outs = generate(
+            [prompts[q.id] for q in batch],
+            n=cfg.m,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_tokens,
+            seed=cfg.seed + b,
+        )
         with open(record, "a") as fh:
             for q, samples in zip(batch, outs):
                 done[q.id] = consistency(samples, mode=mode)
@@ -81,8 +94,13 @@ def _score_source(
 
 
 def score_difficulty(
-    queries: Sequence[Query], prompts: Mapping[str, str], activate: Mapping[str, Callable[[], None]],
-    generate: Callable[..., list[list[str]]], cfg: SelectionConfig, record: Path, mode: str = "math",
+    queries: Sequence[Query],
+    prompts: Mapping[str, str],
+    activate: Mapping[str, Callable[[], None]],
+    generate: Callable[..., list[list[str]]],
+    cfg: SelectionConfig,
+    record: Path,
+    mode: str = "math",
 ) -> dict[str, dict[str, float]]:
     """C_θi(x) for every source i (activate[i]() loads it into the engine) and query x.
 
@@ -120,8 +138,10 @@ def choose(queries: Sequence[Query], per_source: Mapping[str, Mapping[str, float
     median = statistics.median(difficulty[q] for q in kept)
     low = sorted(q for q in kept if difficulty[q] <= median)
     medium = sorted(q for q in kept if difficulty[q] > median)
-    notes = [f"{len(queries)} candidates, {len(queries) - len(kept)} dropped with D > {cfg.drop_above:.3f}, "
-             f"median D {median:.3f}: {len(low)} low, {len(medium)} medium"]
+    notes = [
+        f"{len(queries)} candidates, {len(queries) - len(kept)} dropped with D > {cfg.drop_above:.3f}, "
+        f"median D {median:.3f}: {len(low)} low, {len(medium)} medium"
+    ]
     n = min(cfg.n, len(kept))
     if n < cfg.n:
         notes.append(f"only {len(kept)} queries survive the filter; selecting {n} instead of {cfg.n}")
@@ -136,8 +156,13 @@ def choose(queries: Sequence[Query], per_source: Mapping[str, Mapping[str, float
     pools = {q: ("low" if q in set(low) else "medium") for q in chosen}
     for note in notes:
         log.info("selection: %s", note)
-    return Selection([by_id[q] for q in sorted(chosen)], {q: difficulty[q] for q in by_id},
-                     {q: dict(c) for q, c in per_source.items()}, pools, notes)
+    return Selection(
+        [by_id[q] for q in sorted(chosen)],
+        {q: difficulty[q] for q in by_id},
+        {q: dict(c) for q, c in per_source.items()},
+        pools,
+        notes,
+    )
 
 
 def random_selection(queries: Sequence[Query], cfg: SelectionConfig) -> Selection:
@@ -153,11 +178,20 @@ def save_selection(selection: Selection, path: Path, key: str) -> None:
     with open(tmp, "w") as fh:
         fh.write(json.dumps({"key": key, "notes": selection.notes}) + "\n")
         for q in selection.queries:
-            fh.write(json.dumps({
-                "id": q.id, "question": q.question, "answer": q.answer, "source": q.source,
-                "consistency": selection.consistency.get(q.id), "difficulty": selection.difficulty.get(q.id),
-                "pool": selection.pools.get(q.id),
-            }) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "id": q.id,
+                        "question": q.question,
+                        "answer": q.answer,
+                        "source": q.source,
+                        "consistency": selection.consistency.get(q.id),
+                        "difficulty": selection.difficulty.get(q.id),
+                        "pool": selection.pools.get(q.id),
+                    }
+                )
+                + "\n"
+            )
     tmp.replace(path)
 
 
@@ -172,8 +206,10 @@ def load_selection(path: Path, key: str) -> Selection | None:
     rows = [json.loads(x) for x in lines[1:]]
     queries = [Query(r["id"], r["question"], r["answer"], r["source"]) for r in rows]
     return Selection(
-        queries, {r["id"]: r["difficulty"] for r in rows if r["difficulty"] is not None},
-        {r["id"]: r["consistency"] for r in rows if r["consistency"]}, {r["id"]: r["pool"] for r in rows if r["pool"]},
+        queries,
+        {r["id"]: r["difficulty"] for r in rows if r["difficulty"] is not None},
+        {r["id"]: r["consistency"] for r in rows if r["consistency"]},
+        {r["id"]: r["pool"] for r in rows if r["pool"]},
         head.get("notes", []),
     )
 

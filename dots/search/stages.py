@@ -7,6 +7,7 @@ its result is loaded from the output. Exclusive stages run under a POSIX lock (t
 kernel releases it if the holder dies), so of several workers on one run directory one
 does the work and the others wait and load it; the study is shared, not exclusive.
 """
+
 from __future__ import annotations
 
 import contextlib

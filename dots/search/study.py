@@ -5,6 +5,7 @@ in a SQLite file of the run directory by default, or in a journal file / RDB for
 workers. `run_study` adds trials until the study holds `n_trials` complete ones, so a
 rerun resumes and never re-runs completed trials.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,21 +46,37 @@ def open_study(cfg: Any, storage: Any, study_name: str) -> Any:
     several workers)."""
     import optuna
 
-    sampler = optuna.samplers.TPESampler(seed=int(cfg.seed) + 7919 * int(cfg.search.worker),
-                                         n_startup_trials=int(cfg.search.n_startup_trials),
-                                         multivariate=bool(cfg.search.multivariate),
-                                         constant_liar=int(cfg.search.workers) > 1)
-    study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
-                                directions=["maximize", "minimize"], load_if_exists=True)
+    sampler = optuna.samplers.TPESampler(
+        seed=int(cfg.seed) + 7919 * int(cfg.search.worker),
+        n_startup_trials=int(cfg.search.n_startup_trials),
+        multivariate=bool(cfg.search.multivariate),
+        constant_liar=int(cfg.search.workers) > 1,
+    )
+    study = optuna.create_study(
+        study_name=study_name,
+        storage=storage,
+        sampler=sampler,
+        directions=["maximize", "minimize"],
+        load_if_exists=True,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(["consistency", "perplexity"])
     return study
 
 
-def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[float, float], n_trials: int,
-              seed: int, fixed: list[list[float]] | None = None, heartbeat_s: float = 30.0,
-              grace_s: float = 120.0, poll_s: float = 2.0) -> None:
+def run_study(
+    study: Any,
+    scorer: Scorer,
+    sources: list[str],
+    bounds: tuple[float, float],
+    n_trials: int,
+    seed: int,
+    fixed: list[list[float]] | None = None,
+    heartbeat_s: float = 30.0,
+    grace_s: float = 120.0,
+    poll_s: float = 2.0,
+) -> None:
     """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored).
 
     Safe with several workers on one storage: a worker never starts a trial beyond the
@@ -75,12 +92,16 @@ def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[floa
         return len(study.get_trials(deepcopy=False, states=states))
 
     if fixed is not None:
+
         def key(point: Any) -> tuple[float, ...]:
             return tuple(round(float(point[n]), 10) for n in names)
 
         done = {key(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-        queued = {key(t.system_attrs["fixed_params"]) for t in study.get_trials(
-            deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)) if "fixed_params" in t.system_attrs}
+        queued = {
+            key(t.system_attrs["fixed_params"])
+            for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
+            if "fixed_params" in t.system_attrs
+        }
         todo = [dict(zip(names, map(float, p))) for p in fixed]
         todo = [p for p in todo if key(p) not in done]
         for point in todo:  # (not skip_if_exists: a FAILed trial of the point must not hide it)
@@ -125,14 +146,25 @@ def run_study(study: Any, scorer: Scorer, sources: list[str], bounds: tuple[floa
                     study.tell(trial, state=TrialState.FAIL)
                 raise
             with sigterm_deferred():
-                for name, value in (("per_query_consistency", res.per_query), ("tokens_generated", res.tokens),
-                                    ("time", res.times)):
+                for name, value in (
+                    ("per_query_consistency", res.per_query),
+                    ("tokens_generated", res.tokens),
+                    ("time", res.times),
+                ):
                     trial.set_user_attr(name, value)
                 study.tell(trial, [res.consistency, res.perplexity])
             finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             best = max(finished, key=lambda t: (t.values[0], -t.values[1]))
-            bar.update(task, completed=len(finished),
-                       status=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}")
-            log.info("trial %d: %s → C=%.4f PPL=%.4f (%.2fs)", trial.number,
-                     ", ".join(f"{k}={v:.3f}" for k, v in lam.items()), res.consistency, res.perplexity,
-                     res.times["total"])
+            bar.update(
+                task,
+                completed=len(finished),
+                status=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}",
+            )
+            log.info(
+                "trial %d: %s → C=%.4f PPL=%.4f (%.2fs)",
+                trial.number,
+                ", ".join(f"{k}={v:.3f}" for k, v in lam.items()),
+                res.consistency,
+                res.perplexity,
+                res.times["total"],
+            )

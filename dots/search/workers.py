@@ -8,6 +8,7 @@ its coefficients are enqueued again, so no point is lost and none is evaluated t
 completion. Stages that must run once (task vectors, selection, pick and export) are
 guarded by `dots.locks.run_once_lock` (see `dots.search.stages`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,7 +48,7 @@ class Heartbeat:
         self._stop.set()
         self._thread.join()
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -100,6 +101,7 @@ def recover_stale_trials(study: Any, grace_s: float, names: list[str] | None = N
         if fail_and_requeue(study, trial._trial_id, names):
             recovered.append(trial.number)
     if recovered:
-        log.warning("recovered trial(s) %s left running by a dead worker; their coefficients are queued again",
-                    recovered)
+        log.warning(
+            "recovered trial(s) %s left running by a dead worker; their coefficients are queued again", recovered
+        )
     return recovered

@@ -6,6 +6,7 @@ per source for `rescale: global`, one per tensor for `rescale: tensor`) in
 (base, source, options), so a source reused with another partner, or by another run, is
 not recomputed; concurrent workers build an entry once (a run-once lock).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,6 +39,7 @@ def default_cache_root() -> Path:
 
 
 # --- building ---------------------------------------------------------------------------
+
 
 @dataclass
 class SourceVector:
@@ -92,12 +94,14 @@ class TaskVectors:
     def spec(self) -> dict:
         """A JSON-able description another process can reopen with `TaskVectors.from_spec`."""
         return {
-            "base": str(self.base_path), "names": self.names, "copied": self.copied,
+            "base": str(self.base_path),
+            "names": self.names,
+            "copied": self.copied,
             "sources": {k: str(v.path) for k, v in self.entries.items()},
         }
 
     @classmethod
-    def from_spec(cls, spec: Mapping) -> "TaskVectors":
+    def from_spec(cls, spec: Mapping) -> TaskVectors:
         entries = {}
         for key, path in spec["sources"].items():
             meta = json.loads((Path(path) / "taskvec.json").read_text())
@@ -105,12 +109,15 @@ class TaskVectors:
         return cls(Path(spec["base"]), entries, spec["names"], spec["copied"])
 
     def stats(self) -> dict[str, dict]:
-        return {k: {f: v.meta[f] for f in ("norm", "kept_norm", "gamma", "kept", "numel")} for k, v in self.entries.items()}
+        return {
+            k: {f: v.meta[f] for f in ("norm", "kept_norm", "gamma", "kept", "numel")} for k, v in self.entries.items()
+        }
 
 
 def _cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig) -> str:
-    return stable_hash({"v": CACHE_VERSION, "base": base.fingerprint(), "source": source.fingerprint(),
-                        "cfg": asdict(cfg)}, 20)
+    return stable_hash(
+        {"v": CACHE_VERSION, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": asdict(cfg)}, 20
+    )
 
 
 def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> SourceVector:
@@ -127,11 +134,20 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
             writer.write(name, sparse)
         for name in plan:
             if name.endswith(EXTRA_SUFFIX):
-                writer.write(name, al.extra_rows_tensor(name[: -len(EXTRA_SUFFIX)]))
+                rows = al.extra_rows_tensor(name[: -len(EXTRA_SUFFIX)])
+                assert rows is not None  # planned above only where it is
+                writer.write(name, rows)
         meta = {
-            "version": CACHE_VERSION, "source_key": key, "source": al.sources[key].source,
-            "base": al.base.source, **asdict(cfg), "gamma": stats.gamma(cfg.rescale), "norm": stats.norm_sq ** 0.5,
-            "kept_norm": stats.kept_sq ** 0.5, "kept": stats.kept, "numel": stats.numel,
+            "version": CACHE_VERSION,
+            "source_key": key,
+            "source": al.sources[key].source,
+            "base": al.base.source,
+            **asdict(cfg),
+            "gamma": stats.gamma(cfg.rescale),
+            "norm": stats.norm_sq**0.5,
+            "kept_norm": stats.kept_sq**0.5,
+            "kept": stats.kept,
+            "numel": stats.numel,
             "tensor_gamma": stats.tensor_gamma,
         }
         writer.add_file("taskvec.json", json.dumps(meta, indent=1))

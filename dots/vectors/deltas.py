@@ -6,6 +6,7 @@ base's rows only: vocabulary rows a source added are not differences). A tensor 
 than `BLOCK_ENTRIES` comes as row blocks (`row_blocks`), so peak memory stays a few
 blocks whatever the model's width. A NaN or ±Inf in a source stops with a DotsError.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,13 @@ def row_blocks(shape: Sequence[int], block_entries: int = BLOCK_ENTRIES) -> list
     return [(r, min(r + step, shape[0])) for r in range(0, shape[0], step)]
 
 
-def read_inputs(alignment: "Alignment", name: str, with_deltas: bool = True, rows: tuple[int, int] | None = None,
-                sources: Sequence[str] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def read_inputs(
+    alignment: Alignment,
+    name: str,
+    with_deltas: bool = True,
+    rows: tuple[int, int] | None = None,
+    sources: Sequence[str] | None = None,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """θ0 (float32) and τ_i = θ_i − θ0 (float32) of one merged tensor, or of its rows
     [r0, r1), for every source (or those named in `sources`, in that order)."""
     info = alignment.base.info(name)
@@ -62,21 +68,23 @@ def read_inputs(alignment: "Alignment", name: str, with_deltas: bool = True, row
     return base, deltas
 
 
-def task_vector(alignment: "Alignment", key: str, name: str) -> torch.Tensor:
+def task_vector(alignment: Alignment, key: str, name: str) -> torch.Tensor:
     """τ of source `key` for the whole tensor `name` (float32, the base's rows)."""
     return read_inputs(alignment, name, sources=[key])[1][0]
 
 
-def tensor_stream(alignment: "Alignment", names: Sequence[str], with_deltas: bool = True,
-                  block_entries: int = BLOCK_ENTRIES) -> Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]:
+def tensor_stream(
+    alignment: Alignment, names: Sequence[str], with_deltas: bool = True, block_entries: int = BLOCK_ENTRIES
+) -> Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]:
     """(name, θ0, [τ_i]) per merged tensor, a large tensor as consecutive row blocks."""
     for name in names:
         for span in row_blocks(alignment.base.info(name).shape, block_entries):
             yield (name, *read_inputs(alignment, name, with_deltas, span))
 
 
-def block_stream(alignment: "Alignment", name: str, spans: Sequence[tuple[int, int]],
-                 with_deltas: bool = True) -> Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]:
+def block_stream(
+    alignment: Alignment, name: str, spans: Sequence[tuple[int, int]], with_deltas: bool = True
+) -> Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]:
     """A fresh pass over one tensor's row blocks: (flat offset, θ0 rows, [τ_i rows])."""
     per_row = math.prod(alignment.base.info(name).shape[1:])
     for span in spans:

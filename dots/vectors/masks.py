@@ -1,5 +1,6 @@
 """Masks of the exact top-k (`dots.vectors.topk` finds the threshold): entries above the
 k-th largest value, then entries equal to it in stream order until k are kept."""
+
 from __future__ import annotations
 
 from typing import Callable, Iterator
@@ -10,14 +11,15 @@ import torch
 from dots.vectors.topk import _BINS, CHUNK, Threshold, chunks, kth_largest, magnitude_bits
 
 
-def mask_largest(flat: torch.Tensor, threshold: float, need: int, absolute: bool = True,
-                 chunk: int = CHUNK) -> tuple[torch.Tensor, int]:
+def mask_largest(
+    flat: torch.Tensor, threshold: float, need: int, absolute: bool = True, chunk: int = CHUNK
+) -> tuple[torch.Tensor, int]:
     """Boolean mask of the entries above `threshold` plus the first `need` equal to it (by
     flat index), and how many of those `need` are still owed (for streams of tensors)."""
     mask = torch.empty(flat.numel(), dtype=torch.bool)
     start = 0
     for part in chunks(flat, chunk, absolute):
-        keep = mask[start:start + part.numel()]
+        keep = mask[start : start + part.numel()]
         torch.gt(part, threshold, out=keep)
         if need > 0:
             ties = part == threshold
@@ -57,14 +59,17 @@ def topk_magnitude_mask(x: torch.Tensor, density: float, chunk: int = CHUNK) -> 
     return mask_largest(flat, threshold, need, absolute=True, chunk=chunk)[0].view(x.shape)
 
 
-def tie_cutoffs(stream: Callable[[], Iterator[tuple[int, list[torch.Tensor]]]], thresholds: list[float],
-                needs: list[int], equals: list[int]) -> list[int]:
+def tie_cutoffs(
+    stream: Callable[[], Iterator[tuple[int, list[torch.Tensor]]]],
+    thresholds: list[float],
+    needs: list[int],
+    equals: list[int],
+) -> list[int]:
     """For each value set, the flat index of the last entry equal to its threshold that the top
     k keeps (ties go to lower flat indices): -1 when none is kept, past the end when all are.
     `stream` yields (flat offset, one tensor per set); it is read only if some set keeps part
     of its ties."""
-    cutoffs = [-1 if need <= 0 else (1 << 62) if need >= equal else None
-               for need, equal in zip(needs, equals)]
+    cutoffs = [-1 if need <= 0 else (1 << 62) if need >= equal else None for need, equal in zip(needs, equals)]
     if all(c is not None for c in cutoffs):
         return cutoffs  # type: ignore[return-value]
     seen = [0] * len(thresholds)
@@ -87,7 +92,7 @@ def keep_mask(block: torch.Tensor, start: int, threshold: float, cutoff: int) ->
     magnitude = block.abs()
     keep = magnitude > threshold
     ties = magnitude.eq_(threshold).view(-1)
-    ties[max(0, cutoff - start + 1):] = 0
+    ties[max(0, cutoff - start + 1) :] = 0
     return keep.logical_or_(ties.view(keep.shape))
 
 

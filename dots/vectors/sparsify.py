@@ -8,6 +8,7 @@ written), one per tensor (`tensor`) or none. `sparsify_source` streams (name, τ
 leaves the scales in its `SparseStats`, so a per-tensor top-k needs a single pass even
 with a global γ (the scale is applied when τ̃ is read).
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,11 +65,12 @@ class SparseStats:
 
     def gamma(self, rescale: str) -> float:
         """γ of Eq. 3 for the whole vector (1 unless `rescale: global`)."""
-        return (self.norm_sq ** 0.5) / (self.kept_sq ** 0.5 + 1e-8) if rescale == "global" else 1.0
+        return (self.norm_sq**0.5) / (self.kept_sq**0.5 + 1e-8) if rescale == "global" else 1.0
 
 
-def sparsify_source(al: "Alignment", key: str, cfg: SparsifyConfig,
-                    stats: SparseStats) -> Iterator[tuple[str, torch.Tensor]]:
+def sparsify_source(
+    al: Alignment, key: str, cfg: SparsifyConfig, stats: SparseStats
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, τ⊙M) in float32 for every merged tensor of source `key`; `stats` collects the
     norms and, with `rescale: tensor`, each tensor's γ."""
     names = al.merged
@@ -92,6 +94,6 @@ def sparsify_source(al: "Alignment", key: str, cfg: SparsifyConfig,
         stats.norm_sq += t_norm
         stats.kept_sq += t_kept
         stats.kept += int((sparse != 0).sum())
-        stats.tensor_gamma[name] = 1.0 if cfg.rescale != "tensor" else (t_norm ** 0.5) / (t_kept ** 0.5 + 1e-8)
+        stats.tensor_gamma[name] = 1.0 if cfg.rescale != "tensor" else (t_norm**0.5) / (t_kept**0.5 + 1e-8)
         del tau
         yield name, sparse

@@ -11,6 +11,7 @@ a source added rows gets those rows appended (they are the source's own values).
 device (no disk reads, no allocation per call): the engines use it with
 `synth_cache: memory` when a swap must be as fast as possible and memory allows.
 """
+
 from __future__ import annotations
 
 from typing import Iterator, Mapping
@@ -18,8 +19,8 @@ from typing import Iterator, Mapping
 import torch
 from torch.profiler import record_function
 
-from dots.io.checkpoint import Checkpoint
 from dots.errors import DotsError
+from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
 
 
@@ -54,8 +55,9 @@ def block_entries(device: torch.device, numel: int) -> int:
     return max(1, numel if device.type != "cpu" else min(numel, CPU_BLOCK_ENTRIES))
 
 
-def _combine_into(out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[torch.Tensor, float]],
-                  scratch: torch.Tensor) -> torch.Tensor:
+def _combine_into(
+    out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[torch.Tensor, float]], scratch: torch.Tensor
+) -> torch.Tensor:
     """out[:len(θ0)] = cast(θ0 + Σ λ_i τ̃_i), Eq. 6: float32 sums in source order, one block of
     `scratch` at a time. The one arithmetic of both paths below, so streaming and resident
     synthesis give the same bits on the same device; elementwise, so any block size does too."""
@@ -69,7 +71,7 @@ def _combine_into(out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[torc
     step = scratch.numel()
     for start in range(0, n, step):
         stop = min(start + step, n)
-        acc = scratch[:stop - start]
+        acc = scratch[: stop - start]
         acc.copy_(flat_theta0[start:stop])
         for tau, lam in flat_taus:
             acc.add_(tau[start:stop], alpha=lam)
@@ -125,7 +127,9 @@ class ResidentSynthesizer:
     block (2^20 entries on CPU, the largest tensor on CUDA); `nbytes` says how much.
     """
 
-    def __init__(self, task_vectors: TaskVectors, device: str | torch.device | None = None, base: Checkpoint | None = None):
+    def __init__(
+        self, task_vectors: TaskVectors, device: str | torch.device | None = None, base: Checkpoint | None = None
+    ):
         self.task_vectors = task_vectors
         self.device = torch.device(device) if device is not None else default_device()
         base = base if base is not None else Checkpoint(task_vectors.base_path)
@@ -148,7 +152,7 @@ class ResidentSynthesizer:
             else:  # rows a source added to an embedding: constant, written once
                 rows = theta0.shape[0] + extra.shape[0]
                 self.out[name] = torch.empty((rows, *theta0.shape[1:]), dtype=theta0.dtype, device=self.device)
-                self.out[name][theta0.shape[0]:].copy_(extra)
+                self.out[name][theta0.shape[0] :].copy_(extra)
             largest = max(largest, self.theta0[name].numel())
         self._scratch = torch.empty(block_entries(self.device, largest), dtype=torch.float32, device=self.device)
 
@@ -167,8 +171,9 @@ class ResidentSynthesizer:
                 yield name, theta0
                 continue
             with record_function("dots.vectors.synth.combine"):
-                out = _combine_into(self.out[name], theta0, [(self.taus[name][k], lam) for k, lam in active],
-                                    self._scratch)
+                out = _combine_into(
+                    self.out[name], theta0, [(self.taus[name][k], lam) for k, lam in active], self._scratch
+                )
             yield name, out
 
 

@@ -15,6 +15,7 @@ kept. This module finds the k-th largest value; `dots.vectors.masks` turns it in
   of at most `CHUNK` entries (`kthvalue` on the whole tensor would copy it and run on one
   thread).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,7 @@ _BINS = 1 << 16
 def chunks(flat: torch.Tensor, size: int = CHUNK, absolute: bool = False) -> Iterator[torch.Tensor]:
     """Consecutive slices of a flat tensor (their magnitudes with `absolute`)."""
     for start in range(0, flat.numel(), size):
-        part = flat[start:start + size]
+        part = flat[start : start + size]
         yield part.abs() if absolute else part
 
 
@@ -53,7 +54,7 @@ class Threshold:
     equal: int = 0
 
     @classmethod
-    def none(cls) -> "Threshold":
+    def none(cls) -> Threshold:
         return cls(0, math.inf, 0, 0)
 
 
@@ -106,6 +107,7 @@ class RadixSelect:
 
     def add_low(self, bits: torch.Tensor) -> None:
         self._plan()
+        assert self._slot is not None  # set by _plan
         if not len(self._low):
             return
         values = bits.numpy()
@@ -121,6 +123,7 @@ class RadixSelect:
     def thresholds(self) -> dict[int, Threshold]:
         """k -> Threshold; k <= 0 keeps nothing, k >= the stream length keeps everything."""
         buckets = self._plan()
+        assert self._slot is not None  # set by _plan
         above_high = _count_at_or_above(self.high)
         out: dict[int, Threshold] = {}
         for k in self.ks:
@@ -178,8 +181,9 @@ def _bracket(flat: torch.Tensor, k: int, absolute: bool, sample: int) -> tuple[f
     return lower, upper
 
 
-def kth_largest(flat: torch.Tensor, k: int, absolute: bool = True, chunk: int = CHUNK,
-                sample: int = SAMPLE) -> tuple[float, int]:
+def kth_largest(
+    flat: torch.Tensor, k: int, absolute: bool = True, chunk: int = CHUNK, sample: int = SAMPLE
+) -> tuple[float, int]:
     """The k-th largest (|value| with `absolute`) of a flat tensor, 0 < k ≤ n, and how many
     entries equal to it complete the top k. Exact; see the module docstring for how."""
     n = flat.numel()

@@ -3,6 +3,7 @@
 Adding a method = one module here that calls `register(Method(...))` plus one
 `conf/method/<name>.yaml`; the registry imports every module of this package.
 """
+
 from dots.merge.methods.base import MergeContext, Method, TensorStream, build_options
 from dots.merge.methods.registry import available_methods, get_method, register
 

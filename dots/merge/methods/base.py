@@ -17,6 +17,7 @@ of row blocks, and the executor then feeds a large tensor (an embedding) in row 
 each call told by `part` where the block sits. Peak memory is then a few blocks,
 whatever the model's width; the written bits are those of the whole-tensor call.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,7 +66,7 @@ TensorPassFn = Callable[[str, int, BlockStream, Any, Any], Any]
 class MergeContext:
     """Whole-run facts a first pass may need beyond the tensor stream."""
 
-    alignment: "Alignment"
+    alignment: Alignment
     cache_dir: Path | None = None
     pool: Mapping | None = None  # pool config (dots.problems) for calibration sets
     format_prompt: Callable[[str], str] | None = None  # question -> prompt text (backbone template)
@@ -112,8 +113,10 @@ def build_options(method: Method, values: Mapping[str, Any]) -> Any:
     known = {f.name for f in dataclasses.fields(method.options)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise DotsError(f"unknown option(s) for method {method.name}: {', '.join(unknown)} "
-                        f"(known: {', '.join(sorted(known)) or 'none'})")
+        raise DotsError(
+            f"unknown option(s) for method {method.name}: {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(known)) or 'none'})"
+        )
     try:
         return method.options(**dict(values))
     except TypeError as exc:
@@ -158,7 +161,7 @@ def chunkwise(fn: Callable[..., Any], *tensors: torch.Tensor, size: int = CHUNK)
     """
     flats = [t.view(-1) for t in tensors]
     for start in range(0, flats[0].numel(), size):
-        fn(*(f[start:start + size] for f in flats))
+        fn(*(f[start : start + size] for f in flats))
 
 
 def keep_only(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -194,7 +197,7 @@ def disjoint_mean(deltas: Sequence[torch.Tensor], weights: Sequence[float]) -> t
         if unit:
             denominator.add_(agrees)  # bool → uint8: a quarter-size temporary at most
         else:
-            chunkwise(lambda d, a: d.add_(a, alpha=float(w)), denominator, agrees)
+            chunkwise(lambda d, a, w=w: d.add_(a, alpha=float(w)), denominator, agrees)
         del agrees
     del positive, negative
     # where no model agrees the numerator is 0; the floor only avoids 0/0
@@ -215,8 +218,7 @@ def _forget_drop_pool() -> None:
 os.register_at_fork(after_in_child=_forget_drop_pool)
 
 
-def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int = 0,
-              part: Part = WHOLE) -> torch.Tensor:
+def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int = 0, part: Part = WHOLE) -> torch.Tensor:
     """Boolean mask, True with probability p: the random drop of DARE and SAR.
 
     Block b (DROP_BLOCK consecutive flat entries of the whole tensor) is `torch.rand(len)
@@ -236,9 +238,11 @@ def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int =
         gen = torch.Generator().manual_seed(name_seed(f"{name}|{index}|{block}", int(seed)))
         lo, hi = max(first, start), min(last, stop)
         if (lo, hi) == (first, last):
-            torch.lt(torch.rand(last - first, generator=gen), p, out=mask[lo - start:hi - start])
+            torch.lt(torch.rand(last - first, generator=gen), p, out=mask[lo - start : hi - start])
         else:  # a block cut by the part's edge: draw it whole, keep the part's share
-            torch.lt(torch.rand(last - first, generator=gen)[lo - first:hi - first], p, out=mask[lo - start:hi - start])
+            torch.lt(
+                torch.rand(last - first, generator=gen)[lo - first : hi - first], p, out=mask[lo - start : hi - start]
+            )
 
     blocks = range(start // DROP_BLOCK, (stop + DROP_BLOCK - 1) // DROP_BLOCK)
     if len(blocks) <= 1 or torch.get_num_threads() <= 1:
@@ -251,8 +255,7 @@ def drop_mask(shape: Sequence[int], p: float, name: str, seed: int, index: int =
     return mask.view(tuple(shape))
 
 
-def dare_drop(deltas: list[torch.Tensor], p: float, name: str, seed: int,
-              part: Part = WHOLE) -> list[torch.Tensor]:
+def dare_drop(deltas: list[torch.Tensor], p: float, name: str, seed: int, part: Part = WHOLE) -> list[torch.Tensor]:
     """DARE (Yu et al. 2024): drop each entry with probability p, survivors ×1/(1−p), in place.
 
     Source i's mask is `drop_mask(shape, p, name, seed, i, part)`, so the result depends

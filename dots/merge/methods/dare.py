@@ -7,6 +7,7 @@ arithmetic λ·Σ_i w_i·τ'_i and `combine: ties` the TIES sign election + disj
 Masks come from generators seeded by `name_seed` of (tensor name, source index, block)
 and `seed` (see `dots.merge.methods.base.drop_mask`), so merges are reproducible and order-independent.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,8 +15,16 @@ from typing import Sequence
 
 import torch
 
-from dots.merge.methods.base import (WHOLE, Method, Part, check_choice, check_probability, dare_drop, disjoint_mean,
-                                weighted_sum)
+from dots.merge.methods.base import (
+    WHOLE,
+    Method,
+    Part,
+    check_choice,
+    check_probability,
+    dare_drop,
+    disjoint_mean,
+    weighted_sum,
+)
 from dots.merge.methods.registry import register
 
 COMBINES = ("linear", "ties")
@@ -33,8 +42,15 @@ class DareOptions:
         check_choice(self.combine, COMBINES, "dare combine")
 
 
-def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: DareOptions, stats: None, part: Part = WHOLE) -> torch.Tensor:
+def merge(
+    name: str,
+    base: torch.Tensor,
+    deltas: list[torch.Tensor],
+    weights: Sequence[float],
+    options: DareOptions,
+    stats: None,
+    part: Part = WHOLE,
+) -> torch.Tensor:
     dropped = dare_drop(deltas, float(options.p), name, int(options.seed), part)
     if options.combine == "ties":
         merged = disjoint_mean(dropped, weights)
@@ -43,5 +59,13 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
     return merged.mul_(float(options.scale))
 
 
-register(Method("dare", DareOptions, merge, weighted=True, blockwise=True,
-                summary="random drop p, rescale 1/(1-p), combine linear|ties"))
+register(
+    Method(
+        "dare",
+        DareOptions,
+        merge,
+        weighted=True,
+        blockwise=True,
+        summary="random drop p, rescale 1/(1-p), combine linear|ties",
+    )
+)

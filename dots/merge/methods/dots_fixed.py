@@ -8,6 +8,7 @@ paper's ablations: (1, 1), (0.5, 0.5), (1/√2, 1/√2). λ_i are the per-model 
 float32 and adds λ_i·τ̃_i in source order, skipping λ_i = 0, so the written model is
 bit-identical to the synthesiser's at the same λ.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.merge.methods.base import WHOLE, Method, MergeContext, Part, TensorStream
+from dots.merge.methods.base import WHOLE, MergeContext, Method, Part, TensorStream
 from dots.merge.methods.registry import register
 
 
@@ -43,8 +44,15 @@ def first_pass(stream: Callable[[], TensorStream], options: DotsFixedOptions, co
     return build_task_vectors(al.base, al.sources, options.sparsify(), root, alignment=al)
 
 
-def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: DotsFixedOptions, stats, part: Part = WHOLE) -> torch.Tensor:
+def merge(
+    name: str,
+    base: torch.Tensor,
+    deltas: list[torch.Tensor],
+    weights: Sequence[float],
+    options: DotsFixedOptions,
+    stats,
+    part: Part = WHOLE,
+) -> torch.Tensor:
     """θ0 + Σ λ_i·τ̃_i (the merged weights themselves: this method is `absolute`)."""
     out = base.clone()
     for key, lam in zip(stats.sources, weights):
@@ -53,5 +61,15 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
     return out
 
 
-register(Method("dots_fixed", DotsFixedOptions, merge, first_pass=first_pass, weighted=True, reads_deltas=False, absolute=True,
-                summary="θ0 + Σ λ_i τ̃_i at fixed λ (DoTS synthesis)"))
+register(
+    Method(
+        "dots_fixed",
+        DotsFixedOptions,
+        merge,
+        first_pass=first_pass,
+        weighted=True,
+        reads_deltas=False,
+        absolute=True,
+        summary="θ0 + Σ λ_i τ̃_i at fixed λ (DoTS synthesis)",
+    )
+)

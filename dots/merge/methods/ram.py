@@ -19,6 +19,7 @@ clip bound of 1 instead of α (with R − 1 = r = 0.1 its λ never exceeds 1.1, 
 Eq. 6 with α = 2 allows 1.2). We follow the paper's Eq. 6; set `alpha: 1.0` to get the
 script's rule.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,7 +28,16 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.merge.methods.base import WHOLE, BlockStream, Method, MergeContext, Part, TensorStream, check_choice, chunkwise
+from dots.merge.methods.base import (
+    WHOLE,
+    BlockStream,
+    MergeContext,
+    Method,
+    Part,
+    TensorStream,
+    check_choice,
+    chunkwise,
+)
 from dots.merge.methods.registry import register
 
 log = logging.getLogger(__name__)
@@ -80,7 +90,9 @@ def _change_counts(deltas: Sequence[torch.Tensor], epsilon: float) -> torch.Tens
     return counts
 
 
-def _overlap_counts(deltas: Sequence[torch.Tensor], counts: torch.Tensor, epsilon: float) -> tuple[list[int], list[int]]:
+def _overlap_counts(
+    deltas: Sequence[torch.Tensor], counts: torch.Tensor, epsilon: float
+) -> tuple[list[int], list[int]]:
     shared, unique = [], []
     only_one = counts == 1
     for delta in deltas:
@@ -96,20 +108,22 @@ def first_pass(stream: Callable[[], TensorStream], options: RamOptions, context:
         return None
     shared = unique = None
     for _name, _base, deltas in stream():
-        s, u = _overlap_counts(deltas, _change_counts(deltas, options.epsilon), options.epsilon)
-        shared = s if shared is None else [a + b for a, b in zip(shared, s)]
-        unique = u if unique is None else [a + b for a, b in zip(unique, u)]
+        chunk_shared, chunk_unique = _overlap_counts(deltas, _change_counts(deltas, options.epsilon), options.epsilon)
+        shared = chunk_shared if shared is None else [a + b for a, b in zip(shared, chunk_shared)]
+        unique = chunk_unique if unique is None else [a + b for a, b in zip(unique, chunk_unique)]
         del deltas
     assert shared is not None and unique is not None
     lambdas = [rescale_factor(s, u, options.r, options.alpha) for s, u in zip(shared, unique)]
     for key, s, u, lam in zip(context.source_keys, shared, unique, lambdas):
-        log.info("ram: source %s shares %d and owns %d changed entries: ρ=%.4g, λ=%.4f",
-                 key, s, u, overlap_ratio(s, u), lam)
+        log.info(
+            "ram: source %s shares %d and owns %d changed entries: ρ=%.4g, λ=%.4f", key, s, u, overlap_ratio(s, u), lam
+        )
     return RamStats(shared, unique, lambdas)
 
 
-def tensor_pass(name: str, total: int, blocks: BlockStream, options: RamOptions,
-                stats: RamStats | None) -> list[float] | None:
+def tensor_pass(
+    name: str, total: int, blocks: BlockStream, options: RamOptions, stats: RamStats | None
+) -> list[float] | None:
     """`scope: tensor` with r ≠ 0: λ_i from this tensor's shared / unique counts, summed over its row blocks."""
     if float(options.r) == 0.0 or options.scope != "tensor":
         return None
@@ -123,8 +137,15 @@ def tensor_pass(name: str, total: int, blocks: BlockStream, options: RamOptions,
     return [rescale_factor(s, u, options.r, options.alpha) for s, u in zip(shared, unique)]
 
 
-def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: RamOptions, stats: RamStats | None, part: Part = WHOLE) -> torch.Tensor:
+def merge(
+    name: str,
+    base: torch.Tensor,
+    deltas: list[torch.Tensor],
+    weights: Sequence[float],
+    options: RamOptions,
+    stats: RamStats | None,
+    part: Part = WHOLE,
+) -> torch.Tensor:
     eps = float(options.epsilon)
     counts = _change_counts(deltas, eps)
     if float(options.r) == 0.0:
@@ -143,7 +164,7 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
     for delta, lam in zip(deltas, lambdas):
         delta.masked_fill_(delta.abs() <= eps, 0.0)  # entries this model did not change contribute nothing
         if lam != 1.0:
-            chunkwise(lambda d, o: d.mul_(torch.where(o, lam, 1.0)), delta, only_one)
+            chunkwise(lambda d, o, lam=lam: d.mul_(torch.where(o, lam, 1.0)), delta, only_one)
         out.add_(delta)
     del only_one
     # c ≥ 2: the mean over the models that changed the entry; c ≤ 1: as is
@@ -151,8 +172,27 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
     return out
 
 
-register(Method("ram", RamOptions, merge, first_pass=first_pass, min_sources=2, blockwise=True, tensor_pass=tensor_pass,
-                summary="mean on shared entries, unique entries kept (RAM)"))
-register(Method("ram_plus", RamPlusOptions, merge, first_pass=first_pass, min_sources=2, blockwise=True,
-                tensor_pass=tensor_pass,
-                summary="RAM with unique entries rescaled by 1 + r·clip(ρ, 0, α)"))
+register(
+    Method(
+        "ram",
+        RamOptions,
+        merge,
+        first_pass=first_pass,
+        min_sources=2,
+        blockwise=True,
+        tensor_pass=tensor_pass,
+        summary="mean on shared entries, unique entries kept (RAM)",
+    )
+)
+register(
+    Method(
+        "ram_plus",
+        RamPlusOptions,
+        merge,
+        first_pass=first_pass,
+        min_sources=2,
+        blockwise=True,
+        tensor_pass=tensor_pass,
+        summary="RAM with unique entries rescaled by 1 + r·clip(ρ, 0, α)",
+    )
+)

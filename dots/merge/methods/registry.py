@@ -1,4 +1,5 @@
 """Name → merge method. Each module of `dots.merge.methods` registers its methods on import."""
+
 from __future__ import annotations
 
 from dots.errors import DotsError

@@ -20,6 +20,7 @@ copies of a model (weights, gradients, accumulator); the merge pass holds per te
 the base, δA, δB, S_A, S_B and r — about 6 float32 copies of the largest tensor plus
 boolean masks, i.e. two more than the other methods' (K+4) budget.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,7 +29,16 @@ from typing import Callable, Sequence
 
 import torch
 
-from dots.merge.methods.base import WHOLE, Method, MergeContext, Part, TensorStream, check_probability, chunkwise, drop_mask
+from dots.merge.methods.base import (
+    WHOLE,
+    MergeContext,
+    Method,
+    Part,
+    TensorStream,
+    check_probability,
+    chunkwise,
+    drop_mask,
+)
 from dots.merge.methods.registry import register
 
 log = logging.getLogger(__name__)
@@ -67,8 +77,9 @@ def first_pass(stream: Callable[[], TensorStream], options: SarOptions, context:
     """Compute (or reuse) the diagonal Fisher of A and B; the tensor stream is not needed."""
     from dots.merge.fisher import FisherTable, calibration_set, default_fisher_root, fisher_for
 
-    examples = calibration_set(context.pool, int(options.calibration_size), int(options.calibration_seed),
-                               context.format_prompt)
+    examples = calibration_set(
+        context.pool, int(options.calibration_size), int(options.calibration_seed), context.format_prompt
+    )
     root = context.cache_dir / "fisher" if context.cache_dir is not None else default_fisher_root()
     dtype = getattr(torch, str(options.fisher_dtype))
     al = context.alignment
@@ -80,8 +91,15 @@ def first_pass(stream: Callable[[], TensorStream], options: SarOptions, context:
     return SarStats(tables)
 
 
-def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: SarOptions, stats: SarStats | None, part: Part = WHOLE) -> torch.Tensor:
+def merge(
+    name: str,
+    base: torch.Tensor,
+    deltas: list[torch.Tensor],
+    weights: Sequence[float],
+    options: SarOptions,
+    stats: SarStats | None,
+    part: Part = WHOLE,
+) -> torch.Tensor:
     eps, p = float(options.epsilon), float(options.p)
     a, b = deltas
     changed_a, changed_b = a.abs() > eps, b.abs() > eps
@@ -113,5 +131,14 @@ def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Se
     return r.mul_(float(options.scale))
 
 
-register(Method("sar", SarOptions, merge, first_pass=first_pass, min_sources=2, max_sources=2,
-                summary="Fisher-arbitrated conflicts, low private entries dropped (SAR-Merging)"))
+register(
+    Method(
+        "sar",
+        SarOptions,
+        merge,
+        first_pass=first_pass,
+        min_sources=2,
+        max_sources=2,
+        summary="Fisher-arbitrated conflicts, low private entries dropped (SAR-Merging)",
+    )
+)

@@ -3,6 +3,7 @@
 λ (`scale`) defaults to 1.0; 0.7 is the value several papers use — configs that
 reproduce them must say so.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,10 +20,16 @@ class TaskArithmeticOptions:
     scale: float = 1.0
 
 
-def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: TaskArithmeticOptions, stats: None, part: Part = WHOLE) -> torch.Tensor:
+def merge(
+    name: str,
+    base: torch.Tensor,
+    deltas: list[torch.Tensor],
+    weights: Sequence[float],
+    options: TaskArithmeticOptions,
+    stats: None,
+    part: Part = WHOLE,
+) -> torch.Tensor:
     return weighted_sum(deltas, weights).mul_(float(options.scale))
 
 
-register(Method("task_arithmetic", TaskArithmeticOptions, merge, weighted=True, blockwise=True,
-                summary="λ·Σ w_i τ_i"))
+register(Method("task_arithmetic", TaskArithmeticOptions, merge, weighted=True, blockwise=True, summary="λ·Σ w_i τ_i"))

@@ -8,6 +8,7 @@ Blockwise: on a large tensor `tensor_pass` finds each τ_i's exact k-th magnitud
 cutoff from row blocks (`dots.vectors.topk.streamed_kth_largest`), so each block is trimmed with
 the same mask the whole tensor would get.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +16,16 @@ from typing import Sequence
 
 import torch
 
-from dots.merge.methods.base import (WHOLE, BlockStream, Method, Part, check_density, disjoint_mean, keep_only,
-                                topk_magnitude_mask)
+from dots.merge.methods.base import (
+    WHOLE,
+    BlockStream,
+    Method,
+    Part,
+    check_density,
+    disjoint_mean,
+    keep_only,
+    topk_magnitude_mask,
+)
 from dots.merge.methods.registry import register
 from dots.vectors.masks import keep_mask, tie_cutoffs
 from dots.vectors.topk import streamed_kth_largest
@@ -45,8 +54,9 @@ def trim(deltas: list[torch.Tensor], density: float, part: Part = WHOLE) -> list
     return deltas
 
 
-def tensor_pass(name: str, total: int, blocks: BlockStream, options: TiesOptions,
-                stats: None) -> list[tuple[float, int]] | None:
+def tensor_pass(
+    name: str, total: int, blocks: BlockStream, options: TiesOptions, stats: None
+) -> list[tuple[float, int]] | None:
     """Per source, the k-th largest |τ_i| over the whole tensor (k = round(density·n)) and
     the flat index of the last tie kept, in two or three passes over the row blocks."""
     density = float(options.density)
@@ -54,16 +64,36 @@ def tensor_pass(name: str, total: int, blocks: BlockStream, options: TiesOptions
         return None
     found = streamed_kth_largest(lambda: (deltas for _s, _b, deltas in blocks()), round(density * total))
     thresholds = [t for t, _need, _equal in found]
-    cutoffs = tie_cutoffs(lambda: ((start, deltas) for start, _b, deltas in blocks()), thresholds,
-                          [need for _t, need, _e in found], [equal for _t, _n, equal in found])
+    cutoffs = tie_cutoffs(
+        lambda: ((start, deltas) for start, _b, deltas in blocks()),
+        thresholds,
+        [need for _t, need, _e in found],
+        [equal for _t, _n, equal in found],
+    )
     return list(zip(thresholds, cutoffs))
 
 
-def merge(name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float],
-          options: TiesOptions, stats: None, part: Part = WHOLE) -> torch.Tensor:
+def merge(
+    name: str,
+    base: torch.Tensor,
+    deltas: list[torch.Tensor],
+    weights: Sequence[float],
+    options: TiesOptions,
+    stats: None,
+    part: Part = WHOLE,
+) -> torch.Tensor:
     trimmed = trim(deltas, float(options.density), part)
     return disjoint_mean(trimmed, weights).mul_(float(options.scale))
 
 
-register(Method("ties", TiesOptions, merge, weighted=True, blockwise=True, tensor_pass=tensor_pass,
-                summary="trim top-density, sign election, disjoint mean"))
+register(
+    Method(
+        "ties",
+        TiesOptions,
+        merge,
+        weighted=True,
+        blockwise=True,
+        tensor_pass=tensor_pass,
+        summary="trim top-density, sign election, disjoint mean",
+    )
+)
