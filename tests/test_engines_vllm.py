@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from dots.engines.vllm import vllm_available
+from dots.engines.vllm_env import vllm_available
 
 if not vllm_available():
     if os.environ.get("CI"):

@@ -236,7 +236,8 @@ def test_evaluate_starts_a_new_engine_for_another_vocabulary(tiny):
 def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     """The same swaps on vLLM (one engine start, ~1 min on vLLM-CPU): padded original source,
     source as saved, coefficients; greedy text equals transformers on the written model."""
-    from dots.engines.vllm import VLLMEngine, vllm_available
+    from dots.engines.vllm import VLLMEngine
+    from dots.engines.vllm_env import vllm_available
 
     if not vllm_available():
         pytest.skip("vLLM is not importable")

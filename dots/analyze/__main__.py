@@ -3,18 +3,22 @@ backbone's sources (SPEC §6) into analysis.json and figures (dots/conf/analyze.
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     from dots.analyze.run import run_from_config
+    from dots.cli import prepare_command
     from dots.config import compose
     from dots.errors import cli_errors
-    from dots.memory import reuse_freed_memory
 
-    reuse_freed_memory()
+    prepare_command(logging.WARNING)
     overrides = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(overrides):
+        print(__doc__)
+        return
     cli_errors(lambda: run_from_config(compose("analyze", overrides)))()
 
 

@@ -39,7 +39,7 @@ def resolve_engine_name(name: str) -> str:
         raise DotsError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
     if name != "auto":
         return name
-    from dots.engines.vllm import vllm_available
+    from dots.engines.vllm_env import vllm_available
 
     chosen = "vllm" if vllm_available() else "hf"
     log.info("engine=auto: using %s", chosen)

@@ -26,17 +26,22 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
-import os
 import shutil
-import sys
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
 from dots.engines.base import check_synth_cache
+from dots.engines.vllm_env import (
+    cpu_thread_binding,
+    environment,
+    export_import_path,
+    on_cpu_platform,
+    scratch_dir,
+    vllm_available,
+)
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
@@ -47,69 +52,6 @@ log = logging.getLogger(__name__)
 WORKER_EXTENSION = "dots.engines.vllm_worker.DotsWorkerExtension"
 CPU_MEMORY_UTILIZATION = 0.3  # vLLM-CPU: share of the NUMA node's memory; 0.92 does not fit here
 GPU_MEMORY_UTILIZATION = 0.9
-
-
-def vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-def on_cpu_platform() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
-
-
-def _export_import_path() -> None:
-    """Make `dots` importable in vLLM's worker processes (spawned or forked)."""
-    import dots
-
-    root = str(Path(dots.__file__).resolve().parent.parent)
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
-    if root not in sys.path:
-        sys.path.insert(0, root)
-
-
-def _cpu_thread_binding(tensor_parallel_size: int) -> dict[str, str]:
-    """vLLM-CPU binds each TP worker to its own NUMA node by default and refuses when there
-    are fewer nodes than workers; split this process's CPUs between the workers instead."""
-    if tensor_parallel_size <= 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
-        return {}
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < tensor_parallel_size:
-        raise DotsError(
-            f"tensor_parallel_size={tensor_parallel_size} needs at least as many CPUs; this process has {len(cpus)}"
-        )
-    share = len(cpus) // tensor_parallel_size
-    groups = [cpus[i * share : (i + 1) * share] for i in range(tensor_parallel_size)]
-    binding = "|".join(",".join(map(str, g)) for g in groups)
-    log.info("vLLM-CPU: binding TP workers to CPUs %s", binding)
-    return {"VLLM_CPU_OMP_THREADS_BIND": binding}
-
-
-@contextmanager
-def _environment(values: Mapping[str, str]):
-    """Set environment variables while vLLM spawns its processes, then restore them."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-
-
-def _scratch_dir() -> str | None:
-    shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 def _prompt_seed(seed: int, index: int, n: int) -> int:
@@ -147,7 +89,7 @@ class VLLMEngine:
         on_cpu = on_cpu_platform()
         if gpu_memory_utilization is None:
             gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu else GPU_MEMORY_UTILIZATION
-        env = _cpu_thread_binding(int(tensor_parallel_size)) if on_cpu else {}
+        env = cpu_thread_binding(int(tensor_parallel_size)) if on_cpu else {}
         kwargs: dict[str, Any] = dict(
             model=str(self.model_path),
             tensor_parallel_size=int(tensor_parallel_size),
@@ -164,8 +106,8 @@ class VLLMEngine:
         if enable_prefix_caching is not None:
             kwargs["enable_prefix_caching"] = bool(enable_prefix_caching)
         kwargs.update(extra_args or {})
-        _export_import_path()
-        with _environment(env):
+        export_import_path()
+        with environment(env):
             self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.task_vectors = None
@@ -272,7 +214,7 @@ class VLLMEngine:
         """Swap from (name, tensor) pairs covering every tensor of the engine's checkpoint."""
         ref = self.reference
         plan = {name: ref.info(name) for name in ref.names}
-        tmp = Path(tempfile.mkdtemp(prefix="dots-swap-", dir=_scratch_dir()))
+        tmp = Path(tempfile.mkdtemp(prefix="dots-swap-", dir=scratch_dir()))
         try:
             seen: set[str] = set()
             with CheckpointWriter(tmp / "model", plan) as writer:

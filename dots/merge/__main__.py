@@ -1,4 +1,4 @@
-"""`python -m dots.merge`: one baseline merge (SPEC §5) from the packaged configs.
+r"""`python -m dots.merge`: one baseline merge (SPEC §5) from the packaged configs.
 
     python -m dots.merge method=ties backbone.base=DIR_OR_ID \
         +backbone.sources.sft=DIR +backbone.sources.rlvr=DIR output=DIR [overwrite=true]
@@ -13,6 +13,7 @@ or tensors, NaN/Inf, bad option, unknown method, existing output) ends with one
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from pathlib import Path
@@ -119,11 +120,14 @@ def _device(device: str | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry of `python -m dots.merge`: compose the config, merge, print the output path."""
+    from dots.cli import prepare_command
     from dots.config import compose
-    from dots.memory import reuse_freed_memory
 
-    reuse_freed_memory()
+    prepare_command(logging.WARNING)
     args = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(args):
+        print(__doc__)
+        return
     # `+backbone.sources.KEY=` adds a source or replaces one the backbone has (Hydra's `++`)
     overrides = [("+" + a) if re.match(r"^\+backbone\.sources\.", a) else a for a in args]
 

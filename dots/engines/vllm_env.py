@@ -1,0 +1,80 @@
+"""How the processes of a vLLM engine are set up: whether vLLM is importable and on CPU,
+dots importable in its workers, CPU threads split between tensor-parallel workers, and
+environment variables set while it spawns."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from dots.errors import DotsError
+
+log = logging.getLogger(__name__)
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def on_cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def export_import_path() -> None:
+    """Make `dots` importable in vLLM's worker processes (spawned or forked)."""
+    import dots
+
+    root = str(Path(dots.__file__).resolve().parent.parent)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+
+
+def cpu_thread_binding(tensor_parallel_size: int) -> dict[str, str]:
+    """vLLM-CPU binds each TP worker to its own NUMA node by default and refuses when there
+    are fewer nodes than workers; split this process's CPUs between the workers instead."""
+    if tensor_parallel_size <= 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
+        return {}
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < tensor_parallel_size:
+        raise DotsError(
+            f"tensor_parallel_size={tensor_parallel_size} needs at least as many CPUs; this process has {len(cpus)}"
+        )
+    share = len(cpus) // tensor_parallel_size
+    groups = [cpus[i * share : (i + 1) * share] for i in range(tensor_parallel_size)]
+    binding = "|".join(",".join(map(str, g)) for g in groups)
+    log.info("vLLM-CPU: binding TP workers to CPUs %s", binding)
+    return {"VLLM_CPU_OMP_THREADS_BIND": binding}
+
+
+@contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables while vLLM spawns its processes, then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def scratch_dir() -> str | None:
+    """/dev/shm when writable (temporary checkpoints of swap_weights stay in memory)."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
