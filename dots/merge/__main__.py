@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from dots.errors import DotsError, cli_errors
 from dots.merge.executor import DEFAULT_MAX_SHARD_BYTES, merge_checkpoints
+from dots.plain import to_plain
 from dots.vectors.deltas import BLOCK_ENTRIES
 
 
@@ -60,7 +61,7 @@ def _resolved(cfg, keep_sources: Sequence[str]) -> dict:
                 if key not in keep_sources:
                     del cfg.backbone.sources[key]
     try:
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+        return to_plain(cfg)
     except OmegaConfBaseException as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, DotsError):

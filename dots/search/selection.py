@@ -16,7 +16,7 @@ import random
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from dots.errors import DotsError
 from dots.problems import Query
@@ -212,9 +212,3 @@ def load_selection(path: Path, key: str) -> Selection | None:
         {r["id"]: r["pool"] for r in rows if r["pool"]},
         head.get("notes", []),
     )
-
-
-def selection_key(parts: Mapping[str, Any]) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
