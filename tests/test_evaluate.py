@@ -15,10 +15,11 @@ from dots.evaluate.benchmarks import Benchmark, choice_question, load_problems, 
 from dots.evaluate.metrics import aggregate, grade, parse_metric, pass_at_k, problem_score
 from dots.evaluate.live import swap_incompatibility
 from dots.evaluate.run import evaluate
+from dots.paths import DATA_DIR
 from dots.evaluate.samples import read_samples
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_PARQUET = Path(__file__).resolve().parents[2] / "shared" / "data" / "valid.all.dedup.parquet"
+SHARED_PARQUET = DATA_DIR / "math" / "valid.all.dedup.parquet"  # the real verl parquet, shipped with dots
 HF = {"name": "hf", "device": "cpu", "batch_size": 8}
 
 
@@ -89,7 +90,6 @@ def test_pass_at_k_needs_enough_samples():
 
 # --- benchmark definitions and loaders ----------------------------------------------------------
 
-@pytest.mark.skipif(not SHARED_PARQUET.is_file(), reason="shared parquet absent")
 def test_parquet_loader_on_the_shared_math_file():
     context = {"math_parquet": str(SHARED_PARQUET), "backbone": {"max_tokens": 8192, "prompt": "dots_think"}}
     expected = {"aime24": 30, "aime25": 30, "amc": 83, "math500": 500, "minerva": 272, "olympiad": 675}

@@ -5,13 +5,12 @@ from pathlib import Path
 import pytest
 
 from dots.errors import DotsError
+from dots.paths import DATA_DIR
 from dots.problems import load_pool
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "valid.all.dedup.parquet"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="shared/ benchmark file not beside the repo")
+SHARED = DATA_DIR / "math" / "valid.all.dedup.parquet"  # the real verl parquet, shipped with dots
 
 
-@needs_shared
 def test_verl_parquet_pool():
     queries = load_pool({"kind": "parquet", "path": str(SHARED)})
     assert len(queries) == 1590
@@ -26,7 +25,6 @@ def test_verl_parquet_pool():
     assert first.answer == "\\left( 3, \\frac{\\pi}{2} \\right)"
 
 
-@needs_shared
 def test_parquet_filter_and_seeded_limit():
     cfg = {"kind": "parquet", "path": str(SHARED), "data_sources": ["aime", "amc"], "limit": 20, "seed": 3}
     a, b = load_pool(cfg), load_pool(cfg)
@@ -50,3 +48,16 @@ def test_jsonl_pool_and_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text("{nope\n")
     with pytest.raises(DotsError, match="not JSON"):
         load_pool({"kind": "jsonl", "path": str(tmp_path / "bad.jsonl")})
+
+
+def test_math_valid_pool_resolves_to_the_packaged_parquet():
+    """backbone=qwen7b's pool (math_valid) is the parquet inside the package, from any directory."""
+    from dots.config import compose
+
+    cfg = compose("search", ["backbone=qwen7b"])
+    assert Path(cfg.pool.path) == SHARED and SHARED.is_file()
+    queries = load_pool(cfg.pool)
+    assert len(queries) == int(cfg.pool.limit) == 512
+    ids = [q.id for q in queries]
+    order = {q.id: i for i, q in enumerate(load_pool({"kind": "parquet", "path": str(SHARED)}))}
+    assert [order[i] for i in ids] == sorted(order[i] for i in ids)  # the seeded sample keeps file order
