@@ -16,7 +16,6 @@ from dots.evaluate.metrics import aggregate, grade, parse_metric, pass_at_k, pro
 from dots.evaluate.live import swap_incompatibility
 from dots.evaluate.run import evaluate
 from dots.paths import DATA_DIR
-from dots.evaluate.samples import read_samples
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_PARQUET = DATA_DIR / "math" / "valid.all.dedup.parquet"  # the real verl parquet, shipped with dots
