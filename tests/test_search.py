@@ -196,3 +196,19 @@ def test_resume_after_kill(tiny, tmp_path, sig):
         retried = [t for t in study.trials if "dots_retry_of" in t.user_attrs]
         assert all(failed[t.user_attrs["dots_retry_of"]] == t.params for t in retried)
         assert len(retried) == len(failed) <= 1
+
+
+def test_export_stage_looks_where_the_export_writes(tmp_path, monkeypatch):
+    """A relative export.dir is written relative to the cwd; the export stage's 'done' check must
+    look there, not under the run directory (else every rerun exports again)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from dots.search.pipeline import export_dir
+
+    monkeypatch.chdir(tmp_path)
+    run = SimpleNamespace(cfg=OmegaConf.create({"export": {"dir": "rel/model"}}))
+    assert tmp_path / "runs" / "r1" / export_dir(run) == tmp_path / "rel" / "model"
+    run.cfg.export.dir = None
+    assert tmp_path / "runs" / "r1" / export_dir(run) == tmp_path / "runs" / "r1" / "model"

@@ -191,7 +191,8 @@ def build_push(run: Run) -> bool:
 
 
 def export_dir(run: Run) -> str:
-    return str(run.cfg.export.dir) if run.cfg.export.dir else "model"
+    """The export's directory: export.dir (absolute, as the export resolves it) or <run_dir>/model."""
+    return str(Path(str(run.cfg.export.dir)).expanduser().resolve()) if run.cfg.export.dir else "model"
 
 
 def search_stages(run: Run) -> list[Stage]:
