@@ -27,6 +27,32 @@ EXTRACTION = [
     ("", None),
     ("the sum is 3 + 4 = 7", None),  # no last-number fallback by default
     ("\\boxedvalue{3}", None),  # not a box command
+    # <answer> tags (official DoTS code, LUFFY/R1-style prompts)
+    ("<think>x</think>\n<answer>5</answer>", "5"),
+    ("<think>x</think><answer> $\\frac{3}{4}$ </answer>", "\\frac{3}{4}"),
+    ("<answer>The area is \\boxed{12}.</answer>", "12"),
+    ("<answer>So the answer is 7.</answer>", "7"),
+    ("\\boxed{3} then <answer>5</answer>", "5"),  # the tag is the stated final answer
+    ("<answer></answer> \\boxed{4}", "4"),  # an empty tag states nothing
+    # text fallbacks keep only the answer
+    ("The answer is: 3/4.", "3/4"),
+    ("the answer is 5, because of symmetry.", "5"),
+    ("the answer is 1, 2, and 3.", "1, 2, and 3"),
+    ("The answer is (1, 2), since x > 0.", "(1, 2)"),
+    ("The answer is 3.5.", "3.5"),
+    ("The answer is -5.", "-5"),
+    ("The answer is: -\\frac{1}{2}", "-\\frac{1}{2}"),
+    ("Final answer:\n\n12", "12"),
+    ("Final Answer: The final answer is $\\frac{1}{2}$. I hope it is correct.", "\\frac{1}{2}"),
+    ("**Final Answer:** **12**", "12"),
+    ("The answer is $\\$32,\\!348$.", "\\$32,\\!348"),  # \$ inside a math span
+    # the Solution after </think> beats a box drafted while thinking
+    ("<think>maybe \\boxed{3}</think> The answer is 5", "5"),
+    ("<think>surely \\boxed{3}</think> I am done.", "3"),  # nothing stated after: the thinking's box
+    # an empty box is no answer, never the literal markup
+    ("\\boxed{} The answer is \\boxed{}.", None),
+    ("\\boxed{4} and then \\boxed{}", "4"),
+    ("The answer is \\boxed{}. Hmm, the answer is 6.", "6"),
 ]
 
 
@@ -57,6 +83,29 @@ EQUIVALENT = [
     ("\\{1,2\\}", "\\{2,1\\}"),
     ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"),
     ("3", "x=3"),
+    # scientific notation (21% of Minerva's golds)
+    ("4.4e7", "4.4 \\times 10^{7}"),
+    ("4.4e7", "44000000"),
+    ("1.45e-5", "1.45\\cdot10^{-5}"),
+    ("2.7778e-6", "2.777778 \\times 10^{-6}"),
+    # percentages: p% is p and p/100
+    ("10\\%", "10"),
+    ("50\\%", "\\frac12"),
+    ("62.5%", "62.5\\%"),
+    ("17.5%", "0.175"),
+    ("$8 \\%$", "8\\%"),
+    # exact forms of the golds
+    ("142.0", "142"),
+    ("025", "25"),
+    ("-1./3", "-\\frac{1}{3}"),
+    ("10,\\!080", "10080"),
+    ("1\\frac{4}{5}", "1.8"),
+    ("$69$,$84$", "69, 84"),
+    ("np.arcsin(10/13)", "\\arcsin\\left(\\frac{10}{13}\\right)"),
+    ("\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}", "\\frac{2}{3} E_{2}+\\frac{1}{3} E_{1}"),
+    # deliberate: a ratio is its quotient; a bare list is a set
+    ("2:3", "\\frac23"),
+    ("1,3", "\\{3,1\\}"),
 ]
 NOT_EQUIVALENT = [
     ("(0,1)", "[0,1]"),  # open vs closed interval
@@ -64,6 +113,17 @@ NOT_EQUIVALENT = [
     ("abc", "abd"),
     ("\\frac{1}{2}", "\\frac{1}{3}"),
     ("(1,2)", "(2,1)"),  # ordered pair vs its reverse
+    ("\\{1,2\\}", "(1,2)"),  # deliberate: a set is not a tuple or interval
+    ("\\{1,2\\}", "[1,2]"),
+    ("1e-8", "2e-8"),  # math-verify's 6-decimal rounding made these equal
+    ("1e-8", "2 \\times 10^{-8}"),
+    ("4.5e33", "4.52\\times10^{33}"),  # beyond the gold's precision
+    (".35625", ".35626"),
+    ("3986729", "3986730"),
+    ("\\frac13", "0.333"),
+    ("62.5%", "63.5\\%"),
+    ("50", "\\frac12"),  # a percent matches both readings; plain numbers do not
+    ("\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}", "\\frac{2}{3} E_{1}+\\frac{2}{3} E_{2}"),  # partial parse
 ]
 
 
@@ -91,6 +151,10 @@ CHOICES = [
     ("<think>A or B?</think> The answer is A", "A"),
     ("I think it is a trick question.", None),
     ("B", "B"),
+    ("<think>It is B</think>\n<answer>C</answer>", "C"),
+    ("<answer>(D) 42</answer>", "D"),
+    ("<answer>The answer is (E).</answer>", "E"),
+    ("<think>\\boxed{A}</think> The answer is B", "B"),
 ]
 
 
@@ -107,7 +171,8 @@ def test_consistency_definition():
     assert consistency(["no idea", "none", "?", box("7"), box("8")]) == pytest.approx(0.2)
     assert consistency(["no idea"] * 4) == 0.0
     assert consistency([box("4")] * 8) == 1.0
-    assert consistency(["The answer is (B)", "\\boxed{B}", "(C)", "answer: C", "Answer: B"], mode="choice") == pytest.approx(0.6)
+    choices = ["The answer is (B)", "\\boxed{B}", "(C)", "answer: C", "Answer: B"]
+    assert consistency(choices, mode="choice") == pytest.approx(0.6)
     assert consistency_of_labels([]) == 0.0
 
 

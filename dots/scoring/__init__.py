@@ -1,12 +1,16 @@
-"""Scoring answers and models — the public grading API of dots.
+"""Scoring answers and models — the public grading API of dots (docs/grading.md).
 
-    from dots.scoring import is_correct, equivalence_classes, consistency
-    is_correct("... so the answer is \\boxed{\\frac{1}{2}}", "0.5")        # True
-    equivalence_classes(["1/2", "0.5", "2", None])                         # [0, 0, 1, None]
+    from dots.scoring import is_correct, equivalence_classes, extract_answer
+    is_correct("<think>…</think> so the answer is \\boxed{4.4 \\times 10^{7}}", "4.4e7")  # True
+    is_correct("<answer>62.5\\%</answer>", "62.5%")                                      # True
+    equivalence_classes(["1/2", "0.5", "50\\%", "2", None])                             # [0, 0, 0, 1, None]
 
-- `extract_answer` / `extract_choice`: the final answer of a completion;
-- `equivalence_classes` / `answers_equivalent`: mathematical equivalence (math-verify);
-- `consistency`: DoTS Eq. 4 for a query's samples; `is_correct`: SPEC §7 correctness;
+- `is_correct(completion, gold)`: SPEC §7 correctness of one completion;
+- `equivalence_classes(answers)` / `answers_equivalent(a, b)`: the same mathematical
+  answer (plain numbers read by dots, then math-verify under a per-comparison timeout);
+- `extract_answer` / `extract_choice`: the final answer of a completion (`<answer>` tags,
+  boxes, "the answer is" phrases; the Solution after `</think>` first);
+- `consistency`: DoTS Eq. 4 for a query's samples; `majority_answer`;
 - `perplexity`: exp of the mean token NLL; `format_prompt`: the SPEC §8 templates.
 """
 

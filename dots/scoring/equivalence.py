@@ -1,156 +1,94 @@
-"""Mathematical equivalence of answers (math-verify), as equivalence classes.
+"""Mathematical equivalence of answers, and equivalence classes (SPEC §3 `≡`, §7).
 
-`equivalence_classes`: each answer parsed once, compared with one representative per
-class in both directions (math-verify's `verify(gold, target)` is not symmetric).
-Identical normalised strings are equal without parsing.
+`answers_equivalent(a, b)` decides, in order:
+1. equal `normalize`d strings (`dots.scoring.normalize`): the same answer, no parsing;
+2. two plain numbers (`dots.scoring.numbers`): exact, or within a relative 1e-4 when one
+   is a decimal approximation; scientific notation and percentages read as the field
+   reads them; math-verify is not asked;
+3. a set `\\{…\\}` against one tuple or interval `(…)`: different (`normalize.shape`);
+4. math-verify (Kydlíček et al., the grader SPEC §7 names) on `normalize.to_latex` of
+   both, in either direction (`verify(gold, target)` is not symmetric), in the helper
+   process of `dots.scoring.worker`, at most `COMPARE_TIMEOUT_S` per comparison (a
+   comparison that runs over is "not equivalent", and logged). Answers longer than
+   `MAX_LATEX_CHARS` are not parsed (string equality only).
 
-math-verify bounds its time with SIGALRM, which only works on the main thread; off the
-main thread (Optuna `n_jobs > 1`, a server thread) the same work runs in a single
-helper process (spawned once, reused), on whose main thread the alarms work; if that
-process exceeds `POOL_TIMEOUT_S` it is killed and the batch falls back to string
-equality. Either way scoring never hangs and never raises from a thread.
+Deliberately kept from math-verify: a ratio `2:3` ≡ `\\frac23` (a ratio is its quotient;
+MATH asks for ratios "as a common fraction"); a bare list `1, 3` ≡ `\\{1, 3\\}` ≡ `3, 1`
+(the golds list solution sets that way); `x = 3` ≡ `3`; `1\\frac45` is a mixed number.
+
+`equivalence_classes` labels each answer with a class: each new answer is compared with
+one representative per existing class, in order, and joins the first it equals.
+Equivalence with percentages is not transitive (`50\\%` ≡ `50` and ≡ `\\frac12`, but
+`50` ≢ `\\frac12`), so with such answers the classes depend on sample order.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
-import re
-import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from functools import lru_cache
 from typing import Sequence
+
+from dots.scoring.normalize import normalize, shape, to_latex
+from dots.scoring.numbers import numbers_equal, read_number
+from dots.scoring.worker import COMPARE_TIMEOUT_S, Helper
 
 log = logging.getLogger(__name__)
 
-PARSE_TIMEOUT_S = 5
-VERIFY_TIMEOUT_S = 5
-POOL_TIMEOUT_S = 120.0
+MAX_LATEX_CHARS = 1000
+
+_helper = Helper()
+atexit.register(_helper.close)
 
 
-def normalize(answer: str) -> str:
-    """A cheap canonical string: equal strings are equivalent answers without parsing."""
-    s = answer.strip().strip("$")
-    for old, new in (
-        ("\\left", ""),
-        ("\\right", ""),
-        ("\\!", ""),
-        ("\\,", ""),
-        ("\\;", ""),
-        ("\\dfrac", "\\frac"),
-        ("\\tfrac", "\\frac"),
-        ("^{\\circ}", ""),
-        ("^\\circ", ""),
-    ):
-        s = s.replace(old, new)
-    s = re.sub(r"\\text\{\s*([^{}]*?)\s*\}", r"\1", s)
-    s = re.sub(r"\s+", "", s)
-    return s.rstrip(".")
-
-
-def _parse(answer: str, timeout: int | None):
-    from math_verify import LatexExtractionConfig, parse
-
+@lru_cache(maxsize=100_000)
+def _math_verify(a: str, b: str) -> bool:
+    """Cached helper-process comparison (arguments sorted by the caller: it is symmetric)."""
     try:
-        return parse(
-            "\\boxed{" + answer + "}",
-            extraction_config=[LatexExtractionConfig(boxed_match_priority=0)],
-            parsing_timeout=timeout,
-        )
-    except Exception:  # math-verify raises on odd input and on timeouts
-        return []
-
-
-def _verify(a, b, timeout: int | None) -> bool:
-    from math_verify import verify
-
-    if not a or not b:
-        return False
-    try:
-        return bool(verify(a, b, timeout_seconds=timeout)) or bool(verify(b, a, timeout_seconds=timeout))
-    except Exception:
+        return _helper.equal(a, b, COMPARE_TIMEOUT_S)
+    except RuntimeError as exc:  # the helper cannot start: string equality only
+        log.warning("%s; answers compared as strings", exc)
         return False
 
 
-def _classes_here(answers: Sequence[str | None]) -> list[int | None]:
-    """Class label per answer (None for no answer); runs math-verify in this thread."""
-    on_main = threading.current_thread() is threading.main_thread()
-    p_timeout = PARSE_TIMEOUT_S if on_main else None
-    v_timeout = VERIFY_TIMEOUT_S if on_main else None
+def _equivalent(a: str, b: str) -> bool:
+    """Steps 2-4 of the module docstring for two answers whose normalised strings differ."""
+    na, nb = read_number(a), read_number(b)
+    if na is not None and nb is not None:
+        return numbers_equal(na, nb)
+    if {shape(a), shape(b)} == {"set", "tuple"}:
+        return False
+    la, lb = to_latex(a), to_latex(b)
+    if not la or not lb or max(len(la), len(lb)) > MAX_LATEX_CHARS:
+        return False
+    if la == lb:
+        return True
+    return _math_verify(*sorted((la, lb)))
+
+
+def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
+    """Label each answer with its equivalence class (None: no answer); see the module docstring."""
     labels: list[int | None] = []
-    reps: list[tuple[str, object]] = []  # (normalised, parsed) per class
+    reps: list[str] = []  # one answer per class
     by_norm: dict[str, int] = {}
-    parsed_cache: dict[str, object] = {}
     for ans in answers:
         if ans is None or not str(ans).strip():
             labels.append(None)
             continue
-        norm = normalize(str(ans))
-        if norm in by_norm:
-            labels.append(by_norm[norm])
-            continue
-        if norm not in parsed_cache:
-            parsed_cache[norm] = _parse(str(ans), p_timeout)
-        parsed = parsed_cache[norm]
-        label = next((k for k, (_, rep) in enumerate(reps) if _verify(rep, parsed, v_timeout)), None)
-        if label is None:
-            label = len(reps)
-            reps.append((norm, parsed))
-        by_norm[norm] = label
-        labels.append(label)
+        text = str(ans)
+        norm = normalize(text)
+        if norm not in by_norm:
+            label = next((k for k, rep in enumerate(reps) if _equivalent(rep, text)), None)
+            if label is None:
+                label = len(reps)
+                reps.append(text)
+            by_norm[norm] = label
+        labels.append(by_norm[norm])
     return labels
 
 
-def _classes_by_string(answers: Sequence[str | None]) -> list[int | None]:
-    ids: dict[str, int] = {}
-    out: list[int | None] = []
-    for ans in answers:
-        if ans is None or not str(ans).strip():
-            out.append(None)
-        else:
-            out.append(ids.setdefault(normalize(str(ans)), len(ids)))
-    return out
-
-
-_pool: ProcessPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _get_pool() -> ProcessPoolExecutor:
-    global _pool
-    if _pool is None:
-        import multiprocessing
-
-        _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-    return _pool
-
-
-def _kill_pool() -> None:
-    global _pool
-    pool, _pool = _pool, None
-    if pool is not None:
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
-    """Label each answer with its math-verify equivalence class (None: no answer)."""
-    if threading.current_thread() is threading.main_thread():
-        return _classes_here(answers)
-    if all(a is None for a in answers):
-        return [None] * len(answers)
-    with _pool_lock:  # one helper process, one batch at a time
-        try:
-            return _get_pool().submit(_classes_here, list(answers)).result(timeout=POOL_TIMEOUT_S)
-        except FutureTimeout:
-            log.warning("math-verify helper exceeded %.0f s; falling back to string equality", POOL_TIMEOUT_S)
-            _kill_pool()
-        except Exception as exc:  # broken pool (killed, cannot spawn): string equality
-            log.warning("math-verify helper failed (%s); falling back to string equality", exc)
-            _kill_pool()
-    return _classes_by_string(answers)
-
-
 def answers_equivalent(a: str | None, b: str | None) -> bool:
-    labels = equivalence_classes([a, b])
-    return labels[0] is not None and labels[0] == labels[1]
+    """Whether two extracted answers are the same mathematical answer (no answer: never)."""
+    if a is None or b is None or not str(a).strip() or not str(b).strip():
+        return False
+    return normalize(str(a)) == normalize(str(b)) or _equivalent(str(a), str(b))

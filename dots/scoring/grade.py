@@ -1,8 +1,11 @@
 """Consistency (DoTS Eq. 4, SPEC §3) and correctness (SPEC §7) of completions.
 
 Consistency: C = max_y (1/m)·#{samples ≡ y}; samples without an answer count in m but
-never form the majority; all-no-answer gives 0. Correctness: math-verify against the
-ground truth, or the option letter for multiple choice.
+never form the majority; all-no-answer gives 0. Correctness: the completion's answer
+(`extract_answer`) is equivalent (`answers_equivalent`: numbers, then math-verify) to the
+ground truth, or the option letter matches for multiple choice. Both use one definition
+of "the same answer", so a benchmark score and the label-free objective never disagree
+on whether two answers are equal. What counts as equal, and why: docs/grading.md.
 """
 
 from __future__ import annotations
@@ -59,7 +62,12 @@ def is_correct(
     fallbacks: Iterable[str] = DEFAULT_FALLBACKS,
     letters: str = "ABCDEFGHIJ",
 ) -> bool:
-    """SPEC §7 correctness: math-verify against the ground truth, letter match for choice."""
+    """Whether one completion answers `gold` correctly (SPEC §7).
+
+    `gold` is the ground truth as the benchmark writes it (`4.4e7`, `62.5%`, `$\\frac{1}{2}$`,
+    or a solution whose last box is the answer). `mode` "math": the extracted answer is
+    equivalent to it; "choice": the option letter matches. No extractable answer: False.
+    """
     if mode == "choice":
         pred = extract_choice(completion, letters)
         gold_letter = letter_of(gold, letters) or gold.strip().upper()
