@@ -52,3 +52,17 @@ def compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
             return hydra_compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
         raise DotsError(f"bad configuration: {str(exc).splitlines()[0]}") from None
+
+
+def check_backbone_sources(cfg: DictConfig) -> None:
+    """Stop in one line when a backbone leaves a source checkpoint unset (`???`: the paper
+    gives no id for it), naming each value to pass and the backbone's `sources_note`."""
+    backbone = cfg.get("backbone")
+    sources = backbone.get("sources") if backbone is not None else None
+    if not isinstance(sources, DictConfig):
+        return
+    missing = [str(k) for k in sources if OmegaConf.is_missing(sources, k)]
+    if missing:
+        note = backbone.get("sources_note") or "no checkpoint is set for these sources"
+        passes = " ".join(f"backbone.sources.{k}=<Hub id or directory>" for k in missing)
+        raise DotsError(f"backbone {backbone.get('name', '?')}: {note}; pass {passes}")

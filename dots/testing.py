@@ -109,3 +109,30 @@ def make_finetuned(
         cfg["torch_dtype"] = str(dtype).replace("torch.", "")
         cfg_path.write_text(json.dumps(cfg, indent=2))
     return out_path
+
+
+def put_in_hub_cache(
+    model_dir: str | os.PathLike, repo_id: str, cache_dir: str | os.PathLike, revision: str = "main"
+) -> Path:
+    """Lay `model_dir` out in a Hugging Face cache as `huggingface_hub` writes a download:
+    `models--org--name/blobs/<sha256>`, `refs/<revision>` holding a commit hash, and
+    `snapshots/<commit>/<file>` relative links to the blobs. Returns the snapshot directory."""
+    import hashlib
+    import shutil
+
+    files = sorted(p for p in Path(model_dir).rglob("*") if p.is_file())
+    repo = Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
+    digests = {f: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    commit = hashlib.sha1("".join(f"{f.relative_to(model_dir)}:{d}" for f, d in digests.items()).encode()).hexdigest()
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / revision).write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    for f, digest in digests.items():
+        blob = repo / "blobs" / digest
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        if not blob.exists():
+            shutil.copyfile(f, blob)
+        link = snapshot / f.relative_to(model_dir)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    return snapshot

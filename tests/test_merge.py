@@ -160,6 +160,11 @@ def test_merged_model_loads_and_generates(qwen_bf16, tmp_path, method):
     import dots
 
     assert f"`{name}`" in card and dots.__version__ in card and str(qwen_bf16.sources["rlvr"]) in card
+    from huggingface_hub import ModelCard
+
+    data = ModelCard.load(out / "README.md").data
+    assert sorted(data.tags) == sorted({"dots", "merge", name})  # each tag once
+    assert data.base_model is None  # local directories are not Hub ids
 
 
 def test_tied_family_generates(llama_fp32_tied, tmp_path):

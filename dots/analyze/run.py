@@ -37,6 +37,7 @@ from dots.analyze.counts import (
 )
 from dots.analyze.report import build_report
 from dots.analyze.stream import plan_chunks, task_vector_chunks
+from dots.config import check_backbone_sources
 from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
@@ -237,6 +238,7 @@ def analyze(
 def _config_from_hydra(cfg) -> tuple[AnalyzeConfig, dict]:
     from omegaconf.errors import OmegaConfBaseException
 
+    check_backbone_sources(cfg)
     try:
         plain = to_plain(cfg)
     except OmegaConfBaseException as exc:

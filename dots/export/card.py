@@ -1,13 +1,19 @@
-"""Model cards (README.md) for models written by dots: what was merged, how, by which version.
+"""Model cards (README.md) for models written by dots, in the Hub's own format.
 
-Used by `dots.merge` and reusable by the search export: pass the method (or "dots"),
-its options, the base and sources, and optionally the full run config and results.
+The card is a `huggingface_hub.ModelCard` whose metadata (`ModelCardData`) follows the
+Hub's conventions for merges: `base_model` lists the base and every source that is a Hub
+id, `base_model_relation: merge`, and `tags` hold `merge` and the method once each. The
+body records what a reader needs to reproduce the model: each checkpoint with its
+revision (the commit of a Hub snapshot), the coefficients, the options, and for a DoTS
+export the objectives, the selection and the Pareto plot shipped next to the weights.
+Used by `dots.merge` and by the search's export stage.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -28,8 +34,13 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _is_hub_id(text: str) -> bool:
-    return text.count("/") == 1 and not text.startswith((".", "/", "~"))
+def is_hub_id(text: str) -> bool:
+    """`org/name` and not an existing or explicitly relative/absolute path."""
+    return text.count("/") == 1 and not text.startswith((".", "/", "~")) and not Path(text).exists()
+
+
+def _yaml_block(value: Any) -> list[str]:
+    return ["```yaml", yaml.safe_dump(_plain(value) or {}, sort_keys=False).rstrip(), "```", ""]
 
 
 def render_model_card(
@@ -39,53 +50,48 @@ def render_model_card(
     base: str,
     sources: Mapping[str, str],
     weights: Mapping[str, float] | None = None,
+    revisions: Mapping[str, str | None] | None = None,
     title: str | None = None,
     description: str | None = None,
     results: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
     date: str | None = None,
 ) -> str:
-    """README.md text: YAML front matter (Hub metadata) + method, options, sources, version."""
-    front: dict[str, Any] = {"library_name": "transformers", "tags": ["dots", "merge", str(method)]}
-    hub_bases = [b for b in [base] if _is_hub_id(str(base))]
-    if hub_bases:
-        front["base_model"] = hub_bases[0]
-    lines = ["---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", ""]
-    lines.append(f"# {title or f'{method} merge'}")
-    lines.append("")
-    lines.append(description or f"Merged with dots {dots.__version__} using method `{method}`.")
-    lines.append("")
-    lines += [
+    """README.md text of a merged model: Hub metadata + checkpoints, revisions, coefficients,
+    options, results and the full configuration. `revisions` maps "base" and each source key
+    to the commit it was read at (None: a local directory)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    revisions = dict(revisions or {})
+    hub_models = [m for m in dict.fromkeys([str(base), *map(str, sources.values())]) if is_hub_id(m)]
+    data = ModelCardData(
+        library_name="transformers",
+        base_model=hub_models or None,
+        tags=list(dict.fromkeys(["merge", "dots", str(method)])),
+        base_model_relation="merge" if hub_models else None,
+    )
+    body = [f"# {title or f'{method} merge'}", ""]
+    body += [description or f"Merged with dots {dots.__version__} using method `{method}`.", ""]
+    body += [
         "| | |",
         "|---|---|",
         f"| method | `{method}` |",
         f"| dots version | {dots.__version__} |",
         f"| date | {date or _dt.date.today().isoformat()} |",
-        f"| base | `{base}` |",
+        "",
+        "## Checkpoints",
+        "",
+        "| role | checkpoint | revision | coefficient |",
+        "|---|---|---|---|",
+        f"| base | `{base}` | {revisions.get('base') or '—'} | |",
     ]
-    lines.append("")
-    lines += ["## Sources", "", "| key | checkpoint | weight |", "|---|---|---|"]
     for key, path in sources.items():
-        w = "" if weights is None else f"{weights.get(key, 1.0):g}"
-        lines.append(f"| {key} | `{path}` | {w} |")
-    lines.append("")
-    lines += [
-        "## Options",
-        "",
-        "```yaml",
-        yaml.safe_dump(_plain(dict(options)) or {}, sort_keys=False).rstrip(),
-        "```",
-        "",
-    ]
+        weight = "" if weights is None else f"{weights.get(key, 1.0):.6g}"
+        body.append(f"| {key} | `{path}` | {revisions.get(key) or '—'} | {weight} |")
+    body += ["", "## Options", "", *_yaml_block(dict(options))]
     if results:
-        lines += ["## Results", "", "```json", json.dumps(_plain(dict(results)), indent=2), "```", ""]
+        body += ["## Results", "", "```json", json.dumps(_plain(dict(results)), indent=2), "```", ""]
     if config:
-        lines += [
-            "## Full configuration",
-            "",
-            "```yaml",
-            yaml.safe_dump(_plain(dict(config)), sort_keys=False).rstrip(),
-            "```",
-            "",
-        ]
-    return "\n".join(lines)
+        body += ["## Full configuration", "", *_yaml_block(dict(config))]
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body))
+    return str(card)

@@ -1,10 +1,23 @@
 """Upload an exported model to the Hugging Face Hub; a failed push keeps the export and
-prints the command that retries it."""
+prints the command that retries it.
+
+A 7B export is ~15 GB and a 70B one ~140 GB, so an upload must survive an interruption:
+with `huggingface_hub` < 2 a folder above `LARGE_FOLDER_BYTES` goes through
+`upload_large_folder` (resumable, many commits); from 2.0 on `upload_folder` itself
+uploads through hf_xet in batched commits and a rerun resumes it, and
+`upload_large_folder` is gone.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+LARGE_FOLDER_BYTES = 5 * 2**30
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
 def push_to_hub(folder: Path, repo_id: str, private: bool = True) -> str:
@@ -13,16 +26,24 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = True) -> str:
 
     api = HfApi()
     url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    api.upload_folder(
-        folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message="Upload model synthesized with dots"
-    )
+    upload_large = getattr(api, "upload_large_folder", None)
+    if upload_large is not None and folder_bytes(folder) > LARGE_FOLDER_BYTES:
+        upload_large(repo_id=repo_id, folder_path=str(folder), repo_type="model", private=private)
+    else:
+        api.upload_folder(
+            folder_path=str(folder),
+            repo_id=repo_id,
+            repo_type="model",
+            commit_message="Upload model synthesized with dots",
+        )
     return str(url)
 
 
 def try_push(folder: Path, repo_id: str, private: bool) -> bool:
+    """Push, or keep the export and print the retry command (offline, auth, name taken)."""
     try:
         url = push_to_hub(folder, repo_id, private)
-    except Exception as exc:  # offline, auth, name taken: keep the export, say how to retry
+    except Exception as exc:  # whatever the Hub or the network raised: the export stays
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(
             f"push to {repo_id} failed: {first}\n  the model is kept at {folder}\n"

@@ -57,9 +57,10 @@ def write_synthesized(
 
 
 def export_model(
-    cfg: Any, tv: TaskVectors, alignment: Alignment, result: Mapping[str, Any], run_dir: Path, selection_size: int
+    cfg: Any, tv: TaskVectors, alignment: Alignment, result: Mapping[str, Any], run_dir: Path, selection: list[str]
 ) -> Path:
-    """The search's export stage: the pick θ0 + Σ λ*_i τ̃_i with its card and Pareto plot."""
+    """The search's export stage: the pick θ0 + Σ λ*_i τ̃_i with its card and Pareto plot
+    (`selection`: the ids of the adaptation queries)."""
     out = Path(str(cfg.export.dir)) if cfg.export.dir else run_dir / "model"
     coefficients = {k: float(v) for k, v in result["coefficients"].items()}
     backbone = cfg.backbone
@@ -69,18 +70,19 @@ def export_model(
         base=str(backbone.base),
         sources={k: str(v) for k, v in backbone.sources.items()},
         weights=coefficients,
+        revisions=alignment.revisions(),
         title=f"DoTS synthesis of {backbone.name}",
         description=(
             "Decoupled test-time synthesis (DoTS): θ = θ0 + Σ λ_i τ̃_i with sparsified, "
             "norm-rescaled task vectors; λ chosen on the Pareto front of answer consistency and "
-            f"perplexity over {selection_size} unlabeled queries.\n\n![Pareto front](pareto.png)"
+            f"perplexity over {len(selection)} unlabeled queries.\n\n![Pareto front](pareto.png)"
         ),
         results={
             "trial": result["trial"],
             "coefficients": coefficients,
             "objectives": result["objectives"],
-            "selection_size": selection_size,
             "complete_trials": result["complete_trials"],
+            "selection": {"size": len(selection), "strategy": str(cfg.selection.strategy), "ids": selection},
         },
         config=to_plain(cfg),
     )

@@ -38,6 +38,11 @@ class Alignment:
     extra_rows: dict[str, str] = field(default_factory=dict)  # name -> source key giving extra rows
     renames: dict[tuple[str, str], str] = field(default_factory=dict)
 
+    def revisions(self) -> dict[str, str | None]:
+        """The commit each checkpoint was read at ("base" and each source key; None: a local
+        directory), for the model card."""
+        return {"base": self.base.revision, **{key: ckpt.revision for key, ckpt in self.sources.items()}}
+
     def source_name(self, key: str, name: str) -> str:
         """The tensor name to read in source `key` for base tensor `name`."""
         return self.renames.get((key, name), name)

@@ -59,12 +59,21 @@ def resolve_model_dir(path_or_id: str | os.PathLike, revision: str | None = None
     return Path(local)
 
 
+def snapshot_revision(path: Path) -> str | None:
+    """The commit of a Hugging Face cache snapshot (`models--org--name/snapshots/<commit>`),
+    or None for any other directory."""
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.name
+    return None
+
+
 class Checkpoint:
     """A model directory read lazily: names, shapes, dtypes, one tensor at a time, config."""
 
     def __init__(self, path_or_id: str | os.PathLike, revision: str | None = None):
         self.source = str(path_or_id)
         self.path = resolve_model_dir(path_or_id, revision)
+        self.revision = snapshot_revision(self.path)  # the commit read, for a Hub id
         self._files = self._weight_files()
         self._where: dict[str, tuple[Path, int, int]] = {}  # name -> (file, byte offset, nbytes)
         self._info: dict[str, TensorInfo] = {}

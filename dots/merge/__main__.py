@@ -53,6 +53,8 @@ def _resolved(cfg, keep_sources: Sequence[str]) -> dict:
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
+    from dots.config import check_backbone_sources
+
     if OmegaConf.is_missing(cfg, "output"):
         raise DotsError("no output directory given (add output=DIR)")
     if keep_sources and "backbone" in cfg and cfg.backbone.get("sources") is not None:
@@ -60,6 +62,7 @@ def _resolved(cfg, keep_sources: Sequence[str]) -> dict:
             for key in list(cfg.backbone.sources):
                 if key not in keep_sources:
                     del cfg.backbone.sources[key]
+    check_backbone_sources(cfg)
     try:
         return to_plain(cfg)
     except OmegaConfBaseException as exc:

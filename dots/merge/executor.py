@@ -136,6 +136,7 @@ def merge_checkpoints(
         base=str(base),
         sources={k: str(v) for k, v in sources.items()},
         weights=dict(zip(keys, weight_list)) if spec.weighted else None,
+        revisions=al.revisions(),
         config=card_config,
     )
     merged = set(al.merged)

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+from dots.config import check_backbone_sources  # importing it registers ${dots_data:...} and ${lab:...}
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
@@ -177,7 +177,7 @@ def build_export(run: Run) -> Path:
         run.alignment,
         run.results["pick"],
         run.run_dir,
-        selection_size=len(run.results["selection"]),
+        selection=[q.id for q in run.results["selection"]],
     )
 
 
@@ -234,6 +234,7 @@ def prepare(cfg: DictConfig) -> Run:
     bounds = check_range(list(cfg.search.range))
     if int(cfg.search.n_trials) < 1:
         raise DotsError(f"search.n_trials must be >= 1, got {cfg.search.n_trials}")
+    check_backbone_sources(cfg)
     backbone = cfg.backbone
     base = Checkpoint(str(backbone.base), backbone.get("revision"))
     sources = {str(k): Checkpoint(str(v), backbone.get("revision")) for k, v in backbone.sources.items()}
