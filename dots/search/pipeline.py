@@ -25,6 +25,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
 from dots.plain import to_plain
 from dots.problems import Query, load_pool
+from dots.search.dashboard import dashboard_command
 from dots.search.engine_model import engine_model, source_activation
 from dots.search.identity import check_range, resolve_run_dir, run_identity
 from dots.search.scorer import LazyEngine, Scorer
@@ -291,4 +292,5 @@ def run_search(cfg: DictConfig) -> Path:
         f"pick ({cfg.pick}): trial {result['trial']} λ={result['coefficients']} "
         f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}"
     )
+    print(f"dashboard: {dashboard_command(cfg.search.storage, run.run_dir)}")
     return run.run_dir

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from dots.search.dashboard import attach_artifacts
 from dots.search.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
 
 
@@ -58,4 +59,6 @@ def pick_and_report(study: Any, sources: list[str], rule: str, run_dir: Path, ti
         "complete_trials": len(points),
     }
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
+    study.set_user_attr("pick", {k: result[k] for k in ("trial", "pick", "coefficients", "objectives")})
+    attach_artifacts(study, run_dir, [run_dir / "pareto.png", run_dir / "result.yaml", run_dir / "trials.csv"])
     return result

@@ -1,0 +1,99 @@
+"""A finished lab search opened in a real optuna-dashboard server on localhost: its trials
+(λ, phase times, objective names), the pick, and the Pareto plot read back over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("optuna_dashboard")
+
+SMALL_LAB = [
+    "engine=hf",
+    "search.n_trials=3",
+    "search.n_startup_trials=2",
+    "pool.size=16",
+    "selection.n=4",
+    "selection.m=2",
+    "search.k=2",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read()
+
+
+@pytest.fixture(scope="module")
+def lab_run(tmp_path_factory) -> tuple[Path, str]:
+    """A finished search on the lab backbone; its run directory and the dashboard command it printed."""
+    tmp = tmp_path_factory.mktemp("dash")
+    env = dict(os.environ, DOTS_OUTPUTS=str(tmp / "outputs"))
+    done = subprocess.run(
+        [sys.executable, "-m", "dots.search", "backbone=lab", *SMALL_LAB, f"run_dir={tmp / 'run'}"],
+        env=env,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (command,) = [
+        line.split("dashboard: ", 1)[1] for line in done.stdout.splitlines() if line.startswith("dashboard: ")
+    ]
+    return tmp / "run", command
+
+
+def test_dashboard_serves_the_trials_the_pick_and_the_pareto_plot(lab_run):
+    run_dir, command = lab_run
+    exe = shutil.which("optuna-dashboard") or str(Path(sys.executable).with_name("optuna-dashboard"))
+    port = free_port()
+    args = [exe, *command.split()[1:], "--host", "127.0.0.1", "--port", str(port)]
+    server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                get(base + "/api/meta")
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read() if server.stderr else ""
+                assert time.monotonic() < deadline, "optuna-dashboard did not start"
+                time.sleep(0.5)
+        (study,) = json.loads(get(base + "/api/studies"))["study_summaries"]
+        detail = json.loads(get(f"{base}/api/studies/{study['study_id']}"))
+        assert detail["objective_names"] == ["consistency", "perplexity"]
+        assert detail["directions"] == ["maximize", "minimize"]
+        trials = [t for t in detail["trials"] if t["state"] == "Complete"]
+        assert len(trials) == 3
+        for trial in trials:
+            assert {p["name"] for p in trial["params"]} == {"lambda_sft", "lambda_rlvr"}
+            times = next(json.loads(a["value"]) for a in trial["user_attrs"] if a["key"] == "time")
+            assert {"swap", "generate"} <= set(times)
+        result = yaml.safe_load((run_dir / "result.yaml").read_text())
+        pick = next(json.loads(a["value"]) for a in detail["user_attrs"] if a["key"] == "pick")
+        assert pick["trial"] == result["trial"] and pick["coefficients"] == result["coefficients"]
+        artifacts = {a["filename"]: a["artifact_id"] for a in detail["artifacts"]}
+        assert {"pareto.png", "result.yaml", "trials.csv"} <= set(artifacts)
+        png = get(f"{base}/artifacts/{study['study_id']}/{artifacts['pareto.png']}")
+        assert png == (run_dir / "pareto.png").read_bytes() and png.startswith(b"\x89PNG")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
