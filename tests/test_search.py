@@ -120,6 +120,21 @@ def test_three_sources_get_one_coefficient_each(tiny, tmp_path):
     assert set(result["coefficients"]) == {"sft", "rlvr", "third"}
 
 
+@pytest.mark.parametrize("sampler", ["gp", "nsga2", "random"])
+def test_every_sampler_runs_the_search(tiny, tmp_path, sampler):
+    """(tpe, the default, runs in every other test here.)"""
+    import optuna
+
+    run_dir = run(overrides(tiny, tmp_path / "run", trials=4, extra=[f"sampler={sampler}", "sampler.population_size=2"]
+                            if sampler == "nsga2" else [f"sampler={sampler}"]))
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    assert result["complete_trials"] == 4
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{run_dir / 'study.db'}")
+    assert study.user_attrs["sampler"]["name"] == sampler
+    lams = {tuple(t.params.values()) for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))}
+    assert len(lams) == 4
+
+
 def test_fixed_coefficients_are_scored_only(tiny, tmp_path):
     run_dir = run(overrides(tiny, tmp_path / "run", extra=["search.fixed=[[1,1],[0.5,0.5]]"]))
     rows = (run_dir / "fixed.csv").read_text().splitlines()

@@ -38,6 +38,7 @@ def run_identity(cfg: Any, base: Checkpoint, sources: Mapping[str, Checkpoint]) 
         "selection": to_plain(cfg.selection),
         "pool": to_plain(cfg.pool),
         "search": search,
+        "sampler": to_plain(cfg.sampler),
         "prompt": cfg.backbone.prompt,
         "seed": cfg.seed,
     }

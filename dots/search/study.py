@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from dots.errors import DotsError
+from dots.plain import to_plain
+from dots.search.samplers import build_sampler
 from dots.search.scorer import Scorer
 from dots.search.workers import Heartbeat, fail_and_requeue, recover_stale_trials
 from dots.signals import sigterm_deferred
@@ -42,16 +44,13 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
 
 
 def open_study(cfg: Any, storage: Any, study_name: str) -> Any:
-    """Create or load the study: two objectives, TPE seeded per worker (constant liar with
-    several workers)."""
+    """Create or load the study: two objectives, the configured sampler (`sampler=tpe|gp|
+    nsga2|random`, dots.search.samplers) seeded per worker."""
     import optuna
 
-    sampler = optuna.samplers.TPESampler(
-        seed=int(cfg.seed) + 7919 * int(cfg.search.worker),
-        n_startup_trials=int(cfg.search.n_startup_trials),
-        multivariate=bool(cfg.search.multivariate),
-        constant_liar=int(cfg.search.workers) > 1,
-    )
+    seed = int(cfg.seed) + 7919 * int(cfg.search.worker)
+    sampler_opts = to_plain(cfg.sampler)
+    sampler = build_sampler(sampler_opts, seed, int(cfg.search.workers))
     study = optuna.create_study(
         study_name=study_name,
         storage=storage,
@@ -59,6 +58,7 @@ def open_study(cfg: Any, storage: Any, study_name: str) -> Any:
         directions=["maximize", "minimize"],
         load_if_exists=True,
     )
+    study.set_user_attr("sampler", sampler_opts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(["consistency", "perplexity"])
