@@ -135,6 +135,20 @@ def test_every_sampler_runs_the_search(tiny, tmp_path, sampler):
     assert len(lams) == 4
 
 
+def test_adaptive_sampling_draws_at_most_k_and_scores_what_it_drew(tiny, tmp_path):
+    import optuna
+
+    extra = ["search.k=6", "search.adaptive.enabled=true", "search.adaptive.first=2", "search.adaptive.step=2"]
+    run_dir = run(overrides(tiny, tmp_path / "run", trials=3, extra=extra))
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{run_dir / 'study.db'}")
+    for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
+        per_query = t.user_attrs["per_query_consistency"]
+        assert len(per_query) == 3 and 3 * 2 <= t.user_attrs["samples_drawn"] <= 3 * 6
+        assert t.values[0] == pytest.approx(sum(per_query) / 3)
+        # Eq. 4 over n drawn samples takes values j/n with n in {2, 4, 6}
+        assert all(any(abs(c * n - round(c * n)) < 1e-9 for n in (2, 4, 6)) for c in per_query)
+
+
 def test_fixed_coefficients_are_scored_only(tiny, tmp_path):
     run_dir = run(overrides(tiny, tmp_path / "run", extra=["search.fixed=[[1,1],[0.5,0.5]]"]))
     rows = (run_dir / "fixed.csv").read_text().splitlines()

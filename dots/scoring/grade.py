@@ -26,6 +26,21 @@ def consistency_of_labels(labels: Sequence[int | str | None]) -> float:
     return max(counts.values()) / m if counts and m else 0.0
 
 
+def answer_labels(
+    completions: Sequence[str],
+    mode: str = "math",
+    fallbacks: Iterable[str] = DEFAULT_FALLBACKS,
+    letters: str = "ABCDEFGHIJ",
+) -> list[int | str | None]:
+    """The answer class of each completion (None: no answer): equivalence classes of the
+    extracted answers (`mode` math) or the option letters (`mode` choice)."""
+    if mode == "choice":
+        return [extract_choice(c, letters) for c in completions]
+    if mode != "math":
+        raise ValueError(f"consistency mode must be 'math' or 'choice', got {mode!r}")
+    return list(equivalence_classes([extract_answer(c, fallbacks) for c in completions]))
+
+
 def consistency(
     completions: Sequence[str],
     mode: str = "math",
@@ -33,12 +48,7 @@ def consistency(
     letters: str = "ABCDEFGHIJ",
 ) -> float:
     """Eq. 4 for the m completions of one query; `mode` math (math-verify) or choice (letters)."""
-    if mode == "choice":
-        return consistency_of_labels([extract_choice(c, letters) for c in completions])
-    if mode != "math":
-        raise ValueError(f"consistency mode must be 'math' or 'choice', got {mode!r}")
-    answers = [extract_answer(c, fallbacks) for c in completions]
-    return consistency_of_labels(equivalence_classes(answers))
+    return consistency_of_labels(answer_labels(completions, mode, fallbacks, letters))
 
 
 def majority_answer(completions: Sequence[str], fallbacks: Iterable[str] = DEFAULT_FALLBACKS) -> str | None:

@@ -26,6 +26,7 @@ def trial_rows(study: Any, sources: list[str]) -> list[dict]:
                 "consistency": t.values[0] if ok else None,
                 "perplexity": t.values[1] if ok else None,
                 "tokens_generated": t.user_attrs.get("tokens_generated"),
+                "samples_drawn": t.user_attrs.get("samples_drawn"),
             }
         )
         row.update({f"time_{k}": round(v, 4) for k, v in times.items()})

@@ -1,14 +1,19 @@
-"""One trial's score (DoTS §4.3): swap λ into the live engine, sample k answers per query,
-consistency ↑ (Eq. 4) and perplexity ↓ of the adaptation prompts."""
+"""One trial's score (DoTS §4.3): swap λ into the live engine, sample k answers per query
+(or fewer, adaptively: dots.search.adaptive), consistency ↑ (Eq. 4) and perplexity ↓ of the
+adaptation prompts."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Mapping
 
+from dots.plain import to_plain
+from dots.scoring.grade import answer_labels
 from dots.scoring.grade import consistency as answer_consistency
 from dots.scoring.perplexity import perplexity
+from dots.search.adaptive import AdaptiveConfig, sample_adaptively
 
 
 @dataclass
@@ -18,6 +23,7 @@ class TrialResult:
     per_query: list[float]
     tokens: int
     times: dict[str, float]
+    samples: int = 0  # completions drawn (k per query, fewer with adaptive sampling)
 
 
 class Scorer:
@@ -31,7 +37,20 @@ class Scorer:
         self.top_p = float(cfg.search.top_p)
         self.max_tokens = int(cfg.search.max_tokens)
         self.mode = str(cfg.search.get("answer_mode", "math"))
+        self.adaptive = AdaptiveConfig(**to_plain(cfg.search.get("adaptive") or {}))
         self.tokenizer = tokenizer
+
+    def _generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:
+        return self.engine.generate(
+            prompts, n=n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=seed
+        )
+
+    def sample(self, seed: int) -> list[list[str]]:
+        """k samples per prompt, or fewer where adaptive sampling settles a query's majority."""
+        if not self.adaptive.enabled:
+            return self._generate(self.prompts, self.k, seed)
+        label = partial(answer_labels, mode=self.mode)
+        return sample_adaptively(self.prompts, self.k, self._generate, label, self.adaptive, seed)
 
     def __call__(self, coefficients: Mapping[str, float], seed: int) -> TrialResult:
         start = getattr(self.engine, "start", None)  # a LazyEngine: its start is not the trial's swap
@@ -39,14 +58,7 @@ class Scorer:
         t0 = time.perf_counter()
         self.engine.swap_coefficients(dict(coefficients))
         t1 = time.perf_counter()
-        outs = self.engine.generate(
-            self.prompts,
-            n=self.k,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=seed,
-        )
+        outs = self.sample(seed)
         t2 = time.perf_counter()
         per_query = [answer_consistency(samples, mode=self.mode) for samples in outs]
         t3 = time.perf_counter()
@@ -72,6 +84,7 @@ class Scorer:
                 "total": t4 - t0,
                 "engine_start": engine_start,
             },
+            len(texts),
         )
 
 

@@ -149,6 +149,7 @@ def run_study(
                 for name, value in (
                     ("per_query_consistency", res.per_query),
                     ("tokens_generated", res.tokens),
+                    ("samples_drawn", res.samples),
                     ("time", res.times),
                 ):
                     trial.set_user_attr(name, value)
