@@ -136,3 +136,18 @@ def put_in_hub_cache(
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
     return snapshot
+
+
+def peak_cpu_alloc_bytes(fn: Any) -> int:
+    """The largest number of bytes torch held allocated on the CPU while `fn()` ran, from the
+    profiler's memory records (each op's own allocations net of its own frees, in time
+    order): deterministic, unlike RSS, so tests can bound the working set of a step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    held = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        held += event.self_cpu_memory_usage
+        peak = max(peak, held)
+    return peak

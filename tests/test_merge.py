@@ -228,6 +228,49 @@ def test_row_blocked_merge_writes_the_same_bytes(qwen_bf16, tmp_path, method, op
         assert (whole / name).read_bytes() == (blocked / name).read_bytes(), name
 
 
+FIRST_PASS_CASES = [("sar", {"calibration_size": 2, "p": 0.2}), ("dots_fixed", {})]
+
+
+@pytest.mark.parametrize("method,options", FIRST_PASS_CASES, ids=[c[0] for c in FIRST_PASS_CASES])
+def test_row_blocked_merge_with_a_first_pass_writes_the_same_bytes(qwen_bf16, tmp_path, method, options):
+    """SAR (median of the private |r| found over the blocks, Fisher and drop masks read per
+    block) and dots_fixed (τ̃ rows read per block) merge in row blocks with the same bytes."""
+    cache = tmp_path / "cache"
+    whole = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "whole", method=method, options=options,
+                              cache_dir=cache)
+    blocked = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "blocked", method=method,
+                                options=options, cache_dir=cache, block_entries=100)
+    files = sorted(p.name for p in whole.glob("*.safetensors"))
+    assert files and files == sorted(p.name for p in blocked.glob("*.safetensors"))
+    for name in files:
+        assert (whole / name).read_bytes() == (blocked / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("method,options", CASES + FIRST_PASS_CASES, ids=[c[0] for c in CASES + FIRST_PASS_CASES])
+def test_every_method_sees_one_row_block_at_a_time(qwen_bf16, tmp_path, monkeypatch, method, options):
+    """The resident set of a merge is a few blocks whatever the width: no method is handed a
+    tensor above block_entries (one row where a row is larger). Before SAR and dots_fixed were
+    blockwise they got whole tensors — 6-7 float32 copies of a 545 M-entry 7B embedding, ≥ 13
+    GiB, stopped by benchmarks/large_shapes.py's memory guard."""
+    import dataclasses
+
+    from dots.merge.methods import registry
+
+    spec = registry.get_method(method)
+    seen: list[int] = []
+
+    def spy(name, base, deltas, *rest):
+        seen.append(base.numel())
+        return spec.merge(name, base, deltas, *rest)
+
+    monkeypatch.setitem(registry.METHODS, spec.name, dataclasses.replace(spec, merge=spy))
+    block = 100
+    merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "out", method=method, options=options,
+                      cache_dir=tmp_path / "cache", block_entries=block)
+    widest_row = max(Checkpoint(qwen_bf16.base).info(n).shape[-1] for n in Checkpoint(qwen_bf16.base).names)
+    assert seen and max(seen) <= max(block, widest_row)
+
+
 def test_row_blocked_merge_appends_extra_vocab_rows(qwen_bf16, tmp_path):
     src = Checkpoint(qwen_bf16.sources["sft"])
     plan = {n: TensorInfo((src.info(n).shape[0] + 2, *src.info(n).shape[1:]) if n == "model.embed_tokens.weight"

@@ -92,6 +92,32 @@ def test_cache_is_reused_and_keyed_by_options(trio, tmp_path):
     assert torch.equal(again.get("b", tv1.names[0]), tv1.get("b", tv1.names[0]))
 
 
+def test_sparsify_holds_one_float32_copy_of_a_large_tensor(tmp_path):
+    """τ̃ of a tensor larger than a scan chunk: the norms are summed in float64 chunk by chunk and
+    the mask found and applied in place, so building it holds τ and chunk-sized temporaries —
+    not whole float64 copies (7 float32 copies of a 545 M-entry 7B embedding: > 13 GiB)."""
+    from dots.testing import peak_cpu_alloc_bytes
+    from dots.vectors.sparsify import SparseStats, sparsify_source
+
+    shape = (2048, 3072)  # 6.3 M entries: more than one chunk of dots.vectors.topk.CHUNK
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(shape, generator=gen).to(torch.bfloat16)
+    for key, t in (("base", base), ("sft", (base.float() + 0.01 * torch.randn(shape, generator=gen)).bfloat16())):
+        with CheckpointWriter(tmp_path / key, {"w": TensorInfo(shape, torch.bfloat16)}) as writer:
+            writer.write("w", t)
+            writer.add_file("config.json", json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+            writer.commit()
+    al = align(Checkpoint(tmp_path / "base"), {"sft": Checkpoint(tmp_path / "sft")})
+    out = {}
+    peak = peak_cpu_alloc_bytes(lambda: out.update(sparsify_source(al, "sft", SparsifyConfig(), SparseStats())))
+    fp32 = 4 * base.numel()
+    assert peak < 3.5 * fp32, peak / fp32  # before: ≈ 7 (τ, |τ|, a float mask, τ⊙M, two float64 copies)
+    tau = base.float()  # the same values as the whole-tensor formula
+    tau = (Checkpoint(tmp_path / "sft").get("w").float() - tau)
+    expected = tau * topk_mask(tau.abs(), round(0.3 * tau.numel()))
+    assert torch.equal(out["w"].view(torch.int32), expected.view(torch.int32))
+
+
 def test_global_kth_largest_is_exact():
     gen = torch.Generator().manual_seed(0)
     parts = [torch.randn(1000, generator=gen), torch.randn(37, 5, generator=gen).half().float(), torch.zeros(9)]

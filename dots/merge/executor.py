@@ -4,9 +4,9 @@ For each tensor name (in the base's order) it reads the base and every source, f
 τ_i = θ_i − θ0 in float32, calls the method, writes θ0 + δ cast to the base dtype at
 its planned offset (`CheckpointWriter`) and frees everything before the next name.
 A tensor above `block_entries` (2^24) entries — the embedding, a 7B MLP — is read,
-merged and written in row blocks when the method is blockwise (all but SAR and
-dots_fixed; TIES and RAM-per-tensor first gather their per-tensor facts in a pass over
-the blocks), with the same bits as a whole-tensor merge. So the resident set is about
+merged and written in row blocks (every method is blockwise; TIES, RAM-per-tensor and
+SAR first gather their per-tensor facts in a pass over the blocks), with the same bits
+as a whole-tensor merge. So the resident set is about
 (K + 4) float32 blocks plus the largest tensor below the block size and a fixed
 overhead, whatever the model's size or width. Methods with whole-model statistics get
 a first pass over the same (blocked) stream before the writing pass.
@@ -181,7 +181,7 @@ def _merge_one(
     facts = None
     if spec.tensor_pass is not None:
         facts = spec.tensor_pass(name, info.numel, lambda: block_stream(al, name, spans), opts, stats)
-    for start, base, deltas in block_stream(al, name, spans):
+    for start, base, deltas in block_stream(al, name, spans, spec.reads_deltas):
         rows = start // max(1, math.prod(info.shape[1:]))
         writer.write_rows(
             name, rows, _apply(spec, name, base, deltas, weights, opts, stats, Part(start, info.numel, facts))

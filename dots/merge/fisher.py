@@ -16,9 +16,11 @@ Cache: one float32 safetensors file per (model, calibration texts, options) unde
 `<cache>/fisher/<sha256>.safetensors`, next to the task-vector cache
 (`dots.vectors.cache.default_cache_root()`), reused whenever the key matches.
 
-Memory: computing S for one model holds its weights, their gradients and the float32
-accumulator: ≈ 12 bytes per parameter in float32 (7B → ~85 GB; use a large GPU, or
-`dtype: bfloat16` for weights and gradients: ≈ 8 bytes per parameter). SAR's merge pass
+Memory: computing S for one model holds its weights and the float32 accumulator: ≈ 8
+bytes per parameter in float32 (7B → ~57 GB; use a large GPU, or `dtype: bfloat16` for
+the weights: ≈ 6 bytes per parameter). Each parameter's squared gradient is added to the
+accumulator (in chunks) as soon as backward has produced it, and the gradient freed, so
+the gradients of the whole model never exist at once. SAR's merge pass
 then holds, per tensor, the base, both task vectors, both Fisher tensors and the result
 (≈ 6–7 float32 copies of the largest tensor; see `dots.merge.methods.sar`).
 """
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 
 FISHER_VERSION = 1
 DEFAULT_CALIBRATION_SIZE = 64
+FISHER_CHUNK = 1 << 22  # entries of a gradient squared and added at a time
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,31 @@ def compute_fisher(
     model.eval()  # no dropout: the Fisher of the deterministic model
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     total = {n: torch.zeros(p.shape, dtype=torch.float32, device=device) for n, p in params.items()}
+
+    def accumulate(name: str) -> Callable[[torch.Tensor], None]:
+        def hook(param: torch.Tensor) -> None:  # runs once per backward, when param.grad is complete
+            assert param.grad is not None
+            acc, grad = total[name].view(-1), param.grad.reshape(-1)
+            for start in range(0, grad.numel(), FISHER_CHUNK):  # (grad in float32)², a chunk at a time
+                acc[start : start + FISHER_CHUNK].add_(grad[start : start + FISHER_CHUNK].float().pow(2))
+            param.grad = None
+
+        return hook
+
+    hooks = [p.register_post_accumulate_grad_hook(accumulate(n)) for n, p in params.items()]
+    try:
+        used = _accumulate_examples(model, tok, examples, device, max_new_tokens, model_path)
+    finally:
+        for handle in hooks:
+            handle.remove()
+    if used == 0:
+        raise DotsError(f"no calibration example produced completion tokens for {model_path}")
+    return {name: t.div_(used).cpu() for name, t in total.items()}
+
+
+def _accumulate_examples(model, tok, examples, device: str, max_new_tokens: int, model_path) -> int:
+    """One backward pass per example (the hooks of `compute_fisher` add each squared gradient);
+    returns how many examples had completion tokens."""
     used = 0
     for example in progress_bar(examples, f"Fisher {Path(str(model_path)).name}"):
         prompt_ids = tok(example.prompt, return_tensors="pt").input_ids[0]
@@ -160,14 +188,9 @@ def compute_fisher(
         log_p = torch.log_softmax(logits, dim=-1).gather(1, completion.to(device)[:, None]).sum()
         model.zero_grad(set_to_none=True)
         log_p.backward()
-        for name, p in params.items():
-            if p.grad is not None:
-                total[name].add_(p.grad.float().pow(2))
         used += 1
     model.zero_grad(set_to_none=True)
-    if used == 0:
-        raise DotsError(f"no calibration example produced completion tokens for {model_path}")
-    return {name: t.div_(used).cpu() for name, t in total.items()}
+    return used
 
 
 # --- cache ------------------------------------------------------------------------------
@@ -233,7 +256,8 @@ class FisherTable:
         with safe_open(str(self.path), framework="pt") as handle:
             self.names = set(handle.keys())
 
-    def get(self, name: str, shape: Sequence[int]) -> torch.Tensor:
+    def get(self, name: str, shape: Sequence[int], rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """S of `name` (cut to the base's `shape`), or its rows [r0, r1) when given."""
         from safetensors import safe_open
 
         key = self.renames.get(name, name)
@@ -241,8 +265,11 @@ class FisherTable:
             key = "model.embed_tokens.weight"
         if key not in self.names:
             raise DotsError(f"the Fisher file {self.path} has no entry for {name}")
+        r0, r1 = rows if rows is not None else (0, shape[0] if len(shape) else 0)
+        if rows is not None:
+            shape = (r1 - r0, *shape[1:])
         with safe_open(str(self.path), framework="pt") as handle:  # closed at once: bounded RSS
-            tensor = handle.get_slice(key)[: shape[0]] if len(shape) else handle.get_tensor(key)
+            tensor = handle.get_slice(key)[r0:r1] if len(shape) else handle.get_tensor(key)
         if tuple(tensor.shape) != tuple(shape):
             raise DotsError(f"Fisher of {name} has shape {list(tensor.shape)}, expected {list(shape)}")
         return tensor.float()

@@ -61,8 +61,9 @@ class SourceVector:
             return float(self.meta["tensor_gamma"][name])
         return float(self.meta["gamma"])
 
-    def get(self, name: str) -> torch.Tensor:
-        tensor = self.weights.get(name).float()
+    def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """γ·(τ⊙M) of `name` in float32, or of its rows [r0, r1) (a merge in row blocks)."""
+        tensor = (self.weights.get(name) if rows is None else self.weights.get_rows(name, *rows)).float()
         gamma = self.scale(name)
         return tensor.mul_(gamma) if gamma != 1.0 else tensor  # get() returns private memory
 
@@ -80,9 +81,9 @@ class TaskVectors:
     def sources(self) -> list[str]:
         return list(self.entries)
 
-    def get(self, source: str, name: str) -> torch.Tensor:
-        """τ̃ of `source` for tensor `name`, float32 (base rows only)."""
-        return self.entries[source].get(name)
+    def get(self, source: str, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """τ̃ of `source` for tensor `name`, float32 (base rows only; or rows [r0, r1) of them)."""
+        return self.entries[source].get(name, rows)
 
     def extra_rows(self, name: str) -> torch.Tensor | None:
         for entry in self.entries.values():

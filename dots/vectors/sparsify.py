@@ -20,8 +20,8 @@ import torch
 from dots.errors import DotsError
 from dots.progress import progress_bar
 from dots.vectors.deltas import task_vector
-from dots.vectors.masks import TopKMask, topk_mask
-from dots.vectors.topk import Threshold, global_kth_largest
+from dots.vectors.masks import TopKMask, topk_magnitude_mask
+from dots.vectors.topk import CHUNK, Threshold, global_kth_largest
 
 if TYPE_CHECKING:
     from dots.io.align import Alignment
@@ -68,11 +68,30 @@ class SparseStats:
         return (self.norm_sq**0.5) / (self.kept_sq**0.5 + 1e-8) if rescale == "global" else 1.0
 
 
+def squared_norm(tensor: torch.Tensor, chunk: int = CHUNK) -> float:
+    """Σ x² in float64, `chunk` entries at a time: no float64 copy of the whole tensor (a
+    152064×3584 embedding would need two of 4.4 GB each)."""
+    flat = tensor.reshape(-1)
+    return sum(float(flat[i : i + chunk].double().pow_(2).sum()) for i in range(0, flat.numel(), chunk))
+
+
+def keep_in_place(tensor: torch.Tensor, mask: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
+    """tensor ⊙ mask in place, the same bits as `tensor * mask` (-0.0 where a negative entry
+    is dropped), `chunk` entries at a time: float × bool over a whole tensor would first
+    make a float32 copy of the mask."""
+    flat, keep = tensor.view(-1), mask.reshape(-1)
+    for i in range(0, flat.numel(), chunk):
+        flat[i : i + chunk].mul_(keep[i : i + chunk])
+    return tensor
+
+
 def sparsify_source(
     al: Alignment, key: str, cfg: SparsifyConfig, stats: SparseStats
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, τ⊙M) in float32 for every merged tensor of source `key`; `stats` collects the
-    norms and, with `rescale: tensor`, each tensor's γ."""
+    norms and, with `rescale: tensor`, each tensor's γ. Memory: τ of one tensor, its boolean
+    mask and chunk-sized temporaries (the mask is found on |τ| chunk by chunk and applied
+    in place)."""
     names = al.merged
     stats.numel = sum(al.base.info(n).numel for n in names)
     top: TopKMask | None = None
@@ -83,14 +102,14 @@ def sparsify_source(
         top = TopKMask(Threshold(k_global, value, ties))
     for name in progress_bar(names, f"τ̃ {key}"):
         tau = task_vector(al, key, name)
+        t_norm = squared_norm(tau)
         if cfg.dense:
             sparse = tau
         elif top is None:
-            sparse = tau * topk_mask(tau.abs(), round(float(cfg.density) * tau.numel()))
+            sparse = keep_in_place(tau, topk_magnitude_mask(tau, float(cfg.density)))
         else:
-            sparse = tau * top.mask(tau.abs()).view(tau.shape)
-        t_norm = float(tau.double().pow(2).sum())
-        t_kept = float(sparse.double().pow(2).sum())
+            sparse = keep_in_place(tau, top.mask(tau.abs()))
+        t_kept = squared_norm(sparse)
         stats.norm_sq += t_norm
         stats.kept_sq += t_kept
         stats.kept += int((sparse != 0).sum())

@@ -6,7 +6,8 @@ the on-disk τ̃ cache — the same arithmetic as the search's synthesis, at the
 paper's ablations: (1, 1), (0.5, 0.5), (1/√2, 1/√2). λ_i are the per-model weights
 (`weights`, default 1.0 each). Like `dots.vectors.synth.synthesize`, it starts from θ0 in
 float32 and adds λ_i·τ̃_i in source order, skipping λ_i = 0, so the written model is
-bit-identical to the synthesiser's at the same λ.
+bit-identical to the synthesiser's at the same λ. Blockwise: a large tensor is merged
+row block by row block, reading the same rows of θ0 and of each τ̃ (elementwise: same bits).
 """
 
 from __future__ import annotations
@@ -53,11 +54,16 @@ def merge(
     stats,
     part: Part = WHOLE,
 ) -> torch.Tensor:
-    """θ0 + Σ λ_i·τ̃_i (the merged weights themselves: this method is `absolute`)."""
+    """θ0 + Σ λ_i·τ̃_i (the merged weights themselves: this method is `absolute`); on a row
+    block (`part`), the same rows of each τ̃."""
+    rows = None
+    if part.total is not None:
+        per_row = base[0].numel() if base.dim() > 1 else 1
+        rows = (part.start // per_row, part.start // per_row + (base.shape[0] if base.dim() else 1))
     out = base.clone()
     for key, lam in zip(stats.sources, weights):
         if float(lam) != 0.0:
-            out.add_(stats.get(key, name), alpha=float(lam))
+            out.add_(stats.get(key, name, rows), alpha=float(lam))
     return out
 
 
@@ -70,6 +76,7 @@ register(
         weighted=True,
         reads_deltas=False,
         absolute=True,
+        blockwise=True,
         summary="θ0 + Σ λ_i τ̃_i at fixed λ (DoTS synthesis)",
     )
 )

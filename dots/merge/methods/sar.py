@@ -15,22 +15,25 @@ Drop masks: `dots.merge.methods.base.drop_mask(shape, p, name, seed)` (blocks of
 the order tensors are processed in.
 
 Fisher: computed by `dots.merge.fisher` once per source over `calibration_size` (64) queries
-and cached next to the task-vector cache. Memory: the Fisher pass needs ≈ 3 float32
-copies of a model (weights, gradients, accumulator); the merge pass holds per tensor
-the base, δA, δB, S_A, S_B and r — about 6 float32 copies of the largest tensor plus
-boolean masks, i.e. two more than the other methods' (K+4) budget.
+and cached next to the task-vector cache. Memory: the Fisher pass holds 2 float32 copies
+of a model (weights, accumulator; the gradients are folded in one parameter at a time);
+the merge pass holds per tensor the base, δA, δB, S_A, S_B and r — about 6 float32 copies
+plus boolean masks — of one row block: blockwise, a large tensor is merged in row blocks
+after `tensor_pass` has found the median |r| of its private entries over all of them
+(exact, `RadixSelect`), so every block drops the entries the whole tensor would.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from dots.merge.methods.base import (
     WHOLE,
+    BlockStream,
     MergeContext,
     Method,
     Part,
@@ -40,6 +43,7 @@ from dots.merge.methods.base import (
     drop_mask,
 )
 from dots.merge.methods.registry import register
+from dots.vectors.topk import RadixSelect, magnitude_bits
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +73,8 @@ class SarStats:
     def __init__(self, tables: Sequence) -> None:
         self.tables = list(tables)
 
-    def fisher(self, name: str, shape: Sequence[int]) -> list[torch.Tensor]:
-        return [table.get(name, shape) for table in self.tables]
+    def fisher(self, name: str, shape: Sequence[int], rows: tuple[int, int] | None = None) -> list[torch.Tensor]:
+        return [table.get(name, shape, rows) for table in self.tables]
 
 
 def first_pass(stream: Callable[[], TensorStream], options: SarOptions, context: MergeContext) -> SarStats:
@@ -91,6 +95,32 @@ def first_pass(stream: Callable[[], TensorStream], options: SarOptions, context:
     return SarStats(tables)
 
 
+def _private_magnitudes(a: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
+    """|r| = |a + b| on the private entries (changed by exactly one model; no conflict is
+    private, so the Fisher never decides them)."""
+    private = (a.abs() > eps) ^ (b.abs() > eps)
+    return torch.add(a[private], b[private]).abs_()
+
+
+def tensor_pass(name: str, total: int, blocks: BlockStream, options: SarOptions, stats: SarStats | None) -> Any:
+    """The lower median of |r| over the tensor's private entries — `torch.median` of the
+    whole-tensor path — from two passes over the row blocks; None when nothing is dropped."""
+    eps = float(options.epsilon)
+    if float(options.p) <= 0.0:
+        return None
+    select = RadixSelect([])
+    for _start, _base, (a, b) in blocks():
+        select.add_high(magnitude_bits(_private_magnitudes(a, b, eps)))
+    n = select.total
+    if n == 0:
+        return None
+    k = n - (n - 1) // 2  # the lower middle value, as torch.median: the k-th largest
+    select.ks = [k]
+    for _start, _base, (a, b) in blocks():
+        select.add_low(magnitude_bits(_private_magnitudes(a, b, eps)))
+    return torch.tensor(select.thresholds()[k].value, dtype=torch.float32)
+
+
 def merge(
     name: str,
     base: torch.Tensor,
@@ -107,10 +137,14 @@ def merge(
     private = changed_a ^ changed_b
     del changed_a, changed_b
     r = torch.add(a, b)
+    rows = None
+    if part.total is not None:  # a row block of a larger tensor
+        per_row = a[0].numel() if a.dim() > 1 else 1
+        rows = (part.start // per_row, part.start // per_row + (a.shape[0] if a.dim() else 1))
     if bool(conflict.any()):
         if stats is None:
             raise ValueError("sar needs the Fisher statistics of its first pass")
-        fisher_a, fisher_b = stats.fisher(name, tuple(a.shape))
+        fisher_a, fisher_b = stats.fisher(name, tuple(a.shape), rows)
         a_wins = fisher_a > fisher_b  # ties → B
         del fisher_a, fisher_b
         torch.where(conflict & a_wins, a, r, out=r)
@@ -119,10 +153,10 @@ def merge(
     del conflict
     if p > 0.0 and bool(private.any()):
         magnitude = r.abs()
-        median = torch.median(magnitude[private])
+        median = torch.median(magnitude[private]) if part.total is None else part.facts
         low = private & (magnitude < median)
         del magnitude
-        dropped = drop_mask(r.shape, p, name, int(options.seed))
+        dropped = drop_mask(r.shape, p, name, int(options.seed), part=part)
         survivors = low & ~dropped
         r.masked_fill_(low.logical_and_(dropped), 0.0)
         del low, dropped
@@ -139,6 +173,8 @@ register(
         first_pass=first_pass,
         min_sources=2,
         max_sources=2,
+        blockwise=True,
+        tensor_pass=tensor_pass,
         summary="Fisher-arbitrated conflicts, low private entries dropped (SAR-Merging)",
     )
 )
