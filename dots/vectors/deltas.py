@@ -68,9 +68,18 @@ def read_inputs(
     return base, deltas
 
 
-def task_vector(alignment: Alignment, key: str, name: str) -> torch.Tensor:
-    """τ of source `key` for the whole tensor `name` (float32, the base's rows)."""
-    return read_inputs(alignment, name, sources=[key])[1][0]
+def task_vector(alignment: Alignment, key: str, name: str, block_entries: int | None = None) -> torch.Tensor:
+    """τ of source `key` for the whole tensor `name` (float32, the base's rows). A tensor above
+    `block_entries` (default BLOCK_ENTRIES) is filled row block by row block, so reading it
+    holds τ and two blocks, not θ0 and θ_i whole beside τ (2.5 float32 copies: 5 GiB for a
+    152064×3584 embedding)."""
+    spans = row_blocks(alignment.base.info(name).shape, block_entries or BLOCK_ENTRIES)
+    if len(spans) == 1:
+        return read_inputs(alignment, name, sources=[key])[1][0]
+    tau = torch.empty(alignment.base.info(name).shape, dtype=torch.float32)
+    for r0, r1 in spans:
+        tau[r0:r1] = read_inputs(alignment, name, sources=[key], rows=(r0, r1))[1][0]
+    return tau
 
 
 def tensor_stream(

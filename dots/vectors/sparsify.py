@@ -112,7 +112,7 @@ def sparsify_source(
         t_kept = squared_norm(sparse)
         stats.norm_sq += t_norm
         stats.kept_sq += t_kept
-        stats.kept += int((sparse != 0).sum())
+        stats.kept += int(torch.count_nonzero(sparse))  # (sparse != 0).sum() would count in an int64 copy
         stats.tensor_gamma[name] = 1.0 if cfg.rescale != "tensor" else (t_norm**0.5) / (t_kept**0.5 + 1e-8)
         del tau
         yield name, sparse
