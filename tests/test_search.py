@@ -212,3 +212,68 @@ def test_export_stage_looks_where_the_export_writes(tmp_path, monkeypatch):
     assert tmp_path / "runs" / "r1" / export_dir(run) == tmp_path / "rel" / "model"
     run.cfg.export.dir = None
     assert tmp_path / "runs" / "r1" / export_dir(run) == tmp_path / "runs" / "r1" / "model"
+
+
+def test_resumed_study_never_repeats_a_point(tiny, tmp_path):
+    """kill -9 after 4 complete trials, rerun the same command: the seeded sampler must not start
+    its sequence again, so every complete trial has its own coefficients."""
+    run_dir = tmp_path / "run"
+    n = 10
+    cmd = [sys.executable, "-m", "dots.search",
+           *overrides(tiny, run_dir, trials=n, extra=["search.n_startup_trials=10", "export.enabled=false"])]
+    env = {**os.environ, "DOTS_PROGRESS": "0"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = run_dir / "study.db"
+
+    def points(state="COMPLETE"):
+        try:
+            rows = sqlite3.connect(db).execute(
+                "select t.number, p.param_name, p.param_value from trials t join trial_params p "
+                "on t.trial_id = p.trial_id where t.state = ? order by t.number", (state,)).fetchall()
+        except sqlite3.Error:
+            return {}
+        out: dict = {}
+        for number, name, value in rows:
+            out.setdefault(number, {})[name] = value
+        return out
+
+    deadline = time.time() + 300
+    while len(points()) < 4 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert 4 <= len(points()) < n, "the kill should land mid-study"
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+    complete = points()
+    assert len(complete) == n
+    distinct = {tuple(sorted(p.items())) for p in complete.values()}
+    assert len(distinct) == len(complete), complete
+
+
+def test_a_duplicate_proposal_is_set_aside_and_drawn_again():
+    """A sampler that proposes a point already scored (a restarted seeded sequence) gets it back
+    PRUNED and tagged; an enqueued retry of the same point is not a duplicate."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dots.search.study import DUPLICATE_OF, sampler_seed, set_aside_duplicate
+
+    assert sampler_seed(3, 0, 0) == 3  # a fresh study keeps the configured sequence
+    storage = optuna.storages.InMemoryStorage()
+    names = ["lambda_a", "lambda_b"]
+    first = optuna.create_study(study_name="s", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    t = first.ask()
+    point = {n: t.suggest_float(n, 0, 2) for n in names}
+    assert not set_aside_duplicate(first, t, names)
+    first.tell(t, 1.0)
+    again = optuna.load_study(study_name="s", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    t = again.ask()
+    assert {n: t.suggest_float(n, 0, 2) for n in names} == point
+    assert set_aside_duplicate(again, t, names)
+    pruned = again.trials[-1]
+    assert pruned.state == TrialState.PRUNED and pruned.user_attrs[DUPLICATE_OF] == 0
+    t = again.ask()
+    assert {n: t.suggest_float(n, 0, 2) for n in names} != point  # the sampler was reseeded
+    again.enqueue_trial(point)
+    t = again.ask()
+    assert {n: t.suggest_float(n, 0, 2) for n in names} == point and not set_aside_duplicate(again, t, names)
