@@ -3,7 +3,8 @@
 `CheckpointWriter` lays out every shard from a plan of (name, shape, dtype) before any
 data arrives, so each tensor is written straight to its final offset and freed: no
 buffering, any write order. It writes into a temporary sibling directory and renames it
-into place only when every planned tensor has been written.
+into place only when every planned tensor has been written, with the process's ordinary
+file modes (`dots.io.modes`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.modes import apply_umask, copy_file
 from dots.io.safetensors import ST_DTYPES, TensorInfo
 
 
@@ -189,7 +191,7 @@ class CheckpointWriter:
 
     def copy_file(self, source: str | os.PathLike, name: str | None = None) -> None:
         """Copy the file `source` next to the weights, as `name` (default: its own name)."""
-        shutil.copy2(source, self.tmp_dir / (name or Path(source).name))
+        copy_file(source, self.tmp_dir / (name or Path(source).name))
 
     def commit(self, copy_from: Checkpoint | str | os.PathLike | None = None) -> Path:
         """Check completeness, copy aux files from `copy_from`, move into place."""
@@ -213,6 +215,7 @@ class CheckpointWriter:
             total = sum(i.nbytes for i in self.plan.values())
             index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(self.weight_map.items()))}
             (self.tmp_dir / self.index_name).write_text(json.dumps(index, indent=2))
+        apply_umask(self.tmp_dir)
         if self.out_dir.exists():
             trash = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
             self.out_dir.rename(trash)

@@ -36,6 +36,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.modes import apply_umask
 from dots.keys import stable_hash
 from dots.paths import cache_root
 from dots.progress import progress_bar
@@ -218,6 +219,7 @@ def fisher_for(
         str(tmp),
         metadata={"model": str(ckpt.path), "examples": str(len(examples))},
     )
+    apply_umask(tmp)  # save_file makes it 0600
     tmp.replace(path)  # atomic: a reader never sees a half-written file
     return path
 
