@@ -46,12 +46,35 @@ def resolve_engine_name(name: str) -> str:
     return chosen
 
 
-def build_engine(cfg: Mapping[str, Any], model: str | Path, task_vectors=None) -> Engine:
-    """The engine named by `cfg.name` on `model`, with `task_vectors` for swap_coefficients."""
-    options = dict(to_plain(cfg))
-    name = resolve_engine_name(str(options.pop("name", "auto")))
+def vllm_engine_args() -> set[str]:
+    """The fields of vLLM's own EngineArgs (what `vllm.LLM` accepts as keyword arguments),
+    imported without starting anything and without vLLM's import-time warnings."""
+    import dataclasses
+    import logging as _logging
+
+    import vllm.logger  # noqa: F401  (configures the "vllm" logger, which is then quieted)
+
+    vllm_log = _logging.getLogger("vllm")
+    level = vllm_log.level
+    vllm_log.setLevel(_logging.ERROR)
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    finally:
+        vllm_log.setLevel(level)
+    return {f.name for f in dataclasses.fields(EngineArgs)}
+
+
+def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(engine name, its keyword arguments) from the engine config, or a one-line DotsError:
+    an unknown engine, an option neither engine knows, a bad synth_cache, or (vLLM) an
+    `extra_args` key that vLLM's EngineArgs does not have — found before any engine starts."""
+    import difflib
+
+    from dots.engines.base import check_synth_cache
     from dots.engines.hf import HFEngine
 
+    options = dict(to_plain(cfg))
+    name = resolve_engine_name(str(options.pop("name", "auto")))
     known = _options(HFEngine)
     try:
         from dots.engines.vllm import VLLMEngine
@@ -62,7 +85,22 @@ def build_engine(cfg: Mapping[str, Any], model: str | Path, task_vectors=None) -
     unknown = sorted(set(options) - known)
     if unknown:
         raise DotsError(f"unknown engine option(s) {unknown}; known: {sorted(known)}")
-    cls = _engine_class(name)
-    accepted = _options(cls)
-    kwargs = {k: v for k, v in options.items() if k in accepted}
-    return cls(model, task_vectors=task_vectors, **kwargs)
+    check_synth_cache(str(options.get("synth_cache", "disk")))
+    extra = options.get("extra_args") or {}
+    if not isinstance(extra, Mapping):
+        raise DotsError(f"engine.extra_args must be a mapping of vLLM keyword arguments, got {extra!r}")
+    if name == "vllm" and extra:
+        fields = vllm_engine_args()
+        for key in extra:
+            if key not in fields:
+                close = difflib.get_close_matches(str(key), sorted(fields), n=3)
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                raise DotsError(f"engine.extra_args.{key} is not an option of vLLM's EngineArgs{hint}")
+    accepted = _options(_engine_class(name))
+    return name, {k: v for k, v in options.items() if k in accepted}
+
+
+def build_engine(cfg: Mapping[str, Any], model: str | Path, task_vectors=None) -> Engine:
+    """The engine named by `cfg.name` on `model`, with `task_vectors` for swap_coefficients."""
+    name, kwargs = check_engine_config(cfg)
+    return _engine_class(name)(model, task_vectors=task_vectors, **kwargs)

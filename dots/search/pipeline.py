@@ -23,10 +23,12 @@ from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
+from dots.paths import check_creatable
 from dots.plain import to_plain
 from dots.problems import Query, load_pool
 from dots.search.engine_model import engine_model, source_activation
 from dots.search.identity import check_range, resolve_run_dir, run_identity
+from dots.search.options import check_search_config
 from dots.search.scorer import LazyEngine, Scorer
 from dots.search.selection import (
     SelectionConfig,
@@ -230,10 +232,9 @@ def search_stages(run: Run) -> list[Stage]:
 
 
 def prepare(cfg: DictConfig) -> Run:
-    """Check the options and inputs, open the checkpoints, find the run directory."""
+    """Check the options and inputs, open the checkpoints, find the run directory (nothing written)."""
+    check_search_config(cfg)
     bounds = check_range(list(cfg.search.range))
-    if int(cfg.search.n_trials) < 1:
-        raise DotsError(f"search.n_trials must be >= 1, got {cfg.search.n_trials}")
     backbone = cfg.backbone
     base = Checkpoint(str(backbone.base), backbone.get("revision"))
     sources = {str(k): Checkpoint(str(v), backbone.get("revision")) for k, v in backbone.sources.items()}
@@ -254,6 +255,16 @@ def prepare(cfg: DictConfig) -> Run:
     return Run(cfg, resolve_run_dir(cfg, identity), alignment, identity, bounds, fixed)
 
 
+def check_destinations(run: Run) -> None:
+    """The run directory, the τ̃ cache and the export's directory can be made (`paths.check_creatable`)."""
+    from dots.vectors.cache import default_cache_root
+
+    check_creatable(run.run_dir, "run directory")
+    check_creatable(run.cfg.get("cache_dir") or default_cache_root(), "task-vector cache directory")
+    if run.cfg.export.enabled and not run.fixed and run.cfg.export.dir:
+        check_creatable(Path(export_dir(run)).parent, "export directory's parent")
+
+
 def run_search(cfg: DictConfig) -> Path:
     """The whole pipeline; returns the run directory."""
     from transformers import AutoTokenizer
@@ -262,13 +273,19 @@ def run_search(cfg: DictConfig) -> Path:
     from dots.scoring.prompts import format_prompt
 
     run = prepare(cfg)
+    check_destinations(run)
+    run.queries = load_pool(cfg.pool)
+    # the output's tokenizer (and the engine's): a source's when it added vocabulary
+    tokenizer_dir = run.alignment.tokenizer_source().path
+    try:
+        run.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    except Exception as exc:  # a broken tokenizer file: one line, before anything is written
+        raise DotsError(f"cannot load the tokenizer of {tokenizer_dir}: {str(exc).splitlines()[0]}") from None
+    run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
+    # every input and option is checked: from here on the run writes
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run.run_dir}")
-    run.queries = load_pool(cfg.pool)
-    # the output's tokenizer (and the engine's): a source's when it added vocabulary
-    run.tokenizer = AutoTokenizer.from_pretrained(str(run.alignment.tokenizer_source().path))
-    run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
     run.engine = LazyEngine(
         lambda: build_engine(
             cfg.engine, engine_model(cfg, run.alignment, run.task_vectors, run.run_dir), run.task_vectors
