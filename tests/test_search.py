@@ -277,3 +277,27 @@ def test_a_duplicate_proposal_is_set_aside_and_drawn_again():
     again.enqueue_trial(point)
     t = again.ask()
     assert {n: t.suggest_float(n, 0, 2) for n in names} == point and not set_aside_duplicate(again, t, names)
+
+
+def test_second_command_on_a_running_run_says_who_holds_it(tiny, tmp_path):
+    """The same search started twice on one run directory: the second stops at once with one
+    line naming the first's pid and host, and leaves the first's run alone."""
+    import socket
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "dots.search", *overrides(tiny, run_dir, trials=50, extra=["export.enabled=false"])]
+    env = {**os.environ, "DOTS_PROGRESS": "0"}
+    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while not (run_dir / "config.yaml").exists() and time.time() < deadline and first.poll() is None:
+            time.sleep(0.1)
+        assert first.poll() is None, "the first search ended too early"
+        second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        lines = [line for line in second.stderr.splitlines() if line.strip()]
+        assert second.returncode == 2 and len(lines) == 1, second.stderr
+        assert f"in use by pid {first.pid} on {socket.gethostname()}" in lines[0]
+        assert first.poll() is None
+    finally:
+        first.kill()
+        first.wait()

@@ -10,6 +10,7 @@ only when a stage needs it, so a finished run re-reports in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
+from dots.locks import held_by_one
 from dots.paths import check_creatable
 from dots.plain import to_plain
 from dots.problems import Query, load_pool
@@ -269,7 +271,6 @@ def run_search(cfg: DictConfig) -> Path:
     """The whole pipeline; returns the run directory."""
     from transformers import AutoTokenizer
 
-    from dots.engines.factory import build_engine
     from dots.scoring.prompts import format_prompt
 
     run = prepare(cfg)
@@ -284,6 +285,23 @@ def run_search(cfg: DictConfig) -> Path:
     run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
     # every input and option is checked: from here on the run writes
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    with run_held(run):
+        return run_in(run)
+
+
+def run_held(run: Run) -> Any:
+    """One command at a time on a run directory (`locks.held_by_one`), unless several workers are
+    configured to share it (search.workers > 1: they coordinate through the study's storage)."""
+    if int(run.cfg.search.workers) > 1:
+        return contextlib.nullcontext()
+    return held_by_one(run.run_dir / ".run.lock", f"run directory {run.run_dir}")
+
+
+def run_in(run: Run) -> Path:
+    """The stages of a checked, locked run."""
+    from dots.engines.factory import build_engine
+
+    cfg = run.cfg
     (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run.run_dir}")
     run.engine = LazyEngine(
