@@ -45,6 +45,7 @@ from dots.engines.vllm_env import (
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
+from dots.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class VLLMEngine:
             kwargs["enable_prefix_caching"] = bool(enable_prefix_caching)
         kwargs.update(extra_args or {})
         export_import_path()
+        start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.reaper)
         with environment(env):
             self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
