@@ -33,6 +33,7 @@ from dots.search.identity import check_range, resolve_run_dir, run_identity
 from dots.search.options import check_search_config
 from dots.search.scorer import LazyEngine, Scorer
 from dots.search.selection import (
+    DamagedSelection,
     SelectionConfig,
     choose,
     load_selection,
@@ -115,11 +116,28 @@ def build_selection(run: Run) -> list[Query]:
 
 def load_selected(run: Run) -> list[Query]:
     path = run.run_dir / "selection.jsonl"
-    saved = load_selection(path, stable_hash(selection_inputs(run)))
+    try:
+        saved = load_selection(path, stable_hash(selection_inputs(run)))
+    except DamagedSelection as damage:
+        return reselect(run, damage)
     if saved is None:
         raise DotsError(f"{path} does not match this run's inputs; delete it to select again")
     log.info("selection: reusing %s (%d queries)", path, len(saved.queries))
     return saved.queries
+
+
+def reselect(run: Run, damage: DamagedSelection) -> list[Query]:
+    """Select again in place of a damaged selection.jsonl (the difficulty record makes the same
+    draw without sampling again); safe only if it chose the queries the study was scored on,
+    which the rows before the damage show."""
+    log.warning("%s; selecting again (the recorded difficulties are reused)", damage)
+    queries = build_selection(run)
+    if not set(damage.intact_ids) <= {q.id for q in queries}:
+        raise DotsError(
+            f"{damage}, and selecting again chose other queries than the study was scored on: restore it "
+            "from a copy, or move study.db away to start the study again"
+        )
+    return queries
 
 
 def study_name(run: Run) -> str:

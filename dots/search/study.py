@@ -54,7 +54,19 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
             return RDBStorage(url)
         return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as exc:
-        raise DotsError(f"cannot open the study storage {url!r}: {str(exc).splitlines()[0]}") from None
+        raise storage_error(url, exc) from None
+
+
+def storage_error(url: str, exc: BaseException) -> DotsError:
+    """One line for a storage that fails: a damaged SQLite file says so and how to recover."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if url.startswith("sqlite:///") and ("malformed" in first or "not a database" in first):
+        path = url[len("sqlite:///") :]
+        return DotsError(
+            f"the study file {path} is damaged ({first.split(') ')[-1]}): restore it from a copy, or move it "
+            "away and rerun to start the study again (its trials are lost; the selection and τ̃ are kept)"
+        )
+    return DotsError(f"cannot open the study storage {url!r}: {first}")
 
 
 def open_study(cfg: Any, storage: Any, study_name: str) -> Any:
@@ -62,14 +74,18 @@ def open_study(cfg: Any, storage: Any, study_name: str) -> Any:
     the study already holds (`sampler_seed`; constant liar with several workers)."""
     import optuna
 
-    study = optuna.create_study(
-        study_name=study_name,
-        storage=storage,
-        directions=["maximize", "minimize"],
-        load_if_exists=True,
-    )
+    try:  # a damaged SQLite file may open and fail at its first read
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=storage,
+            directions=["maximize", "minimize"],
+            load_if_exists=True,
+        )
+        n_existing = len(study.get_trials(deepcopy=False))
+    except Exception as exc:
+        raise storage_error(str(getattr(getattr(storage, "engine", None), "url", "") or ""), exc) from None
     study.sampler = optuna.samplers.TPESampler(
-        seed=sampler_seed(cfg.seed, cfg.search.worker, len(study.get_trials(deepcopy=False))),
+        seed=sampler_seed(cfg.seed, cfg.search.worker, n_existing),
         n_startup_trials=int(cfg.search.n_startup_trials),
         multivariate=bool(cfg.search.multivariate),
         constant_liar=int(cfg.search.workers) > 1,
