@@ -182,7 +182,10 @@ def test_resume_after_kill(tiny, tmp_path, sig):
     assert proc.wait(timeout=120) == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
     done = complete()
     assert 2 <= len(done) < n, "the kill should land mid-study"
-    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+    running = sqlite3.connect(db).execute("select count(*) from trials where state='RUNNING'").fetchone()[0]
+    rerun = subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, text=True)
+    said = [line for line in (rerun.stdout + rerun.stderr).splitlines() if "queued again" in line]
+    assert len(said) == running, said  # a recovered trial is announced once (none after SIGTERM: it requeued)
     final = complete()
     assert len(final) == n
     assert final[:len(done)] == done  # finished trials untouched, not recomputed
@@ -301,3 +304,23 @@ def test_second_command_on_a_running_run_says_who_holds_it(tiny, tmp_path):
     finally:
         first.kill()
         first.wait()
+
+
+def test_sigterm_before_the_first_trial_says_nothing_of_trials(tiny, tmp_path):
+    """SIGTERM while the run prepares (no trial yet): exit 143, and the message does not promise
+    finished trials that do not exist."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "DOTS_PROGRESS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "dots.search", *overrides(tiny, run_dir)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while not (run_dir / "config.yaml").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out
+    trials = 0
+    if (run_dir / "study.db").exists():
+        trials = sqlite3.connect(run_dir / "study.db").execute("select count(*) from trials").fetchone()[0]
+    assert trials == 0, "the signal should land before the first trial"
+    assert "SIGTERM: stopping" in out and "trials are kept" not in out, out

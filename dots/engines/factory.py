@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
+from dots.checks import check_choice
 from dots.engines.base import Engine
 from dots.errors import DotsError
 from dots.plain import to_plain
@@ -30,8 +31,11 @@ def _engine_class(name: str):
     return HFEngine
 
 
+NOT_OPTIONS = ("self", "model", "task_vectors", "log_dir")  # given by the caller, not by the config
+
+
 def _options(cls) -> set[str]:
-    return {p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "model", "task_vectors")}
+    return {p for p in inspect.signature(cls.__init__).parameters if p not in NOT_OPTIONS}
 
 
 def resolve_engine_name(name: str) -> str:
@@ -86,6 +90,7 @@ def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     if unknown:
         raise DotsError(f"unknown engine option(s) {unknown}; known: {sorted(known)}")
     check_synth_cache(str(options.get("synth_cache", "disk")))
+    check_choice(options.get("log", "file"), ("file", "terminal"), "engine.log")
     extra = options.get("extra_args") or {}
     if not isinstance(extra, Mapping):
         raise DotsError(f"engine.extra_args must be a mapping of vLLM keyword arguments, got {extra!r}")
@@ -100,7 +105,13 @@ def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return name, {k: v for k, v in options.items() if k in accepted}
 
 
-def build_engine(cfg: Mapping[str, Any], model: str | Path, task_vectors=None) -> Engine:
-    """The engine named by `cfg.name` on `model`, with `task_vectors` for swap_coefficients."""
+def build_engine(
+    cfg: Mapping[str, Any], model: str | Path, task_vectors=None, log_dir: str | Path | None = None
+) -> Engine:
+    """The engine named by `cfg.name` on `model`, with `task_vectors` for swap_coefficients;
+    an engine with log lines of its own (vLLM) writes them into `log_dir` (see `engine.log`)."""
     name, kwargs = check_engine_config(cfg)
-    return _engine_class(name)(model, task_vectors=task_vectors, **kwargs)
+    cls = _engine_class(name)
+    if log_dir is not None and "log_dir" in inspect.signature(cls.__init__).parameters:
+        kwargs["log_dir"] = log_dir
+    return cls(model, task_vectors=task_vectors, **kwargs)

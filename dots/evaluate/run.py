@@ -175,7 +175,9 @@ def evaluate(
         "scores": {},
         "average": {},
     }
-    live = LiveEngine(engine_cfg, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks))
+    live = LiveEngine(
+        engine_cfg, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks), log_dir=out_dir
+    )
     try:
         for name, ckpt in ckpts.items():
             keys = {b.name: samples_key(b, problems[b.name], ckpt) for b in benchmarks}

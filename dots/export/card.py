@@ -46,7 +46,8 @@ def render_model_card(
     date: str | None = None,
 ) -> str:
     """README.md text: YAML front matter (Hub metadata) + method, options, sources, version."""
-    front: dict[str, Any] = {"library_name": "transformers", "tags": ["dots", "merge", str(method)]}
+    tags = list(dict.fromkeys(["dots", "merge", str(method)]))  # once each (the search's method is "dots")
+    front: dict[str, Any] = {"library_name": "transformers", "tags": tags}
     hub_bases = [b for b in [base] if _is_hub_id(str(base))]
     if hub_bases:
         front["base_model"] = hub_bases[0]

@@ -155,9 +155,7 @@ def run_trials(run: Run) -> Any:
     cfg, names = run.cfg, run.sources
     study = open_study(cfg, open_storage(cfg.search.storage, run.run_dir), study_name(run))
     if int(cfg.search.workers) <= 1:  # alone on this study: whatever is RUNNING was interrupted
-        stale = recover_stale_trials(study, grace_s=-1.0, names=[f"lambda_{n}" for n in names])
-        if stale:
-            print(f"study: trial(s) {stale} left running by an interrupted run were marked failed and queued again")
+        recover_stale_trials(study, -1.0, [f"lambda_{n}" for n in names], left_by="an interrupted run")
     chosen = run.results["selection"]
     scorer = Scorer(run.engine, [run.prompts[q.id] for q in chosen], cfg, run.tokenizer)
     try:
@@ -324,7 +322,10 @@ def run_in(run: Run) -> Path:
     print(f"run directory: {run.run_dir}")
     run.engine = LazyEngine(
         lambda: build_engine(
-            cfg.engine, engine_model(cfg, run.alignment, run.task_vectors, run.run_dir), run.task_vectors
+            cfg.engine,
+            engine_model(cfg, run.alignment, run.task_vectors, run.run_dir),
+            run.task_vectors,
+            log_dir=run.run_dir,
         )
     )
     try:

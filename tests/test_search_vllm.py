@@ -1,8 +1,10 @@
-"""`kill -9` of a running `dots.search` with engine=vllm leaves no process behind: vLLM's
-EngineCore / Worker processes (and dots' watcher) end within 30 s (dots.reaper)."""
+"""A `dots.search` with engine=vllm on the lab trio: vLLM's log lines go to <run dir>/vllm.log,
+not the terminal; `kill -9` of the search leaves no process behind: vLLM's EngineCore /
+Worker processes (and dots' watcher) end within 30 s (dots.reaper)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -35,7 +37,7 @@ def alive(pid: int, start: int) -> bool:
 
 
 @pytest.mark.skipif(not vllm_available(), reason="vLLM is not importable")
-def test_kill_9_of_a_vllm_search_leaves_no_process(tmp_path):
+def test_vllm_search_logs_to_its_run_dir_and_kill_9_leaves_no_process(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -54,6 +56,11 @@ def test_kill_9_of_a_vllm_search_leaves_no_process(tmp_path):
     while trials() == 0 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.5)
     assert proc.poll() is None and trials() > 0, (tmp_path / "search.log").read_text()[-3000:]
+    vllm_line = re.compile(r"^(DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d ")
+    logged = [line for line in (run_dir / "vllm.log").read_text().splitlines() if vllm_line.match(line)]
+    shown = [line for line in (tmp_path / "search.log").read_text().splitlines() if vllm_line.match(line)]
+    assert len(logged) > 10 and not shown, shown
+    assert f"vLLM's log: {run_dir / 'vllm.log'}" in (tmp_path / "search.log").read_text()
     processes = descendants([proc.pid])
     names = {pid: name(pid) for pid in processes}
     assert any("EngineCore" in n for n in names.values()), names
