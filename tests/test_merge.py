@@ -331,8 +331,8 @@ BAD = {
     "sar_three": (lambda f, b: family_args(f) + ["method=sar", f"+backbone.sources.third={f.sources['sft']}"],
                   "exactly 2 sources"),
     "sar_one": (lambda f, b: family_args(f, keys=("sft",)) + ["method=sar"], "exactly 2 sources"),
-    "block_entries": (lambda f, b: family_args(f) + ["block_entries=0"], "block_entries must be a positive integer"),
-    "block_entries_text": (lambda f, b: family_args(f) + ["block_entries=many"], "block_entries must be a positive integer"),
+    "block_entries": (lambda f, b: family_args(f) + ["block_entries=0"], r"block_entries must be (an integer )?>= 1"),
+    "block_entries_text": (lambda f, b: family_args(f) + ["block_entries=many"], r"block_entries must be (an integer )?>= 1"),
 }
 
 

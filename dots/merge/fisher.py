@@ -36,6 +36,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.modes import apply_umask
 from dots.keys import stable_hash
 from dots.paths import cache_root
 from dots.progress import progress_bar
@@ -213,12 +214,17 @@ def fisher_for(
     fisher = compute_fisher(ckpt.path, examples, device, max_new_tokens, dtype)
     root.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    save_file(
-        {n: t.contiguous() for n, t in fisher.items()},
-        str(tmp),
-        metadata={"model": str(ckpt.path), "examples": str(len(examples))},
-    )
-    tmp.replace(path)  # atomic: a reader never sees a half-written file
+    try:
+        save_file(
+            {n: t.contiguous() for n, t in fisher.items()},
+            str(tmp),
+            metadata={"model": str(ckpt.path), "examples": str(len(examples))},
+        )
+        apply_umask(tmp)  # save_file makes it 0600
+        tmp.replace(path)  # atomic: a reader never sees a half-written file
+    except Exception as exc:  # safetensors reports a full disk as its own error
+        tmp.unlink(missing_ok=True)
+        raise DotsError(f"cannot write the Fisher cache {path}: {str(exc).splitlines()[0]}") from None
     return path
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping
 
 import torch
 
+from dots.errors import DotsError
 from dots.io.align import Alignment, align
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
@@ -155,6 +157,25 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
     return SourceVector(key, out, meta)
 
 
+def _reusable(out: Path, key: str, al: Alignment) -> SourceVector | None:
+    """The finished cache entry at `out`, or None after moving a damaged one out of the way (a
+    missing or cut shard, an unreadable taskvec.json, a tensor missing): the entry is derived
+    data, so it is rebuilt — said once, in one line."""
+    try:
+        meta = json.loads((out / "taskvec.json").read_text())
+        vector = SourceVector(key, out, meta)
+        missing = [n for n in al.merged if n not in vector.weights]
+        if missing:
+            raise DotsError(f"it lacks tensor {missing[0]}")
+    except (DotsError, OSError, ValueError) as exc:
+        log.warning("task-vector cache entry %s is damaged (%s); rebuilding it", out, exc)
+        trash = out.with_name(f".{out.name}.damaged-{os.getpid()}")
+        out.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        return None
+    return vector
+
+
 def build_task_vectors(
     base: Checkpoint,
     sources: Mapping[str, Checkpoint],
@@ -170,9 +191,10 @@ def build_task_vectors(
         out = root / _cache_key(base, ckpt, cfg)
         meta_file = out / "taskvec.json"
         with run_once_lock(root / f".{out.name}.lock"):  # concurrent workers build an entry once
-            if meta_file.exists():
+            cached = _reusable(out, key, al) if meta_file.exists() else None
+            if cached is not None:
                 log.info("source %s: reusing cached task vector %s", key, out)
-                entries[key] = SourceVector(key, out, json.loads(meta_file.read_text()))
+                entries[key] = cached
             else:
                 entries[key] = _build_one(al, key, cfg, out)
     return TaskVectors(base.path, entries, al.merged, al.copied)
