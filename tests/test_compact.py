@@ -236,6 +236,34 @@ def test_dots_fixed_merge_is_bit_identical(trios, tmp_path):
         assert same_bytes(merged.get(name), tensor), name
 
 
+def test_merge_cli_dots_fixed_reads_the_compact_cache(trios, tmp_path):
+    """`python -m dots.merge method=dots_fixed`: builds a version-2 (compact) τ̃ cache under
+    cache_dir/taskvec and writes the dense path's merged bytes."""
+    import os
+    import subprocess
+    import sys
+
+    base_dir, sources_dirs = trios["bf16"]
+    out, cache = tmp_path / "merged", tmp_path / "cache"
+    env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs"),
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    args = ["method=dots_fixed", "method.scope=global", "method.rescale=tensor", f"backbone.base={base_dir}",
+            *(f"+backbone.sources.{k}={v}" for k, v in sources_dirs.items()), "method.weights=[0.5,1.3]",
+            f"output={out}", f"cache_dir={cache}"]
+    proc = subprocess.run([sys.executable, "-m", "dots.merge", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    metas = [json.loads(p.read_text()) for p in (cache / "taskvec").glob("*/taskvec.json")]
+    assert len(metas) == 2 and all(m["version"] == CACHE_VERSION and m["format"] == "compact" for m in metas)
+    base = Checkpoint(base_dir)
+    sources = {k: Checkpoint(v) for k, v in sources_dirs.items()}
+    cfg = SparsifyConfig(0.3, "global", "tensor")
+    want = dense_merge(base, sources, dense_taus(base, sources, cfg), {"a": 0.5, "b": 1.3})
+    merged = Checkpoint(out)
+    for name, tensor in want.items():
+        assert same_bytes(merged.get(name), tensor), name
+
+
 # --- the format ----------------------------------------------------------------------------
 
 
