@@ -19,6 +19,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+from dots.engines.plan import MemoryPlan
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
@@ -254,6 +255,17 @@ def prepare(cfg: DictConfig) -> Run:
     return Run(cfg, resolve_run_dir(cfg, identity), alignment, identity, bounds, fixed)
 
 
+def memory_plan(run: Run) -> MemoryPlan:
+    """What the run holds on each device and where τ̃ lives (`dots.engines.plan`), printed;
+    a DotsError (one line) when the engine and τ̃ cannot fit either way."""
+    from dots.engines.plan import plan_search
+    from dots.io.shapes import ModelShapes
+
+    plan = plan_search(run.cfg, ModelShapes.from_alignment(run.alignment))
+    print("\n".join(plan.lines()))
+    return plan
+
+
 def run_search(cfg: DictConfig) -> Path:
     """The whole pipeline; returns the run directory."""
     from transformers import AutoTokenizer
@@ -262,6 +274,7 @@ def run_search(cfg: DictConfig) -> Path:
     from dots.scoring.prompts import format_prompt
 
     run = prepare(cfg)
+    plan = memory_plan(run)  # before anything is written: a run that cannot fit stops here
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run.run_dir}")
@@ -269,9 +282,10 @@ def run_search(cfg: DictConfig) -> Path:
     # the output's tokenizer (and the engine's): a source's when it added vocabulary
     run.tokenizer = AutoTokenizer.from_pretrained(str(run.alignment.tokenizer_source().path))
     run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
+    engine_cfg = plan.engine_options(to_plain(cfg.engine))  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(
         lambda: build_engine(
-            cfg.engine, engine_model(cfg, run.alignment, run.task_vectors, run.run_dir), run.task_vectors
+            engine_cfg, engine_model(cfg, run.alignment, run.task_vectors, run.run_dir), run.task_vectors
         )
     )
     try:

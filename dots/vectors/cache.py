@@ -91,6 +91,12 @@ class SourceVector:
         """τ̃ of tensor `name` in float32, rebuilt against θ0 (`theta0`, the base's tensor)."""
         return self.compact(name).dense(theta0)
 
+    def tau_bytes(self, names: list[str]) -> int:
+        """Bytes of the compact τ̃ of tensors `names` (what a resident copy holds of them)."""
+        weights = self.weights
+        parts = [n + s for n in names for s in (VALUES, WHERE, NEGZERO)]
+        return sum(weights.info(p).nbytes for p in parts if p in weights)
+
     @property
     def nbytes(self) -> int:
         """Bytes of the entry's tensors on disk (compact τ̃ and any added vocabulary rows)."""

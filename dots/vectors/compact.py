@@ -51,6 +51,19 @@ def form_bytes(numel: int, kept: int, itemsize: int) -> dict[str, int]:
     return {"bitmask": (numel + 7) // 8 + kept * itemsize, "index": kept * (pos + itemsize), "full": numel * itemsize}
 
 
+def estimate_bytes(numel: int, density: float, itemsize: int) -> int:
+    """Bytes of one tensor's compact τ̃ at `density` before it is built (the memory plan):
+    the smaller of bitmask and positions for round(density·n) kept entries, θ_i whole at
+    density 1. An upper bound for `scope: tensor` (fewer are kept where τ has fewer
+    non-zero entries); summed over a model, also for `scope: global`, up to the tensors
+    that would have picked positions (the bitmask total n/8 + k·itemsize does not
+    depend on how the k kept entries spread over the tensors)."""
+    if density >= 1.0:
+        return numel * itemsize
+    sizes = form_bytes(numel, round(density * numel), itemsize)
+    return min(sizes["bitmask"], sizes["index"])
+
+
 def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.view(torch.int32)
 
