@@ -75,32 +75,36 @@ def encode(sparse: torch.Tensor, theta: torch.Tensor, theta0: torch.Tensor) -> t
     there (a DotsError otherwise: the inputs changed under the cache)."""
     s = sparse.reshape(-1)
     th = theta.reshape(-1)
-    base = theta0.reshape(-1).to(torch.float32)
+    base = theta0.reshape(-1)
     n = s.numel()
     if th.numel() != n or base.numel() != n:
         raise DotsError(f"compact τ̃: {n} entries of τ⊙M, {th.numel()} of θ_i, {base.numel()} of θ0")
     keep = s != 0
-    kept = int(keep.sum())
+    flags = keep.numpy()
+    positions = torch.from_numpy(np.flatnonzero(flags))  # kept entries, ascending; gathers by them
+    kept = positions.numel()  # are several times faster than masked_select on CPU
     sizes = form_bytes(n, kept, th.element_size())
     if sizes["full"] < min(sizes["bitmask"], sizes["index"]):
-        tau = th.to(torch.float32, copy=True).sub_(base)
+        tau = th.to(torch.float32, copy=True).sub_(base.to(torch.float32))
         if torch.equal(_bits(tau), _bits(s.contiguous())):  # M keeps every non-zero τ: store θ_i whole
             return "full", {VALUES: th.contiguous()}
     del sizes["full"]
     form = min(sizes, key=lambda f: sizes[f])  # ties: bitmask
-    positions = torch.from_numpy(np.flatnonzero(keep.numpy()))
     values = th[positions]
-    tau = values.to(torch.float32, copy=True).sub_(base[positions])
+    tau = values.to(torch.float32, copy=True).sub_(base[positions].to(torch.float32))
     if not torch.equal(_bits(tau), _bits(s[positions])):
         raise DotsError("compact τ̃: θ_i − θ0 differs from the sparsified τ at kept entries (inputs changed?)")
+    del tau
     parts = {VALUES: values}
     if form == "bitmask":
-        parts[WHERE] = torch.from_numpy(np.packbits(keep.numpy(), bitorder="little"))
+        parts[WHERE] = torch.from_numpy(np.packbits(flags, bitorder="little"))
     else:
         parts[WHERE] = positions.to(position_dtype(n))
-    negzero = (s == 0) & torch.signbit(s) & (base == 0) & torch.signbit(base)
-    if bool(negzero.any()):
-        parts[NEGZERO] = torch.from_numpy(np.flatnonzero(negzero.numpy()))
+    zero0 = base == 0
+    if bool(zero0.any()):  # θ0 = −0.0 where τ̃ = −0.0: the one place a zero's sign reaches the merge
+        negzero = zero0 & torch.signbit(base) & (s == 0) & torch.signbit(s)
+        if bool(negzero.any()):
+            parts[NEGZERO] = torch.from_numpy(np.flatnonzero(negzero.numpy()))
     return form, parts
 
 
