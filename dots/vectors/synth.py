@@ -12,7 +12,7 @@ a source added rows gets those rows appended (they are the source's own values).
 
 `ResidentSynthesizer` computes the same values from θ0 and the compact τ̃ held in memory
 on the device (no disk reads, no allocation per call): the engines use it with
-`synth_cache: memory` when a swap must be as fast as possible and memory allows.
+`synth_cache: memory`, or `auto` when the memory plan (`dots.engines.plan`) finds room.
 """
 
 from __future__ import annotations
