@@ -107,8 +107,8 @@ def test_fits_resident_disk_or_nothing():
     with pytest.raises(DotsError) as err:
         plan_memory(shapes, hf, gpu(20), 2, 0.3)
     message = str(err.value)
-    assert "\n" not in message and "does not fit" in message and "20.0 GB free" in message
-    assert "τ̃ from the cache" in message and "τ̃ resident" in message
+    assert "\n" not in message and "does not fit" in message and "> 20.0 GB free" in message
+    assert "τ̃ from the cache" in message and "(resident: " in message
     # an explicit choice is checked, not overridden
     with pytest.raises(DotsError, match="synth_cache=auto or disk"):
         plan_memory(shapes, EngineSetting("hf", "cuda", synth_cache="memory"), gpu(40), 2, 0.3)

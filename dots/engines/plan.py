@@ -304,16 +304,17 @@ def _decide(
     wanted = ["memory", "disk"] if setting.synth_cache == "auto" else [setting.synth_cache]
     fitting = [c for c in wanted if room(c) >= 0]
     if not fitting:
-        engine_part = f"the engine {engine / GB:.1f} GB" if share is None else f"vLLM's share {share / GB:.1f} GB"
-        per = f" × {workers} workers" if workers > 1 else ""
-        asked = " and ".join(
-            f"τ̃ {'resident' if c == 'memory' else 'from the cache'} {need[c] / GB:.1f} GB" for c in wanted
-        )
+        last = wanted[-1]  # the smaller need: what would have had to fit
+        label = {"memory": "τ̃ resident", "disk": "τ̃ from the cache"}
+        engine_part = f"engine {engine / GB:.1f} GB" if share is None else f"vLLM's share {share / GB:.1f} GB"
+        other = f" (resident: {resident / GB:.1f} GB)" if last == "disk" else ""
+        per = f", × {workers} workers" if workers > 1 else ""
+        total = share + need[last] if share is not None else workers * (engine + need[last])
         hint = "use synth_cache=auto or disk" if setting.synth_cache == "memory" else "use larger or more devices"
         raise DotsError(
-            f"memory plan: does not fit on {setting.device} ({memory.free / GB:.1f} GB free per device): "
-            f"{engine_part} + {asked}{per} + margin {MARGIN / GB:.1f} GB; {hint} "
-            f"(python -m dots.plan prints the whole plan)"
+            f"memory plan: does not fit on {setting.device}: {engine_part} + {label[last]} {need[last] / GB:.1f} GB"
+            f"{other}{per} + margin {MARGIN / GB:.1f} GB = {(total + MARGIN) / GB:.1f} GB > "
+            f"{memory.free / GB:.1f} GB free per device; {hint} (python -m dots.plan prints the whole plan)"
         )
     choice = fitting[0]
     utilization = None
