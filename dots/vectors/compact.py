@@ -187,18 +187,19 @@ class TauBlocks:
         self.next = stop
         ct = self.ct
         if ct.form == "full":
-            tau.copy_(ct.values[start:stop])
-        else:
-            positions = self._positions(start, stop)
+            tau.copy_(ct.values[start:stop]).sub_(theta0)  # float32(θ_i) − float32(θ0)
+            if ct.gamma != 1.0:
+                tau.mul_(ct.gamma)
+        else:  # the arithmetic on the kept entries only, then scattered into zeros
+            positions = self._positions(start, stop).to(tau.device)
             kept = positions.numel()
-            values = scratch[:kept]
-            values.copy_(ct.values[self.used : self.used + kept])
+            values = scratch[:kept].copy_(ct.values[self.used : self.used + kept])  # float32(θ_i)
             self.used += kept
-            tau.copy_(theta0)
-            tau.scatter_(0, positions.to(tau.device), values)  # θ_i where kept, θ0 elsewhere
-        tau.sub_(theta0)  # float32(θ_i) − float32(θ0) where kept, +0.0 elsewhere
-        if ct.gamma != 1.0:
-            tau.mul_(ct.gamma)
+            base = torch.index_select(theta0, 0, positions, out=tau[:kept])  # float32(θ0) there
+            values.sub_(base)
+            if ct.gamma != 1.0:
+                values.mul_(ct.gamma)
+            tau.zero_().scatter_(0, positions, values)  # +0.0 elsewhere, as θ0 − θ0 and γ·(+0.0) are
         if ct.negzero is not None:
             lo, hi = (int(torch.searchsorted(ct.negzero, x)) for x in (start, stop))
             if hi > lo:
