@@ -320,6 +320,14 @@ def test_an_old_cache_entry_is_rebuilt_not_misread(trios, tmp_path, caplog):
     (stale / "taskvec.json").write_text(json.dumps({**tv.entries["a"].meta, "version": 1}))
     with pytest.raises(DotsError, match="version 1"):
         TaskVectors.from_spec(spec)
+    unversioned = {k: v for k, v in tv.entries["a"].meta.items() if k != "version"}
+    (stale / "taskvec.json").write_text(json.dumps(unversioned))  # no version at all: refused, then rebuilt
+    with pytest.raises(DotsError, match="version None"):
+        TaskVectors.from_spec(spec)
+    (stale / "tau.safetensors").write_bytes(b"not a tensor file")
+    rebuilt = build_task_vectors(base, sources, cfg, tmp_path)
+    assert rebuilt.entries["a"].meta["version"] == CACHE_VERSION
+    assert not (stale / "tau.safetensors").read_bytes().startswith(b"not")
 
 
 @pytest.mark.parametrize("step", [7, 64, 1000])
