@@ -8,9 +8,11 @@ every swap, so no KV block computed with old weights is reused. This works with 
 default multiprocess engine (EngineCore and workers in other processes) and with
 `tensor_parallel_size` > 1.
 
-With `synth_cache: memory` each worker holds θ0 and τ̃ on its device
+With `synth_cache: memory` each worker holds θ0 and the compact τ̃ on its device
 (`dots.vectors.synth.ResidentSynthesizer`), so a swap is arithmetic plus the reload; with `disk`
-(default) it reads them from the cache at every swap and holds only a few tensors.
+it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is
+decided by the search's memory plan before the engine starts (`dots.engines.plan`), or, when
+the engine gets "auto" itself, by each worker from its device's free memory.
 
 `swap_weights(iterator)` streams the tensors into a temporary safetensors checkpoint
 (in /dev/shm when available; planned from the engine's own checkpoint, so nothing is
@@ -79,7 +81,7 @@ class VLLMEngine:
         seed: int = 0,
         max_num_seqs: int | None = None,
         enable_prefix_caching: bool | None = None,
-        synth_cache: str = "disk",
+        synth_cache: str = "auto",
         extra_args: Mapping[str, Any] | None = None,
         log: str = "file",
         log_dir: str | Path | None = None,

@@ -20,6 +20,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+from dots.engines.plan import MemoryPlan
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
@@ -284,6 +285,17 @@ def check_destinations(run: Run) -> None:
         check_creatable(Path(export_dir(run)).parent, "export directory's parent")
 
 
+def memory_plan(run: Run) -> MemoryPlan:
+    """What the run holds on each device and where τ̃ lives (`dots.engines.plan`), printed;
+    a DotsError (one line) when the engine and τ̃ cannot fit either way."""
+    from dots.engines.plan import plan_search
+    from dots.io.shapes import ModelShapes
+
+    plan = plan_search(run.cfg, ModelShapes.from_alignment(run.alignment))
+    print("\n".join(plan.lines()))
+    return plan
+
+
 def run_search(cfg: DictConfig) -> Path:
     """The whole pipeline; returns the run directory."""
     from transformers import AutoTokenizer
@@ -292,6 +304,7 @@ def run_search(cfg: DictConfig) -> Path:
 
     run = prepare(cfg)
     check_destinations(run)
+    plan = memory_plan(run)  # a run that cannot fit stops here, before anything is written
     run.queries = load_pool(cfg.pool)
     # the output's tokenizer (and the engine's): a source's when it added vocabulary
     tokenizer_dir = run.alignment.tokenizer_source().path
@@ -303,7 +316,7 @@ def run_search(cfg: DictConfig) -> Path:
     # every input and option is checked: from here on the run writes
     run.run_dir.mkdir(parents=True, exist_ok=True)
     with run_held(run):
-        return run_in(run)
+        return run_in(run, plan)
 
 
 def run_held(run: Run) -> Any:
@@ -314,16 +327,17 @@ def run_held(run: Run) -> Any:
     return held_by_one(run.run_dir / ".run.lock", f"run directory {run.run_dir}")
 
 
-def run_in(run: Run) -> Path:
+def run_in(run: Run, plan: MemoryPlan) -> Path:
     """The stages of a checked, locked run."""
     from dots.engines.factory import build_engine
 
     cfg = run.cfg
     (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run.run_dir}")
+    engine_cfg = plan.engine_options(to_plain(cfg.engine))  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(
         lambda: build_engine(
-            cfg.engine,
+            engine_cfg,
             engine_model(cfg, run.alignment, run.task_vectors, run.run_dir),
             run.task_vectors,
             log_dir=run.run_dir,

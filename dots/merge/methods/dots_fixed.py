@@ -2,7 +2,8 @@
 
 θ = θ0 + Σ_i λ_i·τ̃_i with τ̃_i the sparsified, norm-rescaled task vectors of
 `dots.vectors.cache` (top `density` 0.3 per tensor, global γ rescale by default) read from
-the on-disk τ̃ cache — the same arithmetic as the search's synthesis, at the λ of the
+the on-disk τ̃ cache (compact: θ_i's values at the mask, rebuilt against the θ0 read here
+as float32(θ_i) − float32(θ0), then γ) — the same arithmetic as the search's synthesis, at the λ of the
 paper's ablations: (1, 1), (0.5, 0.5), (1/√2, 1/√2). λ_i are the per-model weights
 (`weights`, default 1.0 each). Like `dots.vectors.synth.synthesize`, it starts from θ0 in
 float32 and adds λ_i·τ̃_i in source order, skipping λ_i = 0, so the written model is
@@ -57,7 +58,7 @@ def merge(
     out = base.clone()
     for key, lam in zip(stats.sources, weights):
         if float(lam) != 0.0:
-            out.add_(stats.get(key, name), alpha=float(lam))
+            out.add_(stats.get(key, name, theta0=base), alpha=float(lam))  # τ̃ rebuilt against this θ0
     return out
 
 
