@@ -25,6 +25,13 @@ an "SFT" (dense noise) and an "RLVR" (sparse, smaller noise) source and their τ
 timed swaps of each τ̃ mode, `--warmup` swaps (default 1, other λ) touch the buffers a swap
 allocates for the first time — a cost a search pays in its first trial only; they are
 reported apart.
+
+The table also gives the τ̃ cache's size (compact since cache version 2: θ_i's values at the
+mask plus a bitmask or positions; dense float32 τ⊙M before) and the memory-traffic floor of
+one synthesis: the bytes it must move — θ0 read, τ̃ read, the output written — over this
+machine's memory-copy bandwidth (`machine_limits.memory_gbps`); with `synth_cache=disk`, the
+same plus θ0 and τ̃ read from the page cache at its measured rate (`machine_limits.read_seconds`).
+Both for the compact τ̃ and for the dense float32 τ̃ of cache version 1 (4 bytes per parameter).
 """
 from __future__ import annotations
 
@@ -223,6 +230,33 @@ def measure_synthesis(tv, lams, device: str, resident: bool = False) -> list[flo
     return times
 
 
+def floors(base: Path, tv) -> list[tuple[str, float, None, None]]:
+    """Memory-traffic floors of one synthesis, compact τ̃ vs dense float32 τ̃ (version 1)."""
+    from machine_limits import GB, memory_gbps, read_seconds
+
+    ckpt = Checkpoint(base)
+    merged = sum(ckpt.info(n).nbytes for n in tv.names)
+    theta0 = sum(ckpt.info(n).nbytes for n in ckpt.names)
+    compact = sum(entry.nbytes for entry in tv.entries.values())
+    dense = 4 * sum(ckpt.info(n).numel for n in tv.names) * len(tv.entries)
+    files = sorted(p for e in tv.entries.values() for p in e.path.glob("*.safetensors"))
+    files += sorted(base.glob("*.safetensors"))
+    read_seconds(files)
+    warm_read = (compact + theta0) / min(read_seconds(files) for _ in range(3)) / GB  # page cache GB/s
+    memory = memory_gbps(3)
+    print(f"τ̃ cache: {compact / GB:.3f} GB compact (dense float32: {dense / GB:.3f} GB); "
+          f"memory copy {memory:.1f} GB/s, page-cache read {warm_read:.1f} GB/s", flush=True)
+    rows = []
+    for label, tau in (("compact τ̃", compact), ("dense float32 τ̃ (cache v1)", dense)):
+        traffic = theta0 + tau + merged
+        rows.append((f"floor, τ̃ in memory, {label}: {traffic / GB:.2f} GB moved at {memory:.1f} GB/s",
+                     traffic / GB / memory, None, None))
+        rows.append((f"floor, τ̃ from the cache, {label}: + {(theta0 + tau) / GB:.2f} GB read at {warm_read:.1f} GB/s",
+                     traffic / GB / memory + (theta0 + tau) / GB / warm_read, None, None))
+    rows.append((f"τ̃ cache size, GB (dense float32 would be {dense / GB:.3f})", compact / GB, None, None))
+    return rows
+
+
 def main() -> None:
     reuse_freed_memory()  # as the dots.search process does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -244,7 +278,7 @@ def main() -> None:
     params = sum(Checkpoint(base).info(n).numel for n in Checkpoint(base).names)
     print(f"model: {params / 1e6:.0f} M parameters, bf16; build/cache {time.perf_counter() - t:.0f} s", flush=True)
     lams = lambdas(args.repeats)
-    rows = []
+    rows = floors(base, tv)
     for resident in (False, True) if args.synthesis else ():
         runs = measure_synthesis(tv, lams, "cpu", resident)
         rows.append((f"synthesis θ0+Σλτ̃ alone, CPU, τ̃ {'in memory' if resident else 'from disk'}",

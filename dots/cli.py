@@ -3,9 +3,32 @@
 from __future__ import annotations
 
 import logging
+import sys
+from typing import Sequence
 
+from dots.errors import DotsError
 from dots.memory import reuse_freed_memory
 from dots.signals import exit_on_sigterm
+
+# Hydra flags after which dots does not read the command line itself (help, shell completion,
+# another config source: Hydra reports on those), and flags that take the next word as value
+HYDRA_HANDS_OFF = {
+    "-h",
+    "--help",
+    "--hydra-help",
+    "-i",
+    "--info",
+    "-sc",
+    "--shell-completion",
+    "-cd",
+    "--config-dir",
+    "-cp",
+    "--config-path",
+    "-cn",
+    "--config-name",
+    "--experimental-rerun",
+}
+HYDRA_VALUED = {"-c", "--cfg", "-p", "--package"}
 
 
 def prepare_command(log_level: int = logging.INFO) -> None:
@@ -14,3 +37,29 @@ def prepare_command(log_level: int = logging.INFO) -> None:
     logging.getLogger("dots").setLevel(log_level)
     reuse_freed_memory()
     exit_on_sigterm()
+
+
+def check_command_line(config_name: str, argv: Sequence[str] | None = None) -> None:
+    """Before `@hydra.main` parses it: a bad override (unknown group option or key, a value Hydra
+    cannot compose) ends the command with one `error:` line and exit code 2
+    (`dots.config.check_overrides`) instead of Hydra's multi-line report."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if HYDRA_HANDS_OFF & {a.split("=", 1)[0] for a in args}:
+        return
+    overrides, multirun, skip = [], False, False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("-m", "--multirun"):
+            multirun = True
+        elif arg in HYDRA_VALUED:
+            skip = True
+        elif not arg.startswith("-"):
+            overrides.append(arg)
+    from dots.config import check_overrides
+
+    try:
+        check_overrides(config_name, overrides, multirun=multirun)
+    except DotsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

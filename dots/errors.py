@@ -14,7 +14,8 @@ class DotsError(Exception):
 
 
 def cli_errors(fn: F) -> F:
-    """Wrap a CLI entry so a DotsError prints `error: ...` and exits with code 2."""
+    """Wrap a CLI entry so a DotsError (or a config value OmegaConf cannot give: a missing `???`,
+    a failed interpolation) prints one `error: ...` line and exits with code 2."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -22,6 +23,15 @@ def cli_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except DotsError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        except Exception as exc:
+            from omegaconf.errors import OmegaConfBaseException
+
+            if not isinstance(exc, OmegaConfBaseException):
+                raise
+            cause = exc.__cause__ or exc.__context__  # a resolver's own DotsError (${lab:...})
+            message = str(cause) if isinstance(cause, DotsError) else f"bad configuration: {str(exc).splitlines()[0]}"
+            print(f"error: {message}", file=sys.stderr)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]

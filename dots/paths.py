@@ -3,13 +3,17 @@
 Configs and data ship inside the package (`dots/conf`, `dots/data`), so an installed
 wheel works from any directory. Everything dots writes goes under the outputs root:
 `$DOTS_OUTPUTS`, else `outputs/` in the current directory; caches under `$DOTS_CACHE`,
-else `<outputs root>/cache`.
+else `<outputs root>/cache`. `check_creatable` tells, before anything is written, whether a
+directory can be made where a command will write.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+
+from dots.errors import DotsError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONF_DIR = PACKAGE_DIR / "conf"
@@ -24,3 +28,21 @@ def outputs_root() -> Path:
 def cache_root() -> Path:
     """$DOTS_CACHE, else <outputs root>/cache (task vectors, Fisher tables)."""
     return Path(os.environ.get("DOTS_CACHE") or outputs_root() / "cache").expanduser()
+
+
+def check_creatable(path: str | os.PathLike, what: str) -> Path:
+    """`path` as an absolute Path when a directory there exists and is writable or can be made;
+    else a one-line DotsError naming `what`. A probe directory is made and removed at once in
+    the nearest existing ancestor: only trying tells a read-only mount, /proc or /sys from a
+    writable directory (root ignores permission bits, `os.access` does not see them)."""
+    target = Path(path).expanduser().absolute()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise DotsError(f"cannot create the {what} {target}: {existing} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".dots-probe-", dir=existing))
+    except OSError as exc:
+        raise DotsError(f"cannot create the {what} {target}: {exc.strerror or exc} (in {existing})") from None
+    return target

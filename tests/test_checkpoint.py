@@ -66,7 +66,8 @@ def test_writer_leaves_nothing_on_error(tmp_path):
 
 def test_writer_background_write_error_reaches_the_caller(tmp_path):
     """Bytes are written from a background thread; a failing write (here: the file-size limit
-    makes the kernel refuse writes past 1 MiB) must still raise and leave nothing behind."""
+    makes the kernel refuse writes past 1 MiB) must still raise — one DotsError line naming the
+    output and the reason — and leave nothing behind."""
     import resource
 
     plan = {f"t{i}": TensorInfo((512, 1024), torch.float32) for i in range(4)}  # 2 MiB each
@@ -74,7 +75,7 @@ def test_writer_background_write_error_reaches_the_caller(tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
     try:
-        with pytest.raises(OSError):
+        with pytest.raises(DotsError, match=r"cannot write .*out: File too large"):
             with w:
                 for name in plan:
                     w.write(name, torch.ones(512, 1024))

@@ -44,7 +44,7 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(models):
-    eng = HFEngine(models["base"], task_vectors=models["tv"], device="cpu", batch_size=3)
+    eng = HFEngine(models["base"], task_vectors=models["tv"], device="cpu", batch_size=3, synth_cache="disk")
     yield eng
     eng.close()
 

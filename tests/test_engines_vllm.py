@@ -77,7 +77,7 @@ def reference(models):
 
 @pytest.fixture(scope="module")
 def engine(models, reference):
-    eng = build_engine({"name": "vllm", **ENGINE_ARGS}, models["base"], task_vectors=models["tv"])
+    eng = build_engine({"name": "vllm", "synth_cache": "disk", **ENGINE_ARGS}, models["base"], task_vectors=models["tv"])
     yield eng
     eng.close()
 

@@ -42,3 +42,29 @@ def test_plot_is_written(tmp_path):
     front = pareto_front(points)
     plot_front(points, front, pick(front), tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 10_000
+
+
+def test_plot_never_goes_below_zero_and_marks_coincident_points():
+    """All consistencies 0 (a lab run early on): no negative y axis; three trials on one spot
+    are labelled ×3 instead of hiding behind each other."""
+    import matplotlib.pyplot as plt
+
+    from dots.search.pareto import front_figure
+
+    points = [Point(0, 0.0, 5.0, {}), Point(1, 0.0, 5.0, {}), Point(2, 0.0, 5.0, {}), Point(3, 0.0, 7.0, {})]
+    fig = front_figure(points, pareto_front(points), points[0])
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] >= 0.0 and ax.get_ylim()[1] > 0.0
+    assert [t.get_text() for t in ax.texts] == ["×3"]
+    plt.close(fig)
+
+
+def test_model_card_tags_dots_once():
+    import yaml
+
+    from dots.export.card import render_model_card
+
+    for method in ("dots", "ties"):
+        card = render_model_card(method=method, options={}, base="b", sources={"sft": "s"})
+        tags = yaml.safe_load(card.split("---")[1])["tags"]
+        assert tags.count("dots") == 1 and method in tags

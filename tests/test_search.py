@@ -211,7 +211,10 @@ def test_resume_after_kill(tiny, tmp_path, sig):
     assert proc.wait(timeout=120) == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
     done = complete()
     assert 2 <= len(done) < n, "the kill should land mid-study"
-    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+    running = sqlite3.connect(db).execute("select count(*) from trials where state='RUNNING'").fetchone()[0]
+    rerun = subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, text=True)
+    said = [line for line in (rerun.stdout + rerun.stderr).splitlines() if "queued again" in line]
+    assert len(said) == running, said  # a recovered trial is announced once (none after SIGTERM: it requeued)
     final = complete()
     assert len(final) == n
     assert final[:len(done)] == done  # finished trials untouched, not recomputed
@@ -241,3 +244,112 @@ def test_export_stage_looks_where_the_export_writes(tmp_path, monkeypatch):
     assert tmp_path / "runs" / "r1" / export_dir(run) == tmp_path / "rel" / "model"
     run.cfg.export.dir = None
     assert tmp_path / "runs" / "r1" / export_dir(run) == tmp_path / "runs" / "r1" / "model"
+
+
+def test_resumed_study_never_repeats_a_point(tiny, tmp_path):
+    """kill -9 after 4 complete trials, rerun the same command: the seeded sampler must not start
+    its sequence again, so every complete trial has its own coefficients."""
+    run_dir = tmp_path / "run"
+    n = 10
+    cmd = [sys.executable, "-m", "dots.search",
+           *overrides(tiny, run_dir, trials=n, extra=["search.n_startup_trials=10", "export.enabled=false"])]
+    env = {**os.environ, "DOTS_PROGRESS": "0"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = run_dir / "study.db"
+
+    def points(state="COMPLETE"):
+        try:
+            rows = sqlite3.connect(db).execute(
+                "select t.number, p.param_name, p.param_value from trials t join trial_params p "
+                "on t.trial_id = p.trial_id where t.state = ? order by t.number", (state,)).fetchall()
+        except sqlite3.Error:
+            return {}
+        out: dict = {}
+        for number, name, value in rows:
+            out.setdefault(number, {})[name] = value
+        return out
+
+    deadline = time.time() + 300
+    while len(points()) < 4 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert 4 <= len(points()) < n, "the kill should land mid-study"
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+    complete = points()
+    assert len(complete) == n
+    distinct = {tuple(sorted(p.items())) for p in complete.values()}
+    assert len(distinct) == len(complete), complete
+
+
+def test_a_duplicate_proposal_is_set_aside_and_drawn_again():
+    """A sampler that proposes a point already scored (a restarted seeded sequence) gets it back
+    PRUNED and tagged; an enqueued retry of the same point is not a duplicate."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dots.search.study import DUPLICATE_OF, sampler_seed, set_aside_duplicate
+
+    assert sampler_seed(3, 0, 0) == 3  # a fresh study keeps the configured sequence
+    storage = optuna.storages.InMemoryStorage()
+    names = ["lambda_a", "lambda_b"]
+    first = optuna.create_study(study_name="s", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    t = first.ask()
+    point = {n: t.suggest_float(n, 0, 2) for n in names}
+    assert not set_aside_duplicate(first, t, names)
+    first.tell(t, 1.0)
+    again = optuna.load_study(study_name="s", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    t = again.ask()
+    assert {n: t.suggest_float(n, 0, 2) for n in names} == point
+    assert set_aside_duplicate(again, t, names)
+    pruned = again.trials[-1]
+    assert pruned.state == TrialState.PRUNED and pruned.user_attrs[DUPLICATE_OF] == 0
+    t = again.ask()
+    assert {n: t.suggest_float(n, 0, 2) for n in names} != point  # the sampler was reseeded
+    again.enqueue_trial(point)
+    t = again.ask()
+    assert {n: t.suggest_float(n, 0, 2) for n in names} == point and not set_aside_duplicate(again, t, names)
+
+
+def test_second_command_on_a_running_run_says_who_holds_it(tiny, tmp_path):
+    """The same search started twice on one run directory: the second stops at once with one
+    line naming the first's pid and host, and leaves the first's run alone."""
+    import socket
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "dots.search", *overrides(tiny, run_dir, trials=50, extra=["export.enabled=false"])]
+    env = {**os.environ, "DOTS_PROGRESS": "0"}
+    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while not (run_dir / "config.yaml").exists() and time.time() < deadline and first.poll() is None:
+            time.sleep(0.1)
+        assert first.poll() is None, "the first search ended too early"
+        second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        lines = [line for line in second.stderr.splitlines() if line.strip()]
+        assert second.returncode == 2 and len(lines) == 1, second.stderr
+        assert f"in use by pid {first.pid} on {socket.gethostname()}" in lines[0]
+        assert first.poll() is None
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_sigterm_before_the_first_trial_says_nothing_of_trials(tiny, tmp_path):
+    """SIGTERM while the run prepares (no trial yet): exit 143, and the message does not promise
+    finished trials that do not exist."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "DOTS_PROGRESS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "dots.search", *overrides(tiny, run_dir)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while not (run_dir / "config.yaml").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out
+    trials = 0
+    if (run_dir / "study.db").exists():
+        trials = sqlite3.connect(run_dir / "study.db").execute("select count(*) from trials").fetchone()[0]
+    assert trials == 0, "the signal should land before the first trial"
+    assert "SIGTERM: stopping" in out and "trials are kept" not in out, out

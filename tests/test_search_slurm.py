@@ -244,7 +244,7 @@ def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sw
     assert retries[0].params == trials[victim].params
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == n and len({tuple(sorted(t.params.items())) for t in complete}) == n
-    assert f"recovered trial(s) [{victim}]" in job_log(sweep_dir, survivor_task)
+    assert f"trial(s) [{victim}] left running by a dead worker" in job_log(sweep_dir, survivor_task)
     assert f"trial {retries[0].number}: " in job_log(sweep_dir, survivor_task)  # the survivor ran the retry
     assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == n
 

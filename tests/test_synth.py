@@ -55,6 +55,10 @@ def test_resident_synthesis_gives_the_same_bits(cache):
     base, tv = cache
     resident = ResidentSynthesizer(tv, device="cpu")
     assert resident.nbytes >= sum(base.info(n).nbytes for n in base.names)
+    # compact τ̃: far less than the K dense float32 task vectors it replaces
+    dense = sum(4 * base.info(n).numel for n in tv.names) * len(tv.sources)
+    held = sum(ct.nbytes for per in resident.taus.values() for ct in per.values())
+    assert held < dense / 2
     for lam in ({"sft": 0.79, "rl": 1.82}, {"sft": 0.0, "rl": 0.5}, {"sft": 0.79, "rl": 1.82}):
         stream = synthesize_dict(tv, lam)
         got = {name: t.clone() for name, t in resident(lam)}  # buffers are reused by the next call
@@ -77,7 +81,7 @@ def test_blocked_accumulation_gives_the_bits_of_whole_tensor_arithmetic(cache, m
     monkeypatch.setattr(dots.vectors.synth, "CPU_BLOCK_ENTRIES", block)
     lam = {"sft": 0.79, "rl": 1.82}
     resident = ResidentSynthesizer(tv, device="cpu")
-    assert resident._scratch.numel() == block
+    assert resident._scratch.numel() == dots.vectors.synth.SCRATCH_BUFFERS * block
     got = {name: t.clone() for name, t in resident(lam)}
     assert max(base.info(n).numel for n in tv.names) > 2 * block  # really split
     for name, out in synthesize(tv, lam, device="cpu"):

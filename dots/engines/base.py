@@ -10,12 +10,16 @@ import torch
 from dots.errors import DotsError
 from dots.scoring.perplexity import PromptNLL
 
-SYNTH_CACHES = ("disk", "memory")
+SYNTH_CACHES = ("auto", "disk", "memory")
 
 
 def check_synth_cache(value: str) -> str:
-    """disk: θ0 and τ̃ read from disk at every swap (memory: a few tensors); memory: held on
-    the engine's device once (ResidentSynthesizer; memory ≈ 2×base + K float32 τ̃)."""
+    """Where an engine keeps θ0 and τ̃ for swap_coefficients. disk: read from the τ̃ cache at
+    every swap (memory: a few tensors); memory: held on the engine's device once
+    (ResidentSynthesizer; ≈ 2×base + K compact τ̃, 0.725 bytes per parameter each for bf16
+    at density 0.3); auto: memory when it fits, else disk — decided by the search's memory
+    plan before the engine starts (`dots.engines.plan`), or by the engine from its device's
+    free memory when it gets its task vectors."""
     if value not in SYNTH_CACHES:
         raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
     return value

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
+from dots.checks import check_choice
 from dots.engines.base import Engine
 from dots.errors import DotsError
 from dots.plain import to_plain
@@ -30,8 +31,11 @@ def _engine_class(name: str):
     return HFEngine
 
 
+NOT_OPTIONS = ("self", "model", "task_vectors", "log_dir")  # given by the caller, not by the config
+
+
 def _options(cls) -> set[str]:
-    return {p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "model", "task_vectors")}
+    return {p for p in inspect.signature(cls.__init__).parameters if p not in NOT_OPTIONS}
 
 
 def resolve_engine_name(name: str) -> str:
@@ -46,12 +50,35 @@ def resolve_engine_name(name: str) -> str:
     return chosen
 
 
-def build_engine(cfg: Mapping[str, Any], model: str | Path, task_vectors=None) -> Engine:
-    """The engine named by `cfg.name` on `model`, with `task_vectors` for swap_coefficients."""
-    options = dict(to_plain(cfg))
-    name = resolve_engine_name(str(options.pop("name", "auto")))
+def vllm_engine_args() -> set[str]:
+    """The fields of vLLM's own EngineArgs (what `vllm.LLM` accepts as keyword arguments),
+    imported without starting anything and without vLLM's import-time warnings."""
+    import dataclasses
+    import logging as _logging
+
+    import vllm.logger  # noqa: F401  (configures the "vllm" logger, which is then quieted)
+
+    vllm_log = _logging.getLogger("vllm")
+    level = vllm_log.level
+    vllm_log.setLevel(_logging.ERROR)
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    finally:
+        vllm_log.setLevel(level)
+    return {f.name for f in dataclasses.fields(EngineArgs)}
+
+
+def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(engine name, its keyword arguments) from the engine config, or a one-line DotsError:
+    an unknown engine, an option neither engine knows, a bad synth_cache, or (vLLM) an
+    `extra_args` key that vLLM's EngineArgs does not have — found before any engine starts."""
+    import difflib
+
+    from dots.engines.base import check_synth_cache
     from dots.engines.hf import HFEngine
 
+    options = dict(to_plain(cfg))
+    name = resolve_engine_name(str(options.pop("name", "auto")))
     known = _options(HFEngine)
     try:
         from dots.engines.vllm import VLLMEngine
@@ -62,7 +89,29 @@ def build_engine(cfg: Mapping[str, Any], model: str | Path, task_vectors=None) -
     unknown = sorted(set(options) - known)
     if unknown:
         raise DotsError(f"unknown engine option(s) {unknown}; known: {sorted(known)}")
+    check_synth_cache(str(options.get("synth_cache", "disk")))
+    check_choice(options.get("log", "file"), ("file", "terminal"), "engine.log")
+    extra = options.get("extra_args") or {}
+    if not isinstance(extra, Mapping):
+        raise DotsError(f"engine.extra_args must be a mapping of vLLM keyword arguments, got {extra!r}")
+    if name == "vllm" and extra:
+        fields = vllm_engine_args()
+        for key in extra:
+            if key not in fields:
+                close = difflib.get_close_matches(str(key), sorted(fields), n=3)
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                raise DotsError(f"engine.extra_args.{key} is not an option of vLLM's EngineArgs{hint}")
+    accepted = _options(_engine_class(name))
+    return name, {k: v for k, v in options.items() if k in accepted}
+
+
+def build_engine(
+    cfg: Mapping[str, Any], model: str | Path, task_vectors=None, log_dir: str | Path | None = None
+) -> Engine:
+    """The engine named by `cfg.name` on `model`, with `task_vectors` for swap_coefficients;
+    an engine with log lines of its own (vLLM) writes them into `log_dir` (see `engine.log`)."""
+    name, kwargs = check_engine_config(cfg)
     cls = _engine_class(name)
-    accepted = _options(cls)
-    kwargs = {k: v for k, v in options.items() if k in accepted}
+    if log_dir is not None and "log_dir" in inspect.signature(cls.__init__).parameters:
+        kwargs["log_dir"] = log_dir
     return cls(model, task_vectors=task_vectors, **kwargs)

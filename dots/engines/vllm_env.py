@@ -1,10 +1,12 @@
 """How the processes of a vLLM engine are set up: whether vLLM is importable and on CPU,
-dots importable in its workers, CPU threads split between tensor-parallel workers, and
-environment variables set while it spawns."""
+dots importable in its workers, CPU threads split between tensor-parallel workers, its log
+lines sent to a file, and environment variables set while it spawns."""
 
 from __future__ import annotations
 
+import json
 import logging
+import logging.config
 import os
 import sys
 from contextlib import contextmanager
@@ -78,3 +80,26 @@ def scratch_dir() -> str | None:
     """/dev/shm when writable (temporary checkpoints of swap_weights stay in memory)."""
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+LOG_FORMAT = "%(levelname)s %(asctime)s [%(process)d %(filename)s:%(lineno)d] %(message)s"
+
+
+def log_to_file(log_file: Path) -> dict[str, str]:
+    """Send the "vllm" logger's lines to `log_file` (appended) instead of the terminal: in this
+    process now, and in the engine's processes through the environment they are spawned with
+    (returned: VLLM_LOGGING_CONFIG_PATH, a dictConfig written next to the log)."""
+    log_file = Path(log_file).absolute()
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"vllm": {"format": LOG_FORMAT, "datefmt": "%m-%d %H:%M:%S"}},
+        "handlers": {
+            "vllm": {"class": "logging.FileHandler", "formatter": "vllm", "filename": str(log_file), "mode": "a"}
+        },
+        "loggers": {"vllm": {"handlers": ["vllm"], "level": "INFO", "propagate": False}},
+    }
+    config_file = log_file.with_name(f".{log_file.stem}-logging.json")
+    config_file.write_text(json.dumps(config, indent=1))
+    logging.config.dictConfig(config)
+    return {"VLLM_LOGGING_CONFIG_PATH": str(config_file), "VLLM_CONFIGURE_LOGGING": "1"}

@@ -33,20 +33,21 @@ class DotsWorkerExtension:
         rank = getattr(self, "rank", None)
         return {"pid": os.getpid(), "device": str(self._dots_device()), "rank": rank}
 
-    def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "disk") -> int:
+    def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "auto") -> int:
         """Open the τ̃ cache described by `TaskVectors.spec()` (kept open for later swaps);
-        with synth_cache "memory", load θ0 and τ̃ onto this worker's device now. Returns
-        the bytes held resident."""
+        with synth_cache "memory" (or "auto" when they fit in the device's free memory now),
+        load θ0 and τ̃ onto this worker's device now. Returns the bytes held resident."""
         self._dots_task_vectors = self._dots_resident = None
         if spec is None:
             return 0
+        from dots.engines.plan import resolve_synth_cache
         from dots.memory import reuse_freed_memory
         from dots.vectors.cache import TaskVectors
 
         reuse_freed_memory()  # every swap allocates model-sized tensors again
 
         self._dots_task_vectors = TaskVectors.from_spec(spec)
-        if synth_cache == "memory":
+        if resolve_synth_cache(synth_cache, self._dots_task_vectors, self._dots_device()) == "memory":
             from dots.vectors.synth import ResidentSynthesizer
 
             self._dots_resident = ResidentSynthesizer(self._dots_task_vectors, device=self._dots_device())

@@ -105,11 +105,19 @@ def swap_incompatibility(
 class LiveEngine:
     """The run's engine: started on the first model, swapped to later ones when compatible."""
 
-    def __init__(self, engine_cfg: Mapping | Any, factory: Callable | None = None, chat_template: bool = False):
+    def __init__(
+        self,
+        engine_cfg: Mapping | Any,
+        factory: Callable | None = None,
+        chat_template: bool = False,
+        log_dir: str | Path | None = None,
+    ):
+        import functools
+
         from dots.engines.factory import build_engine
 
         self.engine_cfg = engine_cfg
-        self.factory = factory or build_engine
+        self.factory = factory or functools.partial(build_engine, log_dir=log_dir)
         self.engine: Any = None
         self.live: Checkpoint | None = None
         self.starts = 0

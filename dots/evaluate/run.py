@@ -25,13 +25,14 @@ from typing import Any, Callable, Mapping, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+from dots.engines.factory import check_engine_config
 from dots.errors import DotsError
 from dots.evaluate.benchmarks import Benchmark, load_problems, resolve_benchmark
 from dots.evaluate.live import LiveEngine
 from dots.evaluate.report import average, markdown_table, plot_scores, write_json
 from dots.evaluate.samples import read_samples, run_benchmark, samples_key, summarize
 from dots.io.checkpoint import Checkpoint
-from dots.paths import outputs_root
+from dots.paths import check_creatable, outputs_root
 from dots.plain import to_plain
 from dots.problems import Query
 
@@ -174,7 +175,9 @@ def evaluate(
         "scores": {},
         "average": {},
     }
-    live = LiveEngine(engine_cfg, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks))
+    live = LiveEngine(
+        engine_cfg, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks), log_dir=out_dir
+    )
     try:
         for name, ckpt in ckpts.items():
             keys = {b.name: samples_key(b, problems[b.name], ckpt) for b in benchmarks}
@@ -231,7 +234,8 @@ def run_evaluate(cfg: DictConfig) -> dict:
     models = resolve_models(cfg)
     for _name, path in models.items():
         Checkpoint(path)  # a missing model path fails before the output directory is made
-    out = output_dir(cfg)
+    out = check_creatable(output_dir(cfg), "evaluation directory")
+    check_engine_config(cfg.engine)  # an unknown engine option fails before anything is written
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     print(f"evaluation directory: {out}")

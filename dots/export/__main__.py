@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dots.errors import DotsError, cli_errors
 from dots.export.hub import try_push
+from dots.io.checkpoint import Checkpoint
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
         folder = Path(args.folder)
         if not (folder / "config.json").exists():
             raise DotsError(f"not an exported model directory: {folder}")
+        Checkpoint(folder)  # config.json parses, the weights are whole: checked before any upload
         if not try_push(folder, args.repo_id, args.private):
             sys.exit(1)
 

@@ -9,6 +9,7 @@ honoured).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -67,6 +68,22 @@ def snapshot_revision(path: Path) -> str | None:
     return None
 
 
+def read_config(model_dir: Path) -> dict:
+    """`model_dir`/config.json as a dict; a one-line DotsError when missing or malformed."""
+    cfg = model_dir / "config.json"
+    if not cfg.exists():
+        raise DotsError(f"{model_dir} has no config.json")
+    try:
+        data = json.loads(cfg.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DotsError(f"cannot read {cfg}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise DotsError(f"{cfg} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise DotsError(f"{cfg} is not a JSON object")
+    return data
+
+
 class Checkpoint:
     """A model directory read lazily: names, shapes, dtypes, one tensor at a time, config."""
 
@@ -77,6 +94,9 @@ class Checkpoint:
         self._files = self._weight_files()
         self._where: dict[str, tuple[Path, int, int]] = {}  # name -> (file, byte offset, nbytes)
         self._info: dict[str, TensorInfo] = {}
+        self._config: dict | None = None
+        if (self.path / "config.json").exists():
+            self._config = read_config(self.path)  # a malformed config.json fails here, before any work
         for file in self._files:
             for name, (info, offset, nbytes) in read_safetensors_header(file).items():
                 self._where[name] = (file, offset, nbytes)
@@ -114,10 +134,10 @@ class Checkpoint:
 
     @property
     def config(self) -> dict:
-        cfg = self.path / "config.json"
-        if not cfg.exists():
-            raise DotsError(f"{self.path} has no config.json")
-        return json.loads(cfg.read_text())
+        """config.json as a dict (read once); a DotsError when it is missing or not a JSON object."""
+        if self._config is None:
+            self._config = read_config(self.path)
+        return copy.deepcopy(self._config)  # callers may edit theirs
 
     @property
     def architecture(self) -> str:

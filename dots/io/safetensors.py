@@ -62,12 +62,20 @@ def read_safetensors_header(file: Path) -> dict[str, tuple[TensorInfo, int, int]
     except (OSError, ValueError) as exc:
         raise DotsError(f"cannot read safetensors file {file}: {exc}") from None
     out: dict[str, tuple[TensorInfo, int, int]] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = TORCH_DTYPES.get(entry["dtype"])
-        if dtype is None:
-            raise DotsError(f"{file}: unsupported dtype {entry['dtype']} for {name}")
-        start, end = entry["data_offsets"]
-        out[name] = (TensorInfo(tuple(entry["shape"]), dtype), 8 + size + start, end - start)
+    data_end = 0
+    try:
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = TORCH_DTYPES.get(entry["dtype"])
+            if dtype is None:
+                raise DotsError(f"{file}: unsupported dtype {entry['dtype']} for {name}")
+            start, end = entry["data_offsets"]
+            out[name] = (TensorInfo(tuple(entry["shape"]), dtype), 8 + size + start, end - start)
+            data_end = max(data_end, end)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise DotsError(f"cannot read safetensors file {file}: malformed header ({exc})") from None
+    actual = file.stat().st_size
+    if actual < 8 + size + data_end:  # a cut download or copy: found now, not mid-merge
+        raise DotsError(f"{file} is truncated: {actual} bytes, its header describes {8 + size + data_end}")
     return out

@@ -3,11 +3,13 @@
 `CheckpointWriter` lays out every shard from a plan of (name, shape, dtype) before any
 data arrives, so each tensor is written straight to its final offset and freed: no
 buffering, any write order. It writes into a temporary sibling directory and renames it
-into place only when every planned tensor has been written.
+into place only when every planned tensor has been written, with the process's ordinary
+file modes (`dots.io.modes`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import queue
@@ -21,6 +23,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.modes import apply_umask, copy_file
 from dots.io.safetensors import ST_DTYPES, TensorInfo
 
 
@@ -56,6 +59,23 @@ def _header(
     return raw, offsets
 
 
+def check_free_space(out_dir: Path, nbytes: int) -> None:
+    """A DotsError when the filesystem that will hold `out_dir` has less than `nbytes` free:
+    found before anything is written (a write can still run out later, if others fill it)."""
+    where = out_dir.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    if free < nbytes:
+        raise DotsError(
+            f"not enough space for {out_dir}: it needs {nbytes / 2**20:.1f} MiB, "
+            f"{free / 2**20:.1f} MiB are free on {where}"
+        )
+
+
 class CheckpointWriter:
     """Write a planned set of tensors as (sharded) safetensors, atomically.
 
@@ -82,14 +102,28 @@ class CheckpointWriter:
             raise DotsError("nothing to write: the tensor plan is empty")
         self.overwrite = overwrite
         self.plan = dict(plan)
-        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        check_free_space(self.out_dir, sum(info.nbytes for info in self.plan.values()))
         self.tmp_dir = self.out_dir.parent / f".{self.out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-        self.tmp_dir.mkdir()
+        try:
+            self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp_dir.mkdir()
+            self._lay_out(max_shard_bytes, {"format": "pt", **(metadata or {})}, weights_name)
+        except OSError as exc:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            raise self._failure(exc) from None
+        self._open: dict[Path, object] = {}
+        self._written: set[str] = set()
+        self._rows_written: dict[str, int] = {}
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def _lay_out(self, max_shard_bytes: int, meta: Mapping[str, str], weights_name: str) -> None:
+        """Every shard file with its header, at its final size (sparse until written)."""
         shards = _shard_plan(self.plan, max_shard_bytes)
         n = len(shards)
         self._files: dict[str, tuple[Path, int]] = {}
         self.weight_map: dict[str, str] = {}
-        meta = {"format": "pt", **(metadata or {})}
         for i, names in enumerate(shards, 1):
             fname = f"{weights_name}.safetensors" if n == 1 else f"{weights_name}-{i:05d}-of-{n:05d}.safetensors"
             header, offsets = _header(names, self.plan, meta)
@@ -103,12 +137,6 @@ class CheckpointWriter:
             for name in names:
                 self._files[name] = (path, base + offsets[name])
                 self.weight_map[name] = fname
-        self._open: dict[Path, object] = {}
-        self._written: set[str] = set()
-        self._rows_written: dict[str, int] = {}
-        self._queue: queue.Queue = queue.Queue(maxsize=1)
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
         self.index_name = f"{weights_name}.safetensors.index.json" if n > 1 else None
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
@@ -165,7 +193,16 @@ class CheckpointWriter:
 
     def _check_background(self) -> None:
         if self._error is not None:
-            raise self._error
+            self.abort()
+            raise self._failure(self._error)
+
+    def _failure(self, exc: BaseException) -> BaseException:
+        """A write that failed for a reason of the disk (full, read-only, quota) as one line;
+        anything else as it was."""
+        if not isinstance(exc, OSError):
+            return exc
+        full = " (no space left on the device: nothing was kept)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        return DotsError(f"cannot write {self.out_dir}: {exc.strerror or exc}{full}")
 
     def _finish_background(self) -> None:
         """Wait until every queued tensor is written, close the files."""
@@ -184,19 +221,33 @@ class CheckpointWriter:
     def add_file(self, name: str, content: str | bytes) -> None:
         """Put a file with `content` next to the weights (written on commit, with them)."""
         target = self.tmp_dir / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content.encode() if isinstance(content, str) else content)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content.encode() if isinstance(content, str) else content)
+        except OSError as exc:
+            raise self._failure(exc) from None
 
     def copy_file(self, source: str | os.PathLike, name: str | None = None) -> None:
         """Copy the file `source` next to the weights, as `name` (default: its own name)."""
-        shutil.copy2(source, self.tmp_dir / (name or Path(source).name))
+        try:
+            copy_file(source, self.tmp_dir / (name or Path(source).name))
+        except OSError as exc:
+            raise self._failure(exc) from None
 
     def commit(self, copy_from: Checkpoint | str | os.PathLike | None = None) -> Path:
-        """Check completeness, copy aux files from `copy_from`, move into place."""
+        """Check completeness, copy aux files from `copy_from`, move into place. A disk error
+        (full, read-only) removes the temporary directory and is one DotsError line."""
+        try:
+            return self._commit(copy_from)
+        except OSError as exc:
+            self.abort()
+            raise self._failure(exc) from None
+
+    def _commit(self, copy_from: Checkpoint | str | os.PathLike | None) -> Path:
         self._finish_background()
         if self._error is not None:
             self.abort()
-            raise self._error
+            raise self._failure(self._error)
         missing = [n for n in self.plan if n not in self._written]
         if missing:
             self.abort()
@@ -213,6 +264,7 @@ class CheckpointWriter:
             total = sum(i.nbytes for i in self.plan.values())
             index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(self.weight_map.items()))}
             (self.tmp_dir / self.index_name).write_text(json.dumps(index, indent=2))
+        apply_umask(self.tmp_dir)
         if self.out_dir.exists():
             trash = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
             self.out_dir.rename(trash)

@@ -12,6 +12,7 @@ from typing import Iterator, Mapping
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
 
+from dots.io.modes import apply_umask
 from dots.lab.tokenizer import build_char_tokenizer
 
 
@@ -80,6 +81,7 @@ def save_model(model: torch.nn.Module, out: Path, dtype: str, info: Mapping) -> 
             do_sample=False,
         ).save_pretrained(tmp)
         (tmp / "lab.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+        apply_umask(tmp)  # save_pretrained's safetensors file is 0600
         if out.exists():  # a concurrent builder finished first: keep theirs
             shutil.rmtree(tmp)
         else:

@@ -17,8 +17,9 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
+from dots.checks import positive_int
 from dots.errors import DotsError, cli_errors
 from dots.merge.executor import DEFAULT_MAX_SHARD_BYTES, merge_checkpoints
 from dots.plain import to_plain
@@ -101,19 +102,9 @@ def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
         format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
         device=_device(container.get("device", "auto")),
         max_shard_bytes=int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES),
-        block_entries=_positive_int(container.get("block_entries", BLOCK_ENTRIES), "block_entries"),
+        block_entries=positive_int(container.get("block_entries", BLOCK_ENTRIES), "block_entries"),
         card_config=container,
     )
-
-
-def _positive_int(value: Any, what: str) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise DotsError(f"{what} must be a positive integer, got {value!r}") from None
-    if number < 1 or number != value and not isinstance(value, str):
-        raise DotsError(f"{what} must be a positive integer, got {value!r}")
-    return number
 
 
 def _device(device: str | None) -> str:

@@ -29,6 +29,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
 from dots.merge.methods import MergeContext, build_options, get_method
 from dots.merge.methods.base import WHOLE, Part
+from dots.paths import check_creatable
 from dots.progress import progress_bar
 from dots.vectors.deltas import BLOCK_ENTRIES, block_stream, read_inputs, row_blocks, tensor_stream
 
@@ -114,6 +115,8 @@ def merge_checkpoints(
         raise DotsError(f"block_entries must be a positive integer, got {block_entries!r}")
     if Path(output).expanduser().exists() and not overwrite:  # before opening anything large
         raise DotsError(f"output exists: {Path(output).expanduser().resolve()} (pass overwrite=true to replace it)")
+    # the writer makes a sibling of the output and renames it into place: its parent must take it
+    check_creatable(Path(output).expanduser().absolute().parent, "output's parent directory")
 
     base_ckpt = Checkpoint(base, revision)
     source_ckpts = {str(k): Checkpoint(v, revision) for k, v in sources.items()}

@@ -39,6 +39,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.modes import apply_umask
 from dots.keys import stable_hash
 from dots.paths import cache_root
 from dots.progress import progress_bar
@@ -238,9 +239,11 @@ def fisher_for(
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write_safetensors(fisher, tmp, {"model": str(ckpt.path), "examples": str(len(examples))})
+        apply_umask(tmp)
         tmp.replace(path)  # atomic: a reader never sees a half-written file
-    finally:
+    except Exception as exc:  # safetensors reports a full disk as its own error
         tmp.unlink(missing_ok=True)
+        raise DotsError(f"cannot write the Fisher cache {path}: {str(exc).splitlines()[0]}") from None
     return path
 
 

@@ -67,8 +67,26 @@ def write_trials_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
         writer.writerows(rows)
 
 
+def coincident(points: Sequence[Point]) -> dict[tuple[float, float], list[int]]:
+    """Trial numbers of points that share their (perplexity, consistency) with another trial."""
+    groups: dict[tuple[float, float], list[int]] = {}
+    for p in points:
+        groups.setdefault((round(p.perplexity, 6), round(p.consistency, 6)), []).append(p.number)
+    return {xy: numbers for xy, numbers in groups.items() if len(numbers) > 1}
+
+
 def plot_front(points: Sequence[Point], front: Sequence[Point], chosen: Point, path: Path, title: str = "") -> None:
-    """All trials (colored by trial number), the front as a line, the pick starred."""
+    """All trials (colored by trial number), the front as a line, the pick starred, saved to `path`."""
+    import matplotlib.pyplot as plt
+
+    fig = front_figure(points, front, chosen, title)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def front_figure(points: Sequence[Point], front: Sequence[Point], chosen: Point, title: str = "") -> Any:
+    """The figure of `plot_front`. Points that coincide are labelled with their count (×n);
+    consistency is never drawn below 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,8 +100,13 @@ def plot_front(points: Sequence[Point], front: Sequence[Point], chosen: Point, p
         cmap="viridis",
         s=22,
         alpha=0.75,
+        edgecolors="black",
+        linewidths=0.3,
+        clip_on=False,  # points at C = 0 sit on the axis, whole
         label="trials",
     )
+    for (ppl, c), numbers in coincident(points).items():
+        ax.annotate(f"×{len(numbers)}", (ppl, c), xytext=(5, 4), textcoords="offset points", fontsize=7)
     fig.colorbar(sc, ax=ax, label="trial")
     f = sorted(front, key=lambda p: p.perplexity)
     ax.plot(
@@ -106,11 +129,12 @@ def plot_front(points: Sequence[Point], front: Sequence[Point], chosen: Point, p
         zorder=5,
         label="pick: " + ", ".join(f"{k}={v:.2f}" for k, v in chosen.params.items()),
     )
+    low, high = ax.get_ylim()
+    ax.set_ylim(max(low, 0.0), max(high, 0.05))  # consistency lies in [0, 1]: no negative axis when all are 0
     ax.set_xlabel("perplexity on adaptation prompts (lower is better)")
     ax.set_ylabel("mean answer consistency (higher is better)")
     ax.set_title(title or "DoTS coefficient search")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig

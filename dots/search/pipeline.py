@@ -10,6 +10,7 @@ only when a stage needs it, so a finished run re-reports in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,18 +19,23 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from dots.config import check_backbone_sources  # importing it registers ${dots_data:...} and ${lab:...}
+import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+from dots.engines.plan import MemoryPlan
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
+from dots.locks import held_by_one
+from dots.paths import check_creatable
 from dots.plain import to_plain
 from dots.problems import Query, load_pool
 from dots.search.dashboard import dashboard_command
 from dots.search.engine_model import engine_model, source_activation
 from dots.search.identity import check_range, resolve_run_dir, run_identity
+from dots.search.options import check_search_config
 from dots.search.scorer import LazyEngine, Scorer
 from dots.search.selection import (
+    DamagedSelection,
     SelectionConfig,
     choose,
     load_selection,
@@ -112,11 +118,28 @@ def build_selection(run: Run) -> list[Query]:
 
 def load_selected(run: Run) -> list[Query]:
     path = run.run_dir / "selection.jsonl"
-    saved = load_selection(path, stable_hash(selection_inputs(run)))
+    try:
+        saved = load_selection(path, stable_hash(selection_inputs(run)))
+    except DamagedSelection as damage:
+        return reselect(run, damage)
     if saved is None:
         raise DotsError(f"{path} does not match this run's inputs; delete it to select again")
     log.info("selection: reusing %s (%d queries)", path, len(saved.queries))
     return saved.queries
+
+
+def reselect(run: Run, damage: DamagedSelection) -> list[Query]:
+    """Select again in place of a damaged selection.jsonl (the difficulty record makes the same
+    draw without sampling again); safe only if it chose the queries the study was scored on,
+    which the rows before the damage show."""
+    log.warning("%s; selecting again (the recorded difficulties are reused)", damage)
+    queries = build_selection(run)
+    if not set(damage.intact_ids) <= {q.id for q in queries}:
+        raise DotsError(
+            f"{damage}, and selecting again chose other queries than the study was scored on: restore it "
+            "from a copy, or move study.db away to start the study again"
+        )
+    return queries
 
 
 def study_name(run: Run) -> str:
@@ -134,9 +157,7 @@ def run_trials(run: Run) -> Any:
     cfg, names = run.cfg, run.sources
     study = open_study(cfg, open_storage(cfg.search.storage, run.run_dir), study_name(run))
     if int(cfg.search.workers) <= 1:  # alone on this study: whatever is RUNNING was interrupted
-        stale = recover_stale_trials(study, grace_s=-1.0, names=[f"lambda_{n}" for n in names])
-        if stale:
-            print(f"study: trial(s) {stale} left running by an interrupted run were marked failed and queued again")
+        recover_stale_trials(study, -1.0, [f"lambda_{n}" for n in names], left_by="an interrupted run")
     chosen = run.results["selection"]
     scorer = Scorer(run.engine, [run.prompts[q.id] for q in chosen], cfg, run.tokenizer)
     try:
@@ -231,11 +252,9 @@ def search_stages(run: Run) -> list[Stage]:
 
 
 def prepare(cfg: DictConfig) -> Run:
-    """Check the options and inputs, open the checkpoints, find the run directory."""
+    """Check the options and inputs, open the checkpoints, find the run directory (nothing written)."""
+    check_search_config(cfg)
     bounds = check_range(list(cfg.search.range))
-    if int(cfg.search.n_trials) < 1:
-        raise DotsError(f"search.n_trials must be >= 1, got {cfg.search.n_trials}")
-    check_backbone_sources(cfg)
     backbone = cfg.backbone
     base = Checkpoint(str(backbone.base), backbone.get("revision"))
     sources = {str(k): Checkpoint(str(v), backbone.get("revision")) for k, v in backbone.sources.items()}
@@ -256,24 +275,72 @@ def prepare(cfg: DictConfig) -> Run:
     return Run(cfg, resolve_run_dir(cfg, identity), alignment, identity, bounds, fixed)
 
 
+def check_destinations(run: Run) -> None:
+    """The run directory, the τ̃ cache and the export's directory can be made (`paths.check_creatable`)."""
+    from dots.vectors.cache import default_cache_root
+
+    check_creatable(run.run_dir, "run directory")
+    check_creatable(run.cfg.get("cache_dir") or default_cache_root(), "task-vector cache directory")
+    if run.cfg.export.enabled and not run.fixed and run.cfg.export.dir:
+        check_creatable(Path(export_dir(run)).parent, "export directory's parent")
+
+
+def memory_plan(run: Run) -> MemoryPlan:
+    """What the run holds on each device and where τ̃ lives (`dots.engines.plan`), printed;
+    a DotsError (one line) when the engine and τ̃ cannot fit either way."""
+    from dots.engines.plan import plan_search
+    from dots.io.shapes import ModelShapes
+
+    plan = plan_search(run.cfg, ModelShapes.from_alignment(run.alignment))
+    print("\n".join(plan.lines()))
+    return plan
+
+
 def run_search(cfg: DictConfig) -> Path:
     """The whole pipeline; returns the run directory."""
     from transformers import AutoTokenizer
 
-    from dots.engines.factory import build_engine
     from dots.scoring.prompts import format_prompt
 
     run = prepare(cfg)
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    print(f"run directory: {run.run_dir}")
+    check_destinations(run)
+    plan = memory_plan(run)  # a run that cannot fit stops here, before anything is written
     run.queries = load_pool(cfg.pool)
     # the output's tokenizer (and the engine's): a source's when it added vocabulary
-    run.tokenizer = AutoTokenizer.from_pretrained(str(run.alignment.tokenizer_source().path))
+    tokenizer_dir = run.alignment.tokenizer_source().path
+    try:
+        run.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    except Exception as exc:  # a broken tokenizer file: one line, before anything is written
+        raise DotsError(f"cannot load the tokenizer of {tokenizer_dir}: {str(exc).splitlines()[0]}") from None
     run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
+    # every input and option is checked: from here on the run writes
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    with run_held(run):
+        return run_in(run, plan)
+
+
+def run_held(run: Run) -> Any:
+    """One command at a time on a run directory (`locks.held_by_one`), unless several workers are
+    configured to share it (search.workers > 1: they coordinate through the study's storage)."""
+    if int(run.cfg.search.workers) > 1:
+        return contextlib.nullcontext()
+    return held_by_one(run.run_dir / ".run.lock", f"run directory {run.run_dir}")
+
+
+def run_in(run: Run, plan: MemoryPlan) -> Path:
+    """The stages of a checked, locked run."""
+    from dots.engines.factory import build_engine
+
+    cfg = run.cfg
+    (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    print(f"run directory: {run.run_dir}")
+    engine_cfg = plan.engine_options(to_plain(cfg.engine))  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(
         lambda: build_engine(
-            cfg.engine, engine_model(cfg, run.alignment, run.task_vectors, run.run_dir), run.task_vectors
+            engine_cfg,
+            engine_model(cfg, run.alignment, run.task_vectors, run.run_dir),
+            run.task_vectors,
+            log_dir=run.run_dir,
         )
     )
     try:

@@ -195,15 +195,35 @@ def save_selection(selection: Selection, path: Path, key: str) -> None:
     tmp.replace(path)
 
 
+class DamagedSelection(DotsError):
+    """selection.jsonl cannot be read back (cut mid-line, edited); `intact_ids` are the query ids
+    of the rows before the damage."""
+
+    def __init__(self, path: Path, line: int, intact_ids: list[str]):
+        super().__init__(f"{path} is damaged at line {line}")
+        self.intact_ids = intact_ids
+
+
 def load_selection(path: Path, key: str) -> Selection | None:
-    """The saved selection if it was made from the same inputs (same key), else None."""
+    """The saved selection if it was made from the same inputs (same key), else None; a file
+    that cannot be parsed raises DamagedSelection."""
     if not path.exists():
         return None
-    lines = path.read_text().splitlines()
-    head = json.loads(lines[0])
+    lines = path.read_text(errors="replace").splitlines()
+    rows: list[dict] = []
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+            if number > 1 and not {"id", "question", "answer", "source"} <= set(row):
+                raise ValueError("a row without its fields")
+        except (ValueError, TypeError):
+            raise DamagedSelection(path, number, [str(r.get("id")) for r in rows[1:]]) from None
+        rows.append(row)
+    if not rows:
+        raise DamagedSelection(path, 1, [])
+    head, rows = rows[0], rows[1:]
     if head.get("key") != key:
         return None
-    rows = [json.loads(x) for x in lines[1:]]
     queries = [Query(r["id"], r["question"], r["answer"], r["source"]) for r in rows]
     return Selection(
         queries,

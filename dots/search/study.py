@@ -3,7 +3,9 @@
 Multi-objective (consistency ↑, perplexity ↓) with a seeded TPE sampler; the study lives
 in a SQLite file of the run directory by default, or in a journal file / RDB for several
 workers. `run_study` adds trials until the study holds `n_trials` complete ones, so a
-rerun resumes and never re-runs completed trials.
+rerun resumes and never re-runs completed trials. A rerun's sampler is seeded past the
+trials the study already holds (a restarted seeded sampler would draw its first points
+again), and a proposal equal to a point already scored is set aside and drawn again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ from dots.signals import sigterm_deferred
 
 log = logging.getLogger("dots.search")
 
+DUPLICATE_OF = "dots_duplicate_of"
+
+
+def sampler_seed(seed: int, worker: int, n_existing: int) -> int:
+    """The sampler seed of this process: the configured seed, apart per worker, and moved on by the
+    trials the study already holds, so a resumed, requeued or extra worker does not replay the
+    points of the first run (a fresh study, n_existing = 0, keeps the configured sequence)."""
+    return int(seed) + 7919 * int(worker) + int(n_existing)
+
+
+def point_key(params: Any, names: list[str]) -> tuple[float, ...]:
+    """A point's coefficients, rounded so that equal floats from storage compare equal."""
+    return tuple(round(float(params[n]), 10) for n in names)
+
 
 def open_storage(url: str | None, run_dir: Path) -> Any:
     """SQLite in the run dir by default; a `*.journal`/`*.log` path → journal file; else an RDB URL."""
@@ -40,24 +56,40 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
             return RDBStorage(url)
         return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as exc:
-        raise DotsError(f"cannot open the study storage {url!r}: {str(exc).splitlines()[0]}") from None
+        raise storage_error(url, exc) from None
+
+
+def storage_error(url: str, exc: BaseException) -> DotsError:
+    """One line for a storage that fails: a damaged SQLite file says so and how to recover."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if url.startswith("sqlite:///") and ("malformed" in first or "not a database" in first):
+        path = url[len("sqlite:///") :]
+        return DotsError(
+            f"the study file {path} is damaged ({first.split(') ')[-1]}): restore it from a copy, or move it "
+            "away and rerun to start the study again (its trials are lost; the selection and τ̃ are kept)"
+        )
+    return DotsError(f"cannot open the study storage {url!r}: {first}")
 
 
 def open_study(cfg: Any, storage: Any, study_name: str) -> Any:
     """Create or load the study: two objectives, the configured sampler (`sampler=tpe|gp|
-    nsga2|random`, dots.search.samplers) seeded per worker."""
+    nsga2|random`, dots.search.samplers) seeded per worker and past the trials the study
+    already holds (`sampler_seed`), so a resumed study does not replay its sequence."""
     import optuna
 
-    seed = int(cfg.seed) + 7919 * int(cfg.search.worker)
+    try:  # a damaged SQLite file may open and fail at its first read
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=storage,
+            directions=["maximize", "minimize"],
+            load_if_exists=True,
+        )
+        n_existing = len(study.get_trials(deepcopy=False))
+    except Exception as exc:
+        raise storage_error(str(getattr(getattr(storage, "engine", None), "url", "") or ""), exc) from None
     sampler_opts = to_plain(cfg.sampler)
-    sampler = build_sampler(sampler_opts, seed, int(cfg.search.workers))
-    study = optuna.create_study(
-        study_name=study_name,
-        storage=storage,
-        sampler=sampler,
-        directions=["maximize", "minimize"],
-        load_if_exists=True,
-    )
+    seed = sampler_seed(cfg.seed, cfg.search.worker, n_existing)
+    study.sampler = build_sampler(sampler_opts, seed, int(cfg.search.workers))
     study.set_user_attr("sampler", sampler_opts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -91,11 +123,10 @@ def run_study(
     def count(*states: TrialState) -> int:
         return len(study.get_trials(deepcopy=False, states=states))
 
+    def key(point: Any) -> tuple[float, ...]:
+        return point_key(point, names)
+
     if fixed is not None:
-
-        def key(point: Any) -> tuple[float, ...]:
-            return tuple(round(float(point[n]), 10) for n in names)
-
         done = {key(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
         queued = {
             key(t.system_attrs["fixed_params"])
@@ -134,6 +165,9 @@ def run_study(
                         trial = None
                         continue
                     lam = {s: trial.suggest_float(n, *bounds) for s, n in zip(sources, names)}
+                    if fixed is None and set_aside_duplicate(study, trial, names):
+                        trial = None
+                        continue
                 with Heartbeat(study, trial._trial_id, heartbeat_s):
                     res = scorer(lam, seed=seed + trial.number)
             except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the point is redone on resume
@@ -169,3 +203,26 @@ def run_study(
                 res.perplexity,
                 res.times["total"],
             )
+
+
+def set_aside_duplicate(study: Any, trial: Any, names: list[str]) -> bool:
+    """True (the trial told PRUNED, tagged DUPLICATE_OF, the sampler reseeded) when the sampler
+    proposed a point that a complete or running trial already has; an enqueued point (a retry
+    of an interrupted trial) is never a duplicate."""
+    from optuna.trial import TrialState
+
+    if "fixed_params" in study._storage.get_trial(trial._trial_id).system_attrs:
+        return False
+    mine = point_key(trial.params, names)
+    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+        if other.number != trial.number and set(other.params) == set(names) and point_key(other.params, names) == mine:
+            trial.set_user_attr(DUPLICATE_OF, other.number)
+            study.tell(trial, state=TrialState.PRUNED)
+            study.sampler.reseed_rng()
+            log.warning(
+                "trial %d proposed the coefficients of trial %d again; drawing another point",
+                trial.number,
+                other.number,
+            )
+            return True
+    return False

@@ -86,8 +86,11 @@ def fail_and_requeue(study: Any, trial_id: int, names: list[str] | None = None) 
     return True
 
 
-def recover_stale_trials(study: Any, grace_s: float, names: list[str] | None = None) -> list[int]:
-    """Mark RUNNING trials without a fresh heartbeat FAIL and enqueue their coefficients again."""
+def recover_stale_trials(
+    study: Any, grace_s: float, names: list[str] | None = None, left_by: str = "a dead worker"
+) -> list[int]:
+    """Mark RUNNING trials without a fresh heartbeat FAIL and enqueue their coefficients again;
+    said in one log line (`left_by` names who left them running)."""
     from optuna.trial import TrialState
 
     now = time.time()
@@ -102,6 +105,8 @@ def recover_stale_trials(study: Any, grace_s: float, names: list[str] | None = N
             recovered.append(trial.number)
     if recovered:
         log.warning(
-            "recovered trial(s) %s left running by a dead worker; their coefficients are queued again", recovered
+            "trial(s) %s left running by %s were marked failed; their coefficients are queued again",
+            recovered,
+            left_by,
         )
     return recovered

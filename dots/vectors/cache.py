@@ -1,10 +1,18 @@
 """The τ̃ cache: each source's sparsified task vector on disk, shared by runs (SPEC §1).
 
-An entry stores τ⊙M (float32 safetensors, `dots.vectors.sparsify`) and the scale γ (one
-per source for `rescale: global`, one per tensor for `rescale: tensor`) in
-`taskvec.json`; `TaskVectors.get` applies it. Each source's entry is keyed by a hash of
-(base, source, options), so a source reused with another partner, or by another run, is
-not recomputed; concurrent workers build an entry once (a run-once lock).
+An entry holds τ̃_i = γ·(θ_i − θ0)⊙M_i (DoTS Eq. 3) in compact form (`dots.vectors.compact`):
+per merged tensor, where M_i keeps an entry (a bitmask or sorted positions, whichever is
+smaller) and θ_i's own values there in the checkpoint's dtype — 0.725 bytes per parameter
+for bf16 at density 0.3, against 4 for the dense float32 τ⊙M of cache version 1. The
+scale γ (one per source for `rescale: global`, one per tensor for `rescale: tensor`) and
+each tensor's form are in `taskvec.json`. τ̃ is rebuilt against θ0 when read
+(`TaskVectors.get`, `TaskVectors.compact` for the synthesis), bit for bit the dense values
+where they matter (the merged weights are identical).
+
+Each source's entry is keyed by a hash of (cache version, base, source, options), so a
+source reused with another partner, or by another run, is not recomputed; concurrent
+workers build an entry once (a run-once lock). An entry of another cache version is
+rebuilt, never read.
 """
 
 from __future__ import annotations
@@ -12,25 +20,29 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping
 
 import torch
 
+from dots.errors import DotsError
 from dots.io.align import Alignment, align
 from dots.io.checkpoint import Checkpoint
-from dots.io.safetensors import TensorInfo
-from dots.io.writer import CheckpointWriter
+from dots.io.safetensors import ST_DTYPES
 from dots.keys import stable_hash
 from dots.locks import run_once_lock
 from dots.paths import cache_root
+from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 1: dense float32 τ⊙M; 2: compact (θ_i's values at the mask)
 EXTRA_SUFFIX = ".__extra_rows__"
+WEIGHTS_FILE = "tau.safetensors"
 
 
 def default_cache_root() -> Path:
@@ -38,12 +50,12 @@ def default_cache_root() -> Path:
     return cache_root() / "taskvec"
 
 
-# --- building ---------------------------------------------------------------------------
+# --- reading ----------------------------------------------------------------------------
 
 
 @dataclass
 class SourceVector:
-    """One source's cached τ⊙M and its scales."""
+    """One source's cache entry: compact τ̃ per tensor and its scales."""
 
     key: str
     path: Path
@@ -61,11 +73,34 @@ class SourceVector:
             return float(self.meta["tensor_gamma"][name])
         return float(self.meta["gamma"])
 
-    def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """γ·(τ⊙M) of `name` in float32, or of its rows [r0, r1) (a merge in row blocks)."""
-        tensor = (self.weights.get(name) if rows is None else self.weights.get_rows(name, *rows)).float()
-        gamma = self.scale(name)
-        return tensor.mul_(gamma) if gamma != 1.0 else tensor  # get() returns private memory
+    def compact(self, name: str) -> CompactTensor:
+        """τ̃ of tensor `name` as stored (CPU tensors read into private memory)."""
+        info = self.meta["tensors"][name]
+        form = info["form"]
+        weights = self.weights
+        return CompactTensor(
+            shape=tuple(info["shape"]),
+            form=form,
+            values=weights.get(name + VALUES),
+            where=weights.get(name + WHERE) if form != "full" else None,
+            negzero=weights.get(name + NEGZERO) if name + NEGZERO in weights else None,
+            gamma=self.scale(name),
+        )
+
+    def get(self, name: str, theta0: torch.Tensor) -> torch.Tensor:
+        """τ̃ of tensor `name` in float32, rebuilt against θ0 (`theta0`, the base's tensor)."""
+        return self.compact(name).dense(theta0)
+
+    def tau_bytes(self, names: list[str]) -> int:
+        """Bytes of the compact τ̃ of tensors `names` (what a resident copy holds of them)."""
+        weights = self.weights
+        parts = [n + s for n in names for s in (VALUES, WHERE, NEGZERO)]
+        return sum(weights.info(p).nbytes for p in parts if p in weights)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the entry's tensors on disk (compact τ̃ and any added vocabulary rows)."""
+        return sum(f.stat().st_size for f in self.path.glob("*.safetensors"))
 
 
 class TaskVectors:
@@ -76,14 +111,26 @@ class TaskVectors:
         self.entries = dict(entries)
         self.names = list(names)
         self.copied = list(copied)
+        self._base: Checkpoint | None = None
 
     @property
     def sources(self) -> list[str]:
         return list(self.entries)
 
-    def get(self, source: str, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """τ̃ of `source` for tensor `name`, float32 (base rows only; or rows [r0, r1) of them)."""
-        return self.entries[source].get(name, rows)
+    @property
+    def base(self) -> Checkpoint:
+        if self._base is None:
+            self._base = Checkpoint(self.base_path)
+        return self._base
+
+    def compact(self, source: str, name: str) -> CompactTensor:
+        """τ̃ of `source` for tensor `name` in compact form (what the synthesis reads)."""
+        return self.entries[source].compact(name)
+
+    def get(self, source: str, name: str, theta0: torch.Tensor | None = None) -> torch.Tensor:
+        """τ̃ of `source` for tensor `name`, float32 (base rows only), rebuilt against θ0 —
+        `theta0` when given (any float dtype, the base's values), else read from the base."""
+        return self.entries[source].get(name, theta0 if theta0 is not None else self.base.get(name))
 
     def extra_rows(self, name: str) -> torch.Tensor | None:
         for entry in self.entries.values():
@@ -106,6 +153,11 @@ class TaskVectors:
         entries = {}
         for key, path in spec["sources"].items():
             meta = json.loads((Path(path) / "taskvec.json").read_text())
+            if meta.get("version") != CACHE_VERSION:
+                raise DotsError(
+                    f"task-vector cache entry {path} has version {meta.get('version')}, this dots reads "
+                    f"{CACHE_VERSION}: rebuild it (build_task_vectors)"
+                )
             entries[key] = SourceVector(key, Path(path), meta)
         return cls(Path(spec["base"]), entries, spec["names"], spec["copied"])
 
@@ -115,31 +167,94 @@ class TaskVectors:
         }
 
 
-def _cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig) -> str:
+# --- building ---------------------------------------------------------------------------
+
+
+class _StreamingSafetensors:
+    """One safetensors file written front to back with bounded memory: the room for the
+    header is reserved first (the names are known, the sizes of the compact tensors are
+    not until each is encoded), tensors are appended as they come, and the header is
+    written last, padded with spaces as the format allows."""
+
+    def __init__(self, path: Path, names: list[str]):
+        self.room = sum(len(json.dumps(n)) + 96 for n in names) + 64  # an entry's JSON: its name + ≤ 88
+        self.room += -self.room % 8
+        self.fh = open(path, "wb")
+        self.fh.write(bytes(8 + self.room))
+        self.header: dict[str, dict] = {}
+        self.offset = 0
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+        self.fh.write(memoryview(data.numpy()))  # type: ignore[arg-type]
+        end = self.offset + data.numel()
+        entry = {"dtype": ST_DTYPES[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [self.offset, end]}
+        self.header[name] = entry
+        self.offset = end
+
+    def __enter__(self) -> _StreamingSafetensors:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.fh.close()  # the caller removes the unfinished file
+
+    def close(self) -> None:
+        raw = json.dumps({"__metadata__": {"format": "pt"}, **self.header}, separators=(",", ":")).encode()
+        if len(raw) > self.room:
+            raise DotsError(f"internal: safetensors header of {len(raw)} bytes exceeds its reserved {self.room}")
+        self.fh.seek(0)
+        self.fh.write(self.room.to_bytes(8, "little"))
+        self.fh.write(raw + b" " * (self.room - len(raw)))
+        self.fh.close()
+
+
+def _cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig, version: int = CACHE_VERSION) -> str:
     return stable_hash(
-        {"v": CACHE_VERSION, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": asdict(cfg)}, 20
+        {"v": version, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": asdict(cfg)}, 20
     )
 
 
+def _note_older_entries(root: Path, base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig) -> None:
+    """Log the entries earlier cache versions left for these inputs: never read again, they
+    hold disk (version 1: 4 bytes per parameter), and an older dots may still use them."""
+    for version in range(1, CACHE_VERSION):
+        old = root / _cache_key(base, source, cfg, version)
+        if old.is_dir():
+            size = sum(f.stat().st_size for f in old.iterdir() if f.is_file())
+            log.warning(
+                "an entry of task-vector cache version %d remains at %s (%.2f GB): delete it", version, old, size / 1e9
+            )
+
+
 def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> SourceVector:
-    """Sparsify source `key` (`sparsify_source`) into a new cache entry at `out`."""
-    plan = {n: TensorInfo(al.base.info(n).shape, torch.float32) for n in al.merged}
-    for name in al.extra_rows:
-        if al.extra_rows[name] == key:
-            rows = al.extra_rows_tensor(name)
-            assert rows is not None
-            plan[name + EXTRA_SUFFIX] = TensorInfo(tuple(rows.shape), al.base.info(name).dtype)
-    stats = SparseStats()
-    with CheckpointWriter(out, plan, max_shard_bytes=4 * 2**30, weights_name="tau") as writer:
-        for name, sparse in sparsify_source(al, key, cfg, stats):
-            writer.write(name, sparse)
-        for name in plan:
-            if name.endswith(EXTRA_SUFFIX):
-                rows = al.extra_rows_tensor(name[: -len(EXTRA_SUFFIX)])
-                assert rows is not None  # planned above only where it is
-                writer.write(name, rows)
+    """Sparsify source `key` (`sparsify_source`) into a new cache entry at `out`: each τ⊙M is
+    encoded (`dots.vectors.compact.encode`) against θ_i and θ0 and appended to one
+    safetensors file; the entry appears at `out` only when complete (atomic rename)."""
+    extras = [name for name, giver in al.extra_rows.items() if giver == key]
+    entry_names = [n + s for n in al.merged for s in (VALUES, WHERE, NEGZERO)] + [n + EXTRA_SUFFIX for n in extras]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        stats = SparseStats()
+        tensors: dict[str, dict] = {}
+        with _StreamingSafetensors(tmp / WEIGHTS_FILE, entry_names) as writer:
+            for name, sparse in sparsify_source(al, key, cfg, stats):
+                form, parts = encode(sparse, al.source_tensor(key, name), al.base.get(name))
+                for suffix, tensor in parts.items():
+                    writer.add(name + suffix, tensor)
+                tensors[name] = {"form": form, "shape": list(sparse.shape), "stored": parts[VALUES].numel()}
+                del sparse, parts
+            for name in extras:
+                rows = al.extra_rows_tensor(name)
+                assert rows is not None  # listed above only where it is
+                writer.add(name + EXTRA_SUFFIX, rows.to(al.base.info(name).dtype))
         meta = {
             "version": CACHE_VERSION,
+            "format": "compact",
             "source_key": key,
             "source": al.sources[key].source,
             "base": al.base.source,
@@ -150,10 +265,37 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
             "kept": stats.kept,
             "numel": stats.numel,
             "tensor_gamma": stats.tensor_gamma,
+            "tensors": tensors,
         }
-        writer.add_file("taskvec.json", json.dumps(meta, indent=1))
-        writer.commit()
+        (tmp / "taskvec.json").write_text(json.dumps(meta, indent=1))
+        if out.exists():  # an entry of another cache version at this path: replaced, never read
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return SourceVector(key, out, meta)
+
+
+def _reusable(out: Path, key: str, al: Alignment) -> SourceVector | None:
+    """The finished cache entry at `out`, or None after moving a damaged one out of the way (a
+    missing or cut shard, an unreadable taskvec.json, a tensor missing): the entry is derived
+    data, so it is rebuilt — said once, in one line."""
+    try:
+        meta = json.loads((out / "taskvec.json").read_text())
+        if meta.get("version") != CACHE_VERSION:
+            raise DotsError(f"written by cache version {meta.get('version')}, this dots reads {CACHE_VERSION}")
+        vector = SourceVector(key, out, meta)
+        missing = [n for n in al.merged if n not in vector.weights]
+        if missing:
+            raise DotsError(f"it lacks tensor {missing[0]}")
+    except (DotsError, OSError, ValueError) as exc:
+        log.warning("task-vector cache entry %s is damaged (%s); rebuilding it", out, exc)
+        trash = out.with_name(f".{out.name}.damaged-{os.getpid()}")
+        out.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        return None
+    return vector
 
 
 def build_task_vectors(
@@ -163,7 +305,7 @@ def build_task_vectors(
     cache_root: str | os.PathLike | None = None,
     alignment: Alignment | None = None,
 ) -> TaskVectors:
-    """τ̃ for every source, from the cache when its inputs and options are unchanged."""
+    """τ̃ for every source, from the cache when its inputs, options and version are unchanged."""
     al = alignment or align(base, sources)
     root = Path(cache_root) if cache_root is not None else default_cache_root()
     entries: dict[str, SourceVector] = {}
@@ -171,9 +313,11 @@ def build_task_vectors(
         out = root / _cache_key(base, ckpt, cfg)
         meta_file = out / "taskvec.json"
         with run_once_lock(root / f".{out.name}.lock"):  # concurrent workers build an entry once
-            if meta_file.exists():
+            cached = _reusable(out, key, al) if meta_file.exists() else None
+            if cached is not None:
                 log.info("source %s: reusing cached task vector %s", key, out)
-                entries[key] = SourceVector(key, out, json.loads(meta_file.read_text()))
+                entries[key] = cached
             else:
                 entries[key] = _build_one(al, key, cfg, out)
+                _note_older_entries(root, base, ckpt, cfg)
     return TaskVectors(base.path, entries, al.merged, al.copied)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
-from dots.errors import DotsError
+from dots.checks import check_choice, check_density
 from dots.progress import progress_bar
 from dots.vectors.deltas import task_vector
 from dots.vectors.masks import TopKMask, topk_magnitude_mask
@@ -41,12 +41,9 @@ class SparsifyConfig:
     rescale: str = "global"
 
     def __post_init__(self) -> None:
-        if not (0.0 < float(self.density) <= 1.0):
-            raise DotsError(f"density must be in (0, 1], got {self.density}")
-        if self.scope not in SCOPES:
-            raise DotsError(f"sparsify scope must be one of {SCOPES}, got {self.scope!r}")
-        if self.rescale not in RESCALES:
-            raise DotsError(f"sparsify rescale must be one of {RESCALES}, got {self.rescale!r}")
+        check_density(self.density, "sparsify.density")
+        check_choice(self.scope, SCOPES, "sparsify.scope")
+        check_choice(self.rescale, RESCALES, "sparsify.rescale")
 
     @property
     def dense(self) -> bool:

@@ -7,9 +7,12 @@ float32 on the chosen device (CUDA when present) and casts each result to the ba
 tensor's dtype. Tensors outside the task vectors are the base's; an embedding to which
 a source added rows gets those rows appended (they are the source's own values).
 
-`ResidentSynthesizer` computes the same values from θ0 and τ̃ held in memory on the
-device (no disk reads, no allocation per call): the engines use it with
-`synth_cache: memory` when a swap must be as fast as possible and memory allows.
+τ̃_i is read in its compact form (`dots.vectors.compact`: where the mask keeps an entry and
+θ_i's value there) and rebuilt block by block against θ0, which the synthesis holds anyway.
+
+`ResidentSynthesizer` computes the same values from θ0 and the compact τ̃ held in memory
+on the device (no disk reads, no allocation per call): the engines use it with
+`synth_cache: memory`, or `auto` when the memory plan (`dots.engines.plan`) finds room.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from torch.profiler import record_function
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
+from dots.vectors.compact import CompactTensor
 
 
 def default_device() -> torch.device:
@@ -46,35 +50,57 @@ def check_coefficients(task_vectors: TaskVectors, coefficients: Mapping[str, flo
 # CPU: the float32 accumulator is worked in blocks of this many entries (4 MiB), so the
 # K + 2 passes over it stay in cache and only θ0, τ̃ and the output cross memory once:
 # the arithmetic of a 0.5B swap ran 1.3-1.6x faster than with whole-tensor passes
-# (benchmarks/RESULTS.md, "Profile of a weight swap"). On CUDA one block is the whole tensor.
+# (benchmarks/RESULTS.md, "Profile of a weight swap"). CUDA: blocks of up to 2^26 entries
+# (256 MiB in float32), so the scratch stays bounded beside an inference engine however
+# large the embedding is, while each kernel still covers millions of entries.
 CPU_BLOCK_ENTRIES = 2**20
+CUDA_BLOCK_ENTRIES = 2**26
+SCRATCH_BUFFERS = 4  # accumulator, float32 θ0, τ̃ of one source, its kept values
 
 
 def block_entries(device: torch.device, numel: int) -> int:
     """How many entries one float32 accumulator block holds on `device` (≥ 1)."""
-    return max(1, numel if device.type != "cpu" else min(numel, CPU_BLOCK_ENTRIES))
+    return max(1, min(numel, CPU_BLOCK_ENTRIES if device.type == "cpu" else CUDA_BLOCK_ENTRIES))
+
+
+def new_scratch(device: torch.device, numel: int) -> torch.Tensor:
+    """The float32 scratch `_combine_into` works in, for tensors of up to `numel` entries."""
+    return torch.empty(SCRATCH_BUFFERS * block_entries(device, numel), dtype=torch.float32, device=device)
 
 
 def _combine_into(
-    out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[torch.Tensor, float]], scratch: torch.Tensor
+    out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[CompactTensor, float]], scratch: torch.Tensor
 ) -> torch.Tensor:
     """out[:len(θ0)] = cast(θ0 + Σ λ_i τ̃_i), Eq. 6: float32 sums in source order, one block of
-    `scratch` at a time. The one arithmetic of both paths below, so streaming and resident
-    synthesis give the same bits on the same device; elementwise, so any block size does too."""
-    for tau, _ in taus:
-        if tau.shape != theta0.shape:
-            raise DotsError(f"a task vector has shape {tuple(tau.shape)}, the base {tuple(theta0.shape)}: stale cache?")
+    entries at a time, each τ̃_i rebuilt from its compact form for that block
+    (`dots.vectors.compact.TauBlocks`: float32(θ_i) − float32(θ0) at the kept entries, γ, zeros
+    elsewhere) and added with `add_(τ̃, alpha=λ)` — the dense path's operations on the dense
+    path's values, so the same bits. The one arithmetic of both paths below, so streaming and
+    resident synthesis agree; elementwise, so any block size does too."""
+    for ct, _ in taus:
+        if tuple(ct.shape) != tuple(theta0.shape):
+            raise DotsError(f"a task vector has shape {tuple(ct.shape)}, the base {tuple(theta0.shape)}: stale cache?")
     n = theta0.numel()
     flat_out = out.view(-1)[:n]  # rows a source added to an embedding come after θ0's rows
     flat_theta0 = theta0.reshape(-1)
-    flat_taus = [(tau.reshape(-1), lam) for tau, lam in taus]
-    step = scratch.numel()
+    step = scratch.numel() // SCRATCH_BUFFERS
+    acc_buf, base_buf, tau_buf, values_buf = scratch.view(SCRATCH_BUFFERS, step)
+    readers = [(ct.blocks(), lam) for ct, lam in taus]
+    if not readers:  # θ0 itself (float32 and back is exact)
+        flat_out.copy_(flat_theta0)
+        return out
     for start in range(0, n, step):
         stop = min(start + step, n)
-        acc = scratch[: stop - start]
-        acc.copy_(flat_theta0[start:stop])
-        for tau, lam in flat_taus:
-            acc.add_(tau[start:stop], alpha=lam)
+        base = flat_theta0[start:stop]
+        if base.dtype != torch.float32:
+            base = base_buf[: stop - start].copy_(base)
+        acc = acc_buf[: stop - start]
+        for i, (reader, lam) in enumerate(readers):
+            tau = reader.fill(tau_buf[: stop - start], base, start, stop, values_buf)
+            if i == 0:
+                torch.add(base, tau, alpha=lam, out=acc)  # acc = θ0, acc += λ·τ̃ in one pass: same kernel
+            else:
+                acc.add_(tau, alpha=lam)
         flat_out[start:stop].copy_(acc)
     return out
 
@@ -87,8 +113,9 @@ def synthesize(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield θ0 + Σ λ_i τ̃_i for every tensor of the base (copied tensors unchanged).
 
-    Reads base and τ̃ from disk tensor by tensor (memory: a few tensors). Results live on
-    `device` in the base tensor's dtype; a source with λ = 0 is not read.
+    Reads θ0 and each compact τ̃ from disk tensor by tensor (memory: a few tensors; bytes
+    read per source: the compact entry, 0.725 per parameter for bf16 at density 0.3).
+    Results live on `device` in the base tensor's dtype; a source with λ = 0 is not read.
     """
     lambdas = check_coefficients(task_vectors, coefficients)
     device = torch.device(device) if device is not None else default_device()
@@ -99,15 +126,15 @@ def synthesize(
     for name in base.names:
         with record_function("dots.vectors.synth.read"):  # labels for torch.profiler (benchmarks/profile_swap.py)
             theta0 = base.get(name)
-            taus = [(task_vectors.get(key, name).to(device), lam) for key, lam in active] if name in merged else []
+            taus = [(task_vectors.compact(key, name).to(device), lam) for key, lam in active] if name in merged else []
         if name not in merged:
             yield name, theta0.to(device)
             continue
         with record_function("dots.vectors.synth.combine"):
             theta0 = theta0.to(device)
-            need = block_entries(device, theta0.numel())
+            need = SCRATCH_BUFFERS * block_entries(device, theta0.numel())
             if scratch.numel() < need:
-                scratch = torch.empty(need, dtype=torch.float32, device=device)
+                scratch = new_scratch(device, theta0.numel())
             out = _combine_into(torch.empty_like(theta0), theta0, taus, scratch)
             del taus
         extra = task_vectors.extra_rows(name)
@@ -117,14 +144,16 @@ def synthesize(
 
 
 class ResidentSynthesizer:
-    """θ0 and every τ̃ held on one device, so that a swap is arithmetic only (SPEC §2).
+    """θ0 and every compact τ̃ held on one device, so that a swap is arithmetic only (SPEC §2).
 
     Same values as `synthesize` (same operations, same order), without disk reads and
-    without allocating: results are written into one output buffer per tensor that the
-    next call overwrites, so consume (copy) each yielded tensor before calling again —
-    `reload_weights`, `Engine.swap_weights` and `CheckpointWriter` all do. Memory: the
-    base in its dtype twice (θ0, outputs) + K float32 task vectors + one float32 scratch
-    block (2^20 entries on CPU, the largest tensor on CUDA); `nbytes` says how much.
+    without allocating outputs: results are written into one output buffer per tensor that
+    the next call overwrites, so consume (copy) each yielded tensor before calling again —
+    `reload_weights`, `Engine.swap_weights` and `CheckpointWriter` all do. Memory: the base
+    in its dtype twice (θ0, outputs) + K compact task vectors (`dots.vectors.compact`: for
+    bf16 at density 0.3, 0.725 bytes per parameter each, against 4 for dense float32) + a
+    float32 scratch of 4 blocks (2^20 entries each on CPU, up to 2^26 on CUDA); `nbytes`
+    says how much.
     """
 
     def __init__(
@@ -136,7 +165,7 @@ class ResidentSynthesizer:
         merged = set(task_vectors.names)
         self.names = list(base.names)
         self.theta0: dict[str, torch.Tensor] = {}
-        self.taus: dict[str, dict[str, torch.Tensor]] = {}
+        self.taus: dict[str, dict[str, CompactTensor]] = {}
         self.out: dict[str, torch.Tensor] = {}
         self.extra: dict[str, torch.Tensor] = {}
         largest = 0
@@ -144,7 +173,7 @@ class ResidentSynthesizer:
             self.theta0[name] = base.get(name).to(self.device)
             if name not in merged:
                 continue
-            self.taus[name] = {k: task_vectors.get(k, name).to(self.device) for k in task_vectors.sources}
+            self.taus[name] = {k: task_vectors.compact(k, name).to(self.device) for k in task_vectors.sources}
             extra = task_vectors.extra_rows(name)
             theta0 = self.theta0[name]
             if extra is None:
@@ -154,13 +183,13 @@ class ResidentSynthesizer:
                 self.out[name] = torch.empty((rows, *theta0.shape[1:]), dtype=theta0.dtype, device=self.device)
                 self.out[name][theta0.shape[0] :].copy_(extra)
             largest = max(largest, self.theta0[name].numel())
-        self._scratch = torch.empty(block_entries(self.device, largest), dtype=torch.float32, device=self.device)
+        self._scratch = new_scratch(self.device, largest)
 
     @property
     def nbytes(self) -> int:
         tensors = [*self.theta0.values(), *self.out.values(), self._scratch]
-        tensors += [t for per in self.taus.values() for t in per.values()]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        held = sum(t.numel() * t.element_size() for t in tensors)
+        return held + sum(ct.nbytes for per in self.taus.values() for ct in per.values())
 
     def __call__(self, coefficients: Mapping[str, float]) -> Iterator[tuple[str, torch.Tensor]]:
         lambdas = check_coefficients(self.task_vectors, coefficients)

@@ -26,10 +26,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from dots.checks import check_choice, check_density, check_probability  # noqa: F401  (the methods' checks)
 from dots.errors import DotsError
 from dots.keys import name_seed
 from dots.vectors.masks import topk_magnitude_mask  # noqa: F401  (re-exported for the methods)
@@ -121,33 +122,6 @@ def build_options(method: Method, values: Mapping[str, Any]) -> Any:
         return method.options(**dict(values))
     except TypeError as exc:
         raise DotsError(f"bad options for method {method.name}: {exc}") from None
-
-
-def check_density(density: float, what: str = "density") -> float:
-    try:
-        value = float(density)
-    except (TypeError, ValueError):
-        raise DotsError(f"{what} must be a number in (0, 1], got {density!r}") from None
-    if not 0.0 < value <= 1.0:
-        raise DotsError(f"{what} must be in (0, 1], got {density}")
-    return value
-
-
-def check_probability(p: float, what: str = "p") -> float:
-    try:
-        value = float(p)
-    except (TypeError, ValueError):
-        raise DotsError(f"{what} must be a number in [0, 1), got {p!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise DotsError(f"drop probability {what} must be in [0, 1), got {p}")
-    return value
-
-
-def check_choice(value: str, choices: Iterable[str], what: str) -> str:
-    choices = tuple(choices)
-    if value not in choices:
-        raise DotsError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
-    return value
 
 
 # --- shared arithmetic -----------------------------------------------------------------

@@ -2,12 +2,13 @@
 
 θ = θ0 + Σ_i λ_i·τ̃_i with τ̃_i the sparsified, norm-rescaled task vectors of
 `dots.vectors.cache` (top `density` 0.3 per tensor, global γ rescale by default) read from
-the on-disk τ̃ cache — the same arithmetic as the search's synthesis, at the λ of the
+the on-disk τ̃ cache (compact: θ_i's values at the mask, rebuilt against the θ0 read here
+as float32(θ_i) − float32(θ0), then γ) — the same arithmetic as the search's synthesis, at the λ of the
 paper's ablations: (1, 1), (0.5, 0.5), (1/√2, 1/√2). λ_i are the per-model weights
 (`weights`, default 1.0 each). Like `dots.vectors.synth.synthesize`, it starts from θ0 in
 float32 and adds λ_i·τ̃_i in source order, skipping λ_i = 0, so the written model is
-bit-identical to the synthesiser's at the same λ. Blockwise: a large tensor is merged
-row block by row block, reading the same rows of θ0 and of each τ̃ (elementwise: same bits).
+bit-identical to the synthesiser's at the same λ. Whole tensors: the compact τ̃ is rebuilt
+against a whole θ0 tensor (row blocks of it are not read yet).
 """
 
 from __future__ import annotations
@@ -54,16 +55,11 @@ def merge(
     stats,
     part: Part = WHOLE,
 ) -> torch.Tensor:
-    """θ0 + Σ λ_i·τ̃_i (the merged weights themselves: this method is `absolute`); on a row
-    block (`part`), the same rows of each τ̃."""
-    rows = None
-    if part.total is not None:
-        per_row = base[0].numel() if base.dim() > 1 else 1
-        rows = (part.start // per_row, part.start // per_row + (base.shape[0] if base.dim() else 1))
+    """θ0 + Σ λ_i·τ̃_i (the merged weights themselves: this method is `absolute`)."""
     out = base.clone()
     for key, lam in zip(stats.sources, weights):
         if float(lam) != 0.0:
-            out.add_(stats.get(key, name, rows), alpha=float(lam))
+            out.add_(stats.get(key, name, theta0=base), alpha=float(lam))  # τ̃ rebuilt against this θ0
     return out
 
 
@@ -76,7 +72,6 @@ register(
         weighted=True,
         reads_deltas=False,
         absolute=True,
-        blockwise=True,
         summary="θ0 + Σ λ_i τ̃_i at fixed λ (DoTS synthesis)",
     )
 )

@@ -1,0 +1,53 @@
+"""Checks of option values, each a one-line DotsError naming the option: written once for
+every command (search, merge methods, sparsify, engines)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from dots.errors import DotsError
+
+
+def positive_int(value: Any, what: str, minimum: int = 1) -> int:
+    """`value` as an int >= `minimum` (a whole number; "3" from a command line is fine)."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or (isinstance(value, float) and value != number):
+        raise DotsError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    if number < minimum:
+        raise DotsError(f"{what} must be >= {minimum}, got {number}")
+    return number
+
+
+def number_in(value: Any, what: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> float:
+    """`value` as a float in the interval [low, high] (ends opened by low_open / high_open)."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise DotsError(f"{what} must be a number in {interval}, got {value!r}") from None
+    above = number > low if low_open else number >= low
+    below = number < high if high_open else number <= high
+    if not (above and below):
+        raise DotsError(f"{what} must be in {interval}, got {value}")
+    return number
+
+
+def check_density(density: Any, what: str = "density") -> float:
+    """A share of entries kept: (0, 1]."""
+    return number_in(density, what, 0.0, 1.0, low_open=True)
+
+
+def check_probability(p: Any, what: str = "p") -> float:
+    """A drop probability: [0, 1) (p = 1 would drop everything and rescale by 1/0)."""
+    return number_in(p, f"drop probability {what}", 0.0, 1.0, high_open=True)
+
+
+def check_choice(value: Any, choices: Iterable[str], what: str) -> str:
+    """`value` when it is one of `choices`."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise DotsError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)

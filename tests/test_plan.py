@@ -1,0 +1,215 @@
+"""The memory plan (dots.engines.plan, python -m dots.plan) and synth_cache=auto."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dots.engines.plan as plan_mod
+from dots.engines.plan import DeviceMemory, EngineSetting, plan_memory, resident_bytes, resolve_synth_cache
+from dots.errors import DotsError
+from dots.io.align import align
+from dots.io.checkpoint import Checkpoint
+from dots.io.shapes import ModelShapes
+from dots.testing import make_finetuned, make_tiny_model
+from dots.vectors.cache import build_task_vectors
+from dots.vectors.sparsify import SparsifyConfig
+from dots.vectors.synth import ResidentSynthesizer
+
+REPO = Path(__file__).resolve().parent.parent
+SHAPES = REPO / "benchmarks" / "shapes"
+GB = 10**9
+
+
+def gpu(gb: float) -> DeviceMemory:
+    return DeviceMemory(int(gb * GB), int(gb * GB), "given")
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan")
+    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
+    sources = {k: make_finetuned(base, root / k, seed=i + 1, scale=0.01) for i, k in enumerate(("sft", "rlvr"))}
+    return root, base, sources
+
+
+def test_shapes_from_a_config_json_count_the_real_models():
+    """Qwen2.5-7B and Llama-3-70B have 7 615 616 512 and 70 553 706 496 parameters."""
+    qwen = ModelShapes.from_config_file(SHAPES / "qwen2.5-7b.json")
+    llama = ModelShapes.from_config_file(SHAPES / "llama-3-70b.json")
+    assert qwen.params == 7_615_616_512 and llama.params == 70_553_706_496
+    assert qwen.nbytes == 2 * qwen.params and "model.layers.0.self_attn.q_proj.bias" in qwen.tensors
+    assert "model.layers.0.self_attn.q_proj.bias" not in llama.tensors
+    assert qwen.kv_bytes_per_token(torch.bfloat16) == 2 * 28 * 4 * 128 * 2
+    assert llama.kv_bytes_per_token(torch.bfloat16, 8) == 2 * 80 * 1 * 128 * 2  # 8 KV heads over 8 GPUs
+    assert llama.kv_bytes_per_token(torch.bfloat16, 16) == 2 * 80 * 1 * 128 * 2  # replicated beyond 8
+    with pytest.raises(DotsError, match="model_type"):
+        ModelShapes.from_config({"model_type": "gpt2"})
+
+
+def test_shapes_from_a_config_equal_the_checkpoints(trio):
+    root, base, sources = trio
+    ckpt = Checkpoint(base)
+    derived = ModelShapes.from_config_file(base)
+    exact = ModelShapes.from_alignment(align(ckpt, {k: Checkpoint(v) for k, v in sources.items()}))
+    assert {n: i.shape for n, i in derived.tensors.items()} == {n: i.shape for n, i in exact.tensors.items()}
+    assert (derived.layers, derived.kv_heads, derived.head_dim) == (exact.layers, exact.kv_heads, exact.head_dim) == (2, 1, 32)
+
+
+def test_the_plans_resident_bytes_are_what_the_resident_synthesizer_holds(trio):
+    """Given the cache's own τ̃ sizes, the plan's resident figure is ResidentSynthesizer.nbytes
+    exactly; estimated from the density alone, it is an upper bound within a few percent."""
+    root, base, sources = trio
+    ckpt = Checkpoint(base)
+    tv = build_task_vectors(ckpt, {k: Checkpoint(v) for k, v in sources.items()}, SparsifyConfig(), root / "cache")
+    held = ResidentSynthesizer(tv, device="cpu").nbytes
+    tau = sum(e.tau_bytes(tv.names) for e in tv.entries.values())
+    tensors = {n: ckpt.info(n) for n in ckpt.names}
+    assert resident_bytes(tensors, tv.names, {}, tau, "cpu") == held
+    shapes = ModelShapes.from_alignment(align(ckpt, {k: Checkpoint(v) for k, v in sources.items()}))
+    estimated = plan_memory(shapes, EngineSetting("hf", "cpu"), gpu(100), 2, 0.3)
+    exact = plan_memory(shapes, EngineSetting("hf", "cpu"), gpu(100), 2, 0.3, tau_bytes=tau)
+    assert exact.resident == held
+    assert held <= estimated.resident <= 1.05 * held
+
+
+def test_qwen7b_on_one_80gb_gpu_keeps_tau_resident_and_sets_vllms_share():
+    shapes = ModelShapes.from_config_file(SHAPES / "qwen2.5-7b.json")
+    setting = EngineSetting("vllm", "cuda", sequences=8, max_tokens=8192)
+    plan = plan_memory(shapes, setting, gpu(80), 2, 0.3)
+    assert plan.synth_cache == "memory"
+    assert 0.72 < plan.tau / shapes.params / 2 <= 0.75  # 1/8 + 0.3 × 2 = 0.725 bytes per parameter per source
+    assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + plan_mod.MARGIN <= 80 * GB
+    assert plan.utilization * 80 * GB >= plan.engine
+    options = plan.engine_options({"name": "vllm", "gpu_memory_utilization": None, "synth_cache": "auto"})
+    assert options["synth_cache"] == "memory" and options["gpu_memory_utilization"] == round(plan.utilization, 4)
+    assert any("synth_cache=memory" in line for line in plan.lines())
+
+
+def test_70b_at_tp8_reads_tau_from_the_cache():
+    shapes = ModelShapes.from_config_file(SHAPES / "llama-3-70b.json")
+    plan = plan_memory(shapes, EngineSetting("vllm", "cuda", tensor_parallel=8, max_tokens=8192), gpu(80), 2, 0.3)
+    assert plan.synth_cache == "disk" and plan.resident > 80 * GB > plan.engine + plan.stream
+    assert plan.weights == shapes.nbytes // 8
+    assert plan.utilization == plan_mod.VLLM_MAX_UTILIZATION
+
+
+def test_fits_resident_disk_or_nothing():
+    shapes = ModelShapes.from_config_file(SHAPES / "qwen2.5-7b.json")
+    hf = EngineSetting("hf", "cuda", sequences=16, max_tokens=1024)
+    assert plan_memory(shapes, hf, gpu(80), 2, 0.3).synth_cache == "memory"
+    assert plan_memory(shapes, hf, gpu(40), 2, 0.3).synth_cache == "disk"
+    with pytest.raises(DotsError) as err:
+        plan_memory(shapes, hf, gpu(20), 2, 0.3)
+    message = str(err.value)
+    assert "\n" not in message and "does not fit" in message and "> 20.0 GB free" in message
+    assert "τ̃ from the cache" in message and "(resident: " in message
+    # an explicit choice is checked, not overridden
+    with pytest.raises(DotsError, match="synth_cache=auto or disk"):
+        plan_memory(shapes, EngineSetting("hf", "cuda", synth_cache="memory"), gpu(40), 2, 0.3)
+    assert plan_memory(shapes, EngineSetting("hf", "cuda", synth_cache="disk"), gpu(80), 2, 0.3).synth_cache == "disk"
+    # vLLM with its share fixed: dots gets what is left
+    fixed = EngineSetting("vllm", "cuda", utilization=0.9, max_model_len=16384)
+    assert plan_memory(shapes, fixed, gpu(80), 2, 0.3).synth_cache == "disk"
+    with pytest.raises(DotsError, match="vLLM's share"):
+        plan_memory(shapes, EngineSetting("vllm", "cuda", utilization=0.2), gpu(80), 2, 0.3)
+
+
+def test_cpu_workers_share_the_host():
+    shapes = ModelShapes.from_config_file(SHAPES / "qwen2.5-7b.json")
+    one = plan_memory(shapes, EngineSetting("vllm", "cpu", max_model_len=4096), gpu(100), 2, 0.3)
+    assert one.synth_cache == "memory" and one.utilization is None
+    two = plan_memory(shapes, EngineSetting("vllm", "cpu", tensor_parallel=2, max_model_len=4096), gpu(100), 2, 0.3)
+    assert two.synth_cache == "disk"  # two resident copies do not fit in the one host
+
+
+def test_engine_auto_resolves_from_free_memory(trio, monkeypatch):
+    root, base, sources = trio
+    tv = build_task_vectors(Checkpoint(base), {k: Checkpoint(v) for k, v in sources.items()}, SparsifyConfig(),
+                            root / "cache")
+    assert resolve_synth_cache("disk", tv, torch.device("cpu")) == "disk"
+    assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "memory"
+    monkeypatch.setattr(plan_mod, "_meminfo", lambda: {"MemAvailable": 10**6, "MemTotal": 10**6})
+    assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "disk"
+    from dots.engines.hf import HFEngine
+
+    engine = HFEngine(base, task_vectors=tv, device="cpu")
+    try:
+        assert engine.synth_cache == "auto" and engine._resident is None  # too little free: from the cache
+        monkeypatch.undo()
+        engine.set_task_vectors(tv)
+        assert engine._resident is not None
+    finally:
+        engine.close()
+
+
+# --- through the search and the CLI -----------------------------------------------------------
+
+
+def search_overrides(trio, run_dir: Path) -> list[str]:
+    root, base, sources = trio
+    pool = root / "pool.jsonl"
+    pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(4)))
+    return ["engine=hf", "engine.device=cpu", "backbone=custom", "backbone.name=tiny", f"backbone.base={base}",
+            "backbone.prompt=plain", "backbone.max_tokens=4",
+            *[f"+backbone.sources.{k}={v}" for k, v in sources.items()], "pool=jsonl", f"pool.path={pool}",
+            "selection.n=2", "selection.m=2", "selection.threshold=1.0", "search.n_trials=2",
+            "search.n_startup_trials=1", "search.k=2", f"run_dir={run_dir}", f"cache_dir={run_dir}-cache",
+            "export.enabled=false"]
+
+
+def test_search_that_cannot_fit_stops_before_writing_anything(trio, tmp_path, monkeypatch, capsys):
+    from dots.config import compose
+    from dots.search.pipeline import run_search
+
+    monkeypatch.setattr(plan_mod, "device_memory", lambda device, count=1: DeviceMemory(10**6, 10**6, "test"))
+    run_dir = tmp_path / "run"
+    with pytest.raises(DotsError, match="memory plan: does not fit on cpu"):
+        run_search(compose("search", search_overrides(trio, run_dir)))
+    assert not run_dir.exists() and not Path(f"{run_dir}-cache").exists()
+
+
+def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tmp_path, monkeypatch, capsys):
+    """Room for one tensor at a time but not for the resident copy: the engine reads τ̃ from
+    the cache (synth_cache=disk reaches it), and the run completes."""
+    from dots.config import compose
+    from dots.engines import factory
+    from dots.search.pipeline import run_search
+
+    shapes = ModelShapes.from_config_file(trio[1])
+    setting = EngineSetting("hf", "cpu", sequences=16, max_tokens=4)
+    engine_only = plan_memory(shapes, setting, gpu(100), 2, 0.3)
+    room = engine_only.engine + plan_mod.MARGIN + (engine_only.stream + engine_only.resident) // 2
+    monkeypatch.setattr(plan_mod, "device_memory", lambda device, count=1: DeviceMemory(room, room, "test"))
+    seen = []
+    real = factory.build_engine
+    monkeypatch.setattr(factory, "build_engine", lambda cfg, *a, **k: seen.append(dict(cfg)) or real(cfg, *a, **k))
+    run_search(compose("search", search_overrides(trio, tmp_path / "run")))
+    out = capsys.readouterr().out
+    assert "memory plan:" in out and "synth_cache=disk" in out
+    assert seen and seen[0]["synth_cache"] == "disk"
+
+
+def run_plan(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "dots.plan", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_plan_cli_from_a_config_json():
+    proc = run_plan("--shapes", str(SHAPES / "qwen2.5-7b.json"), "--device-memory-gb", "80", "backbone=qwen7b",
+                    "engine=vllm")
+    assert proc.returncode == 0, proc.stderr
+    assert "7.62 B parameters" in proc.stdout and "synth_cache=memory" in proc.stdout
+    proc = run_plan("--shapes", str(SHAPES / "llama-3-70b.json"), "--device-memory-gb", "80", "backbone=qwen7b",
+                    "engine=vllm", "engine.tensor_parallel_size=8")
+    assert proc.returncode == 0, proc.stderr
+    assert "synth_cache=disk" in proc.stdout and "tensor_parallel_size 8" in proc.stdout
+    proc = run_plan("--shapes", str(SHAPES / "llama-3-70b.json"), "--device-memory-gb", "80", "backbone=qwen7b",
+                    "engine=vllm")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: memory plan")
