@@ -15,9 +15,13 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,6 +36,97 @@ def parse_time_v(text: str) -> tuple[float, float]:
     for part in wall.split(":"):
         seconds = seconds * 60 + float(part)
     return seconds, rss_kb / 2**20
+
+
+def _status_kb(pid: int, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live descendant of `root` (from /proc/*/stat parent ids)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def mem_available_gib() -> float:
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    return float("inf")
+
+
+@dataclass
+class Guarded:
+    returncode: int
+    stdout: str
+    stderr: str
+    peak_anon_gib: float  # largest sum of RssAnon over the command's processes seen by the guard
+    stopped: str = ""  # why the guard killed it ("" when it did not)
+
+
+def run_guarded(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+                limit_gib: float | None = None, min_available_gib: float | None = None,
+                interval: float = 0.25) -> Guarded:
+    """Run `cmd` (typically `/usr/bin/time -v ...`) while a watchdog sums the anonymous resident
+    memory (RssAnon: what the kernel cannot drop, unlike mmapped file pages) of all its
+    descendants every `interval` s, and SIGKILLs them — not `cmd` itself, so GNU time still
+    reports — when that sum exceeds `limit_gib` or the machine's MemAvailable falls below
+    `min_available_gib`: a measurement must never push a shared machine into the OOM killer."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd, text=True)
+        peak, stopped = 0.0, ""
+        done = threading.Event()
+
+        def watch() -> None:
+            nonlocal peak, stopped
+            while not done.wait(interval):
+                pids = _descendants(proc.pid)
+                anon = sum(_status_kb(pid, "RssAnon") for pid in pids) / 2**20
+                peak = max(peak, anon)
+                why = ""
+                if limit_gib is not None and anon > limit_gib:
+                    why = f"stopped by the memory guard: anonymous RSS {anon:.1f} GiB > {limit_gib:g} GiB"
+                elif min_available_gib is not None and mem_available_gib() < min_available_gib:
+                    why = (f"stopped by the memory guard: MemAvailable < {min_available_gib:g} GiB "
+                           f"(its anonymous RSS {anon:.1f} GiB)")
+                if why:
+                    stopped = why
+                    for pid in reversed(pids):
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                    return
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        proc.wait()
+        done.set()
+        watcher.join()
+        out.seek(0)
+        err.seek(0)
+        return Guarded(proc.returncode, out.read(), err.read(), peak, stopped)
 
 
 def report(lines: list[str], record: bool) -> None:

@@ -1,6 +1,7 @@
 """Streaming merge (`python -m dots.merge`) vs mergekit: wall time, peak RSS, merged tensors.
 
     python benchmarks/vs_mergekit.py --sizes 0.5b 1.5b 3b --runs 5 --record
+    python benchmarks/vs_mergekit.py --sizes 70b --layers 1 2 --methods ram ties --runs 3 --mergekit-runs 1
 
 For each size, generates (benchmarks/gen_checkpoints.py) a Qwen2.5-shaped bf16 base +
 "sft" (dense update) + "rlvr" (sparse update) trio with the real Qwen2.5-0.5B / 1.5B / 3B
@@ -8,8 +9,13 @@ widths and depths (`--noise finetune`), then for each method runs both tools `--
 times under `/usr/bin/time -v` (Debian package `time`), alternating which goes first in
 each repeat, and reports medians of wall time and peak RSS, the ratios of the medians
 (mergekit/dots wall = dots' speed-up; dots RSS / mergekit RSS) and the per-repeat paired
-ratios. After the last repeat of each method the two outputs are compared tensor by
-tensor (read one row chunk at a time): max |difference|, bit-identical share, share of
+ratios. Sizes 7b and 70b are Qwen2.5-7B's and Llama-3-70B's widths (untied embedding and
+lm_head) at the depth `--layers` gives (several values: one trio after the other, e.g.
+`--layers 1 2` to see whether RSS grows with depth); `--mergekit-runs N` runs mergekit
+only in the first N repeats (dots in all), and every run is watched by a memory guard
+(`merge_memory.run_guarded`: `--mem-limit-gib` of anonymous RSS, `--min-available-gib`
+of MemAvailable) that stops it, recorded as failed, before the machine runs out.
+After the last repeat of each method the two outputs are compared tensor by tensor (read one row chunk at a time): max |difference|, bit-identical share, share of
 entries differing by more than one bf16 ulp of the larger magnitude, and — from the
 inputs — the entries where the two definitions may disagree (below) and the number of
 differing entries outside them, which must be 0. dare_ties is also run once at p = 0
@@ -113,10 +119,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.vectors.topk import global_kth_largest  # noqa: E402
-from merge_memory import TIME, parse_time_v  # noqa: E402
+from merge_memory import TIME, parse_time_v, run_guarded  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
-SIZES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3b"}
+SIZES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3b", "7b": "qwen2.5-7b", "70b": "llama3-70b"}
 METHODS = ("task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
 DEFAULT_METHODS = ("task_arithmetic", "ties", "dare_ties", "ram")
 MERGEKIT_OPTIONS = "--lazy-unpickle --out-shard-size 500M --random-seed 0 --quiet"
@@ -152,6 +158,7 @@ class Run:
     rss_gib: float
     load1: float  # 1-min load average at the start
     failed: str = ""  # why a mergekit run did not finish (e.g. "killed by signal 9"): its wall and RSS until then
+    anon_gib: float = 0.0  # peak anonymous RSS seen by the memory guard (sampled every 0.25 s)
 
 
 @dataclass
@@ -234,17 +241,21 @@ def mergekit_command(exe: Path, config: Path, out: Path, options: list[str]) -> 
     return [str(exe), str(config), str(out), *options]
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
-    """(wall s, peak RSS GiB, "" or why it failed) of one command under GNU time -v."""
-    proc = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True, env=env, cwd=cwd)
+GUARD: dict[str, float | None] = {"limit_gib": None, "min_available_gib": None}  # set from the command line
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str, float]:
+    """(wall s, peak RSS GiB, "" or why it failed, peak anonymous RSS GiB) of one command under
+    GNU time -v and the memory guard."""
+    proc = run_guarded([TIME, "-v", *cmd], env=env, cwd=cwd, **GUARD)
     if proc.returncode == 0:
-        return (*parse_time_v(proc.stderr), "")
+        return (*parse_time_v(proc.stderr), "", proc.peak_anon_gib)
     signal = re.search(r"Command terminated by signal (\d+)", proc.stderr)
-    why = f"killed by signal {signal.group(1)}" if signal else f"exit code {proc.returncode}"
+    why = proc.stopped or (f"killed by signal {signal.group(1)}" if signal else f"exit code {proc.returncode}")
     if "Maximum resident set size" not in proc.stderr:
         raise SystemExit(f"failed ({why}): {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
     print(f"failed ({why}): {shlex.join(cmd)}\n{proc.stderr[-1500:]}", flush=True)
-    return (*parse_time_v(proc.stderr), why)
+    return (*parse_time_v(proc.stderr), why, proc.peak_anon_gib)
 
 
 # --- equality --------------------------------------------------------------------------
@@ -340,16 +351,21 @@ def compare(size: str, case: Case, dots_dir: Path, mk_dir: Path, root: Path) -> 
 # --- measurement -----------------------------------------------------------------------
 
 def generate(root: Path, size: str, layers: int | None, vocab: int | None) -> None:
+    if (root / "rlvr" / "config.json").exists() and (root / ".complete").exists():
+        return  # kept by an earlier --keep run with the same root
     cmd = [sys.executable, str(REPO / "benchmarks" / "gen_checkpoints.py"), "--shape", SIZES[size],
            "--dtype", "bfloat16", "--noise", "finetune", "--out", str(root)]
     cmd += ["--layers", str(layers)] if layers else []
     cmd += ["--vocab", str(vocab)] if vocab else []
     subprocess.run(cmd, check=True)
+    (root / ".complete").write_text(json.dumps(cmd))
 
 
 def run_case(case: Case, size: str, root: Path, runs: int, exe: Path, mk_options: list[str],
-             env: dict[str, str]) -> tuple[list[Run], dict[str, Path]]:
-    """`runs` paired repeats (order alternating); the outputs of the last repeat are kept.
+             env: dict[str, str], mk_runs: int | None = None, keep: bool = True) -> tuple[list[Run], dict[str, Path]]:
+    """`runs` paired repeats (order alternating; mergekit only in the first `mk_runs`, default
+    all); the outputs of the last repeat each tool ran are kept (`keep`; else each output is
+    deleted right after its run, so that one output at a time is on disk).
 
     A failed dots run ends the benchmark. A failed mergekit run (killed for memory, say) is
     recorded with its wall time and peak RSS until then, and mergekit is not run again for
@@ -363,16 +379,19 @@ def run_case(case: Case, size: str, root: Path, runs: int, exe: Path, mk_options
     for repeat in range(runs):
         order = ("dots", "mergekit") if repeat % 2 == 0 else ("mergekit", "dots")
         for position, tool in enumerate(order):
-            if tool == "mergekit" and any(r.failed for r in results):
+            if tool == "mergekit" and (any(r.failed for r in results) or (mk_runs is not None and repeat >= mk_runs)):
                 continue
             shutil.rmtree(outs[tool], ignore_errors=True)
             load = os.getloadavg()[0]
-            wall, rss, failed = timed(commands[tool], env, root)
+            wall, rss, failed, anon = timed(commands[tool], env, root)
             if failed and tool == "dots":
                 raise SystemExit(f"dots failed ({failed}): {shlex.join(commands[tool])}")
-            results.append(Run(tool, case.label, size, repeat, position, wall, rss, load, failed))
+            results.append(Run(tool, case.label, size, repeat, position, wall, rss, load, failed, anon))
+            if not keep:
+                shutil.rmtree(outs[tool], ignore_errors=True)
             print(f"  {case.label:<28} repeat {repeat + 1} {tool:<8} wall {wall:7.1f} s  "
-                  f"peak RSS {rss:6.2f} GiB  (load {load:.1f}){'  FAILED: ' + failed if failed else ''}", flush=True)
+                  f"peak RSS {rss:6.2f} GiB (anonymous {anon:5.2f})  (load {load:.1f})"
+                  f"{'  FAILED: ' + failed if failed else ''}", flush=True)
     if any(r.failed for r in results):
         shutil.rmtree(outs["mergekit"], ignore_errors=True)
     return results, outs
@@ -386,7 +405,8 @@ def summarise(runs: list[Run]) -> dict[str, Any]:
         dots = [r for r in runs if r.tool == "dots"]
         return {"dots_wall": statistics.median(r.wall_s for r in dots),
                 "dots_rss": statistics.median(r.rss_gib for r in dots), "runs": len(dots),
-                "mk_failed": (failed[0].failed, failed[0].wall_s, failed[0].rss_gib)}
+                "dots_rss_range": (min(r.rss_gib for r in dots), max(r.rss_gib for r in dots)),
+                "mk_failed": (failed[0].failed, failed[0].wall_s, failed[0].rss_gib, failed[0].anon_gib)}
     by = {tool: sorted((r for r in runs if r.tool == tool), key=lambda r: r.repeat) for tool in ("dots", "mergekit")}
     med = {tool: (statistics.median(r.wall_s for r in rs), statistics.median(r.rss_gib for r in rs))
            for tool, rs in by.items()}
@@ -395,7 +415,9 @@ def summarise(runs: list[Run]) -> dict[str, Any]:
     return {"dots_wall": med["dots"][0], "mk_wall": med["mergekit"][0], "dots_rss": med["dots"][1],
             "mk_rss": med["mergekit"][1], "speedup": med["mergekit"][0] / med["dots"][0],
             "rss_ratio": med["dots"][1] / med["mergekit"][1], "wall_pairs": wall_pairs, "rss_pairs": rss_pairs,
-            "runs": len(by["dots"])}
+            "runs": len(by["dots"]), "mk_runs": len(by["mergekit"]),
+            "dots_rss_range": (min(r.rss_gib for r in by["dots"]), max(r.rss_gib for r in by["dots"])),
+            "mk_anon": statistics.median(r.anon_gib for r in by["mergekit"])}
 
 
 def spread(values: list[float]) -> str:
@@ -403,19 +425,24 @@ def spread(values: list[float]) -> str:
 
 
 def timing_table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    runs = any(s.get("mk_runs", s["runs"]) != s["runs"] or "mk_failed" in s for _, _, s in rows)
     lines = ["| size | method | dots wall (s) | mergekit wall (s) | mergekit/dots wall | dots peak RSS (GiB) "
              "| mergekit peak RSS (GiB) | dots/mergekit RSS | per-repeat mergekit/dots wall "
-             "| per-repeat dots/mergekit RSS |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| per-repeat dots/mergekit RSS |" + (" runs dots / mergekit | dots RSS min–max |" if runs else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if runs else "")]
     for size, label, s in rows:
+        extra = ""
+        if runs:
+            lo, hi = s["dots_rss_range"]
+            extra = f" {s['runs']} / {s.get('mk_runs', 1 if 'mk_failed' in s else s['runs'])} | {lo:.2f}–{hi:.2f} |"
         if "mk_failed" in s:
-            why, wall, rss = s["mk_failed"]
+            why, wall, rss, anon = s["mk_failed"]
             lines.append(f"| {size} | {label} | {s['dots_wall']:.1f} | failed ({why}) after {wall:.1f} | — "
-                         f"| {s['dots_rss']:.2f} | ≥ {rss:.2f} at failure | — | — | — |")
+                         f"| {s['dots_rss']:.2f} | ≥ {rss:.2f} at failure (anonymous {anon:.2f}) | — | — | — |{extra}")
             continue
         lines.append(f"| {size} | {label} | {s['dots_wall']:.1f} | {s['mk_wall']:.1f} | **{s['speedup']:.2f}** "
                      f"| {s['dots_rss']:.2f} | {s['mk_rss']:.2f} | **{s['rss_ratio']:.2f}** "
-                     f"| {spread(s['wall_pairs'])} | {spread(s['rss_pairs'])} |")
+                     f"| {spread(s['wall_pairs'])} | {spread(s['rss_pairs'])} |{extra}")
     return lines
 
 
@@ -448,6 +475,15 @@ def record(args: argparse.Namespace, versions: dict[str, str], mk_options: list[
            rows: list[tuple[str, str, dict[str, Any]]], comparisons: list[Comparison], loads: list[float]) -> None:
     command = shlex.join(["python", "benchmarks/vs_mergekit.py", *sys.argv[1:]])
     shape = "" if not (args.layers or args.vocab) else f" (overridden: layers {args.layers}, vocab {args.vocab})"
+    big = [s for s in args.sizes if s in ("7b", "70b")]
+    widths = ("the real Qwen2.5 widths and depths (tied embeddings, vocab 151936)" if not big else
+              "; ".join(f"{s}: {SHAPE_TEXT[s]}" for s in args.sizes))
+    mk_runs = args.runs if args.mergekit_runs is None else min(args.runs, args.mergekit_runs)
+    repeats = (f"Medians of {args.runs} runs per tool, the tools alternating first/second in each repeat"
+               if mk_runs == args.runs else
+               f"dots: medians of {args.runs} runs; mergekit: {mk_runs} run(s) (in the first repeat(s), after dots)")
+    guard = (f" Memory guard (`merge_memory.run_guarded`): a run is stopped when its anonymous RSS exceeds "
+             f"{args.mem_limit_gib:g} GiB or MemAvailable falls below {args.min_available_gib:g} GiB.")
     text = [
         "", f"## Streaming merge vs mergekit {versions['mergekit']} (K=2, bf16) — {date}", "",
         f"Command: `{command}` (each run: `/usr/bin/time -v python -m dots.merge method=M method.KEY=V ... "
@@ -457,14 +493,14 @@ def record(args: argparse.Namespace, versions: dict[str, str], mk_options: list[
         f"Machine: {args.machine or machine_description()}; torch {torch.__version__}; mergekit "
         f"{versions['mergekit']} in its own venv (torch {versions['torch']}, transformers {versions['transformers']}); "
         f"1-min load average at the start of the runs: {min(loads):.1f}–{max(loads):.1f}.",
-        f"Checkpoints: benchmarks/gen_checkpoints.py `--shape qwen2.5-SIZE --dtype bfloat16 --noise finetune`{shape}: "
-        "the real Qwen2.5 widths and depths (tied embeddings, vocab 151936), bf16; sft = base + dense noise "
+        f"Checkpoints: benchmarks/gen_checkpoints.py `--shape SHAPE --dtype bfloat16 --noise finetune`{shape}: "
+        f"{widths}, bf16; sft = base + dense noise "
         "(~90% of entries change in bf16), rlvr = base + sparse smaller noise (~8% change, half of them against "
-        f"sft's sign). Medians of {args.runs} runs per tool, the tools alternating first/second in each repeat; "
-        "ratios of medians and per-repeat paired ratios (median and range).", "",
+        f"sft's sign). {repeats}; "
+        f"ratios of medians and per-repeat paired ratios (median and range).{guard}", "",
         *timing_table(rows), "",
         "Merged tensors, dots vs mergekit (outputs of the last repeat; dare_ties also once at p = 0):", "",
-        *equality_table(comparisons), "",
+        *(equality_table(comparisons) if comparisons else ["(not compared: `--no-compare`)"]), "",
         "Differences by definition (details in the script's docstring): task_arithmetic and ram are the same "
         "computation in both (no entry may differ); ties trims with a floor k and an unstable argsort at the "
         "threshold magnitude (dots: round(k), ties to the lower index) and elects + on an exact zero sign sum "
@@ -491,6 +527,16 @@ def save(args: argparse.Namespace, date: str, versions: dict[str, str], mk_optio
     return args.out
 
 
+SHAPE_TEXT = {
+    "7b": "Qwen2.5-7B widths (hidden 3584, 28/4 heads, MLP 18944, untied 152064-token embedding and lm_head)",
+    "70b": "Llama-3-70B widths (hidden 8192, 64/8 heads, MLP 28672, untied 128256-token embedding and lm_head)",
+}
+
+
+def size_label(size: str, layers: int | None) -> str:
+    return size if layers is None else f"{size} ({layers} layer{'s' if layers != 1 else ''})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["0.5b", "1.5b", "3b"])
@@ -504,7 +550,16 @@ def main() -> None:
                         help="venv holding mergekit (relative to the repo root); created when missing")
     parser.add_argument("--mergekit-spec", default="mergekit", help="what pip installs into a new venv")
     parser.add_argument("--mergekit-options", default=MERGEKIT_OPTIONS, help="mergekit-yaml options")
-    parser.add_argument("--layers", type=int, default=None, help="override the depth (smoke tests)")
+    parser.add_argument("--layers", type=int, nargs="+", default=None,
+                        help="override the depth (smoke tests; 7b/70b shapes); several values: one trio each")
+    parser.add_argument("--mergekit-runs", type=int, default=None,
+                        help="run mergekit only in the first N repeats (default: all --runs)")
+    parser.add_argument("--mem-limit-gib", type=float, default=18.0,
+                        help="memory guard: stop a run whose anonymous RSS exceeds this")
+    parser.add_argument("--min-available-gib", type=float, default=2.0,
+                        help="memory guard: stop a run when the machine's MemAvailable falls below this")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="skip the tensor-by-tensor comparison (frees dots' output before mergekit runs)")
     parser.add_argument("--vocab", type=int, default=None, help="override the vocabulary (smoke tests)")
     parser.add_argument("--record", action="store_true", help="append the tables to benchmarks/RESULTS.md")
     parser.add_argument("--out", type=Path, default=None,
@@ -518,6 +573,7 @@ def main() -> None:
         raise SystemExit(f"{TIME} is missing: apt-get install time")
     venv = args.mergekit_venv if args.mergekit_venv.is_absolute() else REPO / args.mergekit_venv
     exe, versions = ensure_mergekit(venv, args.mergekit_spec)
+    GUARD.update(limit_gib=args.mem_limit_gib, min_available_gib=args.min_available_gib)
     mk_options = shlex.split(args.mergekit_options)
     date = args.date or datetime.date.today().isoformat()
     print(f"mergekit {versions['mergekit']} ({exe}); options: {shlex.join(mk_options)}", flush=True)
@@ -527,19 +583,24 @@ def main() -> None:
     rows: list[tuple[str, str, dict[str, Any]]] = []
     comparisons: list[Comparison] = []
     try:
-        for size in args.sizes:
-            root = args.root / size
+        for size, layers in [(s, n) for s in args.sizes for n in (args.layers or [None])]:
+            label = size_label(size, layers) if args.layers and len(args.layers) > 1 else size
+            root = args.root / (size if layers is None else f"{size}-{layers}l")
             env.update(DOTS_OUTPUTS=str(root / "outputs"), DOTS_CACHE=str(root / "cache"))
-            print(f"generating {SIZES[size]} (bf16) under {root}", flush=True)
-            generate(root, size, args.layers, args.vocab)
+            print(f"generating {SIZES[size]} (bf16{'' if layers is None else f', {layers} layers'}) under {root}",
+                  flush=True)
+            generate(root, size, layers, args.vocab)
             for method in args.methods:
                 for case in build_cases(method, args.density, args.p):
-                    case_runs, outs = run_case(case, size, root, args.runs if case.timed else 1, exe, mk_options, env)
+                    if args.no_compare and not case.timed:
+                        continue
+                    case_runs, outs = run_case(case, label, root, args.runs if case.timed else 1, exe, mk_options, env,
+                                               args.mergekit_runs, keep=not args.no_compare)
                     runs += case_runs
                     if case.timed:
-                        rows.append((size, case.label, summarise(case_runs)))
-                    if outs["mergekit"].exists():
-                        comparisons.append(compare(size, case, outs["dots"], outs["mergekit"], root))
+                        rows.append((label, case.label, summarise(case_runs)))
+                    if outs["mergekit"].exists() and outs["dots"].exists() and not args.no_compare:
+                        comparisons.append(compare(label, case, outs["dots"], outs["mergekit"], root))
                     save(args, date, versions, mk_options, runs, rows, comparisons)
                     if not args.keep:
                         for out in outs.values():
