@@ -286,7 +286,8 @@ def _reusable(out: Path, key: str, al: Alignment) -> SourceVector | None:
         if meta.get("version") != CACHE_VERSION:
             raise DotsError(f"written by cache version {meta.get('version')}, this dots reads {CACHE_VERSION}")
         vector = SourceVector(key, out, meta)
-        missing = [n for n in al.merged if n not in vector.weights]
+        stored = set(vector.weights.names)
+        missing = [n for n in al.merged if n not in vector.meta["tensors"] or n + VALUES not in stored]
         if missing:
             raise DotsError(f"it lacks tensor {missing[0]}")
     except (DotsError, OSError, ValueError) as exc:
