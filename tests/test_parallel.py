@@ -162,7 +162,7 @@ def test_fixed_point_that_failed_is_scored_on_rerun():
             failed.append(dict(lam))
             raise RuntimeError("out of memory")
         scored.append((lam["a"], lam["b"]))
-        return SimpleNamespace(consistency=lam["a"], perplexity=lam["b"], per_query=[], tokens=0, times={"total": 0})
+        return SimpleNamespace(consistency=lam["a"], perplexity=lam["b"], per_query=[], tokens=0, samples=0, times={"total": 0})
 
     failed: list = []
     study = _study()
