@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dots.io.align import align
-from dots.analyze.modules import layer_index, module_class, module_kind
+from dots.modules import layer_index, module_class, module_kind
 from dots.vectors.masks import TopKMask
 from dots.vectors.topk import RadixSelect, magnitude_bits
 from dots.analyze.run import AnalyzeConfig, analyze, compute_analysis

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
 
 from dots.errors import DotsError
 from dots.scoring.perplexity import PromptNLL
+from dots.vectors.coefficients import Coefficients
 
 SYNTH_CACHES = ("auto", "disk", "memory")
 
@@ -53,8 +54,9 @@ class Engine(Protocol):
 
     def swap_checkpoint(self, path: str | Path) -> None: ...
 
-    def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:
-        """θ0 + Σ λ_i τ̃_i from the engine's task-vector cache (SPEC §2)."""
+    def swap_coefficients(self, coefficients: Coefficients) -> None:
+        """θ0 + Σ λ_i τ̃_i from the engine's task-vector cache (SPEC §2); λ per source, or per
+        source and module group (`dots.vectors.coefficients`)."""
         ...
 
     def close(self) -> None: ...

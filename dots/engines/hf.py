@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
@@ -21,6 +21,7 @@ from dots.engines.base import check_synth_cache
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.scoring.perplexity import PromptNLL
+from dots.vectors.coefficients import Coefficients
 
 if TYPE_CHECKING:
     from dots.vectors.synth import ResidentSynthesizer
@@ -209,7 +210,7 @@ class HFEngine:
 
             self._resident = ResidentSynthesizer(task_vectors, device=self.device)
 
-    def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:
+    def swap_coefficients(self, coefficients: Coefficients) -> None:
         """θ0 + Σ λ_i τ̃_i built on the model's device from the task-vector cache."""
         if self.task_vectors is None:
             raise DotsError("this engine was created without task vectors; swap_coefficients needs them")

@@ -51,6 +51,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
 from dots.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
+from dots.vectors.coefficients import Coefficients
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ class VLLMEngine:
         self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache))
         self.task_vectors = task_vectors
 
-    def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:
+    def swap_coefficients(self, coefficients: Coefficients) -> None:
         """θ0 + Σ λ_i τ̃_i built inside each worker from the cache on disk (SPEC §2)."""
         if self.task_vectors is None:
             raise DotsError("this engine was created without task vectors; swap_coefficients needs them")

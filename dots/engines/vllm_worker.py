@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from dots.vectors.coefficients import Coefficients
 
 
 class DotsWorkerExtension:
@@ -101,7 +104,7 @@ class DotsWorkerExtension:
             dispatch_cpu_unquantized_gemm(module, remove_weight=False)
         return [name for name, _ in stale]
 
-    def dots_swap_coefficients(self, coefficients: Mapping[str, float]) -> float:
+    def dots_swap_coefficients(self, coefficients: Coefficients) -> float:
         """Reload θ0 + Σ λ_i τ̃_i (SPEC §2); returns the seconds spent in this worker."""
         if self._dots_task_vectors is None:
             raise RuntimeError("dots_swap_coefficients before dots_set_task_vectors")

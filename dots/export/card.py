@@ -4,8 +4,9 @@ The card is a `huggingface_hub.ModelCard` whose metadata (`ModelCardData`) follo
 Hub's conventions for merges: `base_model` lists the base and every source that is a Hub
 id, `base_model_relation: merge`, and `tags` hold `merge` and the method once each. The
 body records what a reader needs to reproduce the model: each checkpoint with its
-revision (the commit of a Hub snapshot), the coefficients, the options, and for a DoTS
-export the objectives, the selection and the Pareto plot shipped next to the weights.
+revision (the commit of a Hub snapshot), the coefficients (with a table of λ per module
+group when a source has one per group: search.granularity=module), the options, and for a
+DoTS export the objectives, the selection and the Pareto plot shipped next to the weights.
 Used by `dots.merge` and by the search's export stage.
 """
 
@@ -19,7 +20,9 @@ from typing import Any, Mapping
 import yaml
 
 import dots
+from dots.modules import MODULE_GROUPS
 from dots.plain import to_plain
+from dots.vectors.coefficients import Coefficients
 
 
 def _plain(value: Any) -> Any:
@@ -43,13 +46,39 @@ def _yaml_block(value: Any) -> list[str]:
     return ["```yaml", yaml.safe_dump(_plain(value) or {}, sort_keys=False).rstrip(), "```", ""]
 
 
+def _weight_cell(weights: Coefficients | None, key: str) -> str:
+    """A source's coefficient in the checkpoints table: its λ, `per module group` when it has one
+    per group (listed in `_module_table`), empty without weights."""
+    if weights is None:
+        return ""
+    value = weights.get(key, 1.0)
+    return "per module group" if isinstance(value, Mapping) else f"{float(value):.6g}"
+
+
+def _module_table(weights: Coefficients | None) -> list[str]:
+    """`## Coefficients per module group`: one row per source given λ per group (attention, mlp,
+    embed_head = embeddings and LM head, norm); nothing when no source is."""
+    per_group = {k: v for k, v in (weights or {}).items() if isinstance(v, Mapping)}
+    if not per_group:
+        return []
+    lines = [
+        "## Coefficients per module group",
+        "",
+        "| source | " + " | ".join(MODULE_GROUPS) + " |",
+        "|---|" + "---|" * len(MODULE_GROUPS),
+    ]
+    for key, groups in per_group.items():
+        lines.append(f"| {key} | " + " | ".join(f"{float(groups[g]):.6g}" for g in MODULE_GROUPS) + " |")
+    return [*lines, ""]
+
+
 def render_model_card(
     *,
     method: str,
     options: Mapping[str, Any],
     base: str,
     sources: Mapping[str, str],
-    weights: Mapping[str, float] | None = None,
+    weights: Coefficients | None = None,
     revisions: Mapping[str, str | None] | None = None,
     title: str | None = None,
     description: str | None = None,
@@ -86,9 +115,9 @@ def render_model_card(
         f"| base | `{base}` | {revisions.get('base') or '—'} | |",
     ]
     for key, path in sources.items():
-        weight = "" if weights is None else f"{weights.get(key, 1.0):.6g}"
-        body.append(f"| {key} | `{path}` | {revisions.get(key) or '—'} | {weight} |")
-    body += ["", "## Options", "", *_yaml_block(dict(options))]
+        body.append(f"| {key} | `{path}` | {revisions.get(key) or '—'} | {_weight_cell(weights, key)} |")
+    body += ["", *_module_table(weights)]
+    body += ["## Options", "", *_yaml_block(dict(options))]
     if results:
         body += ["## Results", "", "```json", json.dumps(_plain(dict(results)), indent=2), "```", ""]
     if config:

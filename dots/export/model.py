@@ -3,7 +3,8 @@
 The weights stream from `dots.vectors.synth` into `CheckpointWriter` (atomic: nothing
 appears at the output path until every tensor is written). The tokenizer and generation
 files come from the base, or, when a source added vocabulary rows, from that source (the
-base's tokenizer cannot decode the added tokens). A marker file records the coefficients.
+base's tokenizer cannot decode the added tokens). A marker file records the coefficients:
+one λ per source, or one per source and module group (`dots.vectors.coefficients`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dots.io.writer import CheckpointWriter
 from dots.plain import to_plain
 from dots.progress import progress_bar
 from dots.vectors.cache import TaskVectors
+from dots.vectors.coefficients import Coefficients, check_coefficients
 from dots.vectors.synth import synthesize
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ def write_synthesized(
     out_dir: Path,
     tv: TaskVectors,
     alignment: Alignment,
-    coefficients: Mapping[str, float],
+    coefficients: Coefficients,
     config: Mapping[str, Any],
     card: str,
     extra_files: Mapping[str, Path] = {},
@@ -62,7 +64,7 @@ def export_model(
     """The search's export stage: the pick θ0 + Σ λ*_i τ̃_i with its card and Pareto plot
     (`selection`: the ids of the adaptation queries)."""
     out = Path(str(cfg.export.dir)) if cfg.export.dir else run_dir / "model"
-    coefficients = {k: float(v) for k, v in result["coefficients"].items()}
+    coefficients = check_coefficients(tv, result["coefficients"])  # λ* per source, or per source and module group
     backbone = cfg.backbone
     card = render_model_card(
         method="dots",

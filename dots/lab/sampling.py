@@ -8,12 +8,15 @@ and for fast training-time evaluation; `LocalEngine` wraps it in the Engine prot
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
 from dots.lab.tokenizer import build_char_tokenizer
 from dots.scoring.perplexity import PromptNLL
+
+if TYPE_CHECKING:
+    from dots.vectors.coefficients import Coefficients
 
 
 def encode(tok, texts: Sequence[str]) -> list[list[int]]:
@@ -140,7 +143,7 @@ class LocalEngine:
 
         self.swap_weights(Checkpoint(path).tensors())
 
-    def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:
+    def swap_coefficients(self, coefficients: Coefficients) -> None:
         raise NotImplementedError("LocalEngine has no task-vector cache; use swap_weights")
 
     def close(self) -> None:

@@ -14,6 +14,9 @@ from dots.plain import to_plain
 # search.* options that do not change a run's results: the trial count (so it can be raised
 # later), where the study lives, and how the work is shared between workers
 NOT_IDENTITY = ("n_trials", "storage", "workers", "worker", "heartbeat_s", "grace_s", "fixed")
+# search.* options that count only when they differ from the value every run had before the
+# option existed, so that earlier runs keep their identity (run directory, study name, stage keys)
+IDENTITY_ONLY_IF_NOT = {"granularity": "model"}
 
 
 def check_range(bounds: Sequence[float]) -> tuple[float, float]:
@@ -29,8 +32,14 @@ def check_range(bounds: Sequence[float]) -> tuple[float, float]:
 
 
 def run_identity(cfg: Any, base: Checkpoint, sources: Mapping[str, Checkpoint]) -> dict:
-    """What a run's results depend on (the trial count excluded, so it can be raised later)."""
-    search = {k: v for k, v in to_plain(cfg.search).items() if k not in NOT_IDENTITY}
+    """What a run's results depend on (the trial count excluded, so it can be raised later;
+    search.granularity only when it is not `model`, so a run of one λ per source keeps the
+    identity it had before module granularity existed)."""
+    search = {
+        k: v
+        for k, v in to_plain(cfg.search).items()
+        if k not in NOT_IDENTITY and not (k in IDENTITY_ONLY_IF_NOT and v == IDENTITY_ONLY_IF_NOT[k])
+    }
     return {
         "base": base.fingerprint(),
         "sources": {k: v.fingerprint() for k, v in sources.items()},

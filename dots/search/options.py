@@ -18,6 +18,7 @@ from dots.config import check_backbone_sources
 from dots.errors import DotsError
 from dots.plain import to_plain
 from dots.search.adaptive import AdaptiveConfig
+from dots.search.granularity import DEFAULT_GRANULARITY, check_granularity
 from dots.search.samplers import build_sampler
 
 ANSWER_MODES = ("math", "choice")
@@ -39,6 +40,7 @@ def check_study_options(search: Any) -> None:
     positive_int(search.n_startup_trials, "search.n_startup_trials", minimum=0)
     check_sampling(search, "search")
     check_choice(search.answer_mode, ANSWER_MODES, "search.answer_mode")
+    check_granularity(search.get("granularity", DEFAULT_GRANULARITY))
     workers = positive_int(search.workers, "search.workers")
     worker = positive_int(search.worker, "search.worker", minimum=0)
     if worker >= workers:

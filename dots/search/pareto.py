@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dots.errors import DotsError
+from dots.vectors.coefficients import Coefficients, format_coefficients
 
 PICKS = ("max_consistency", "knee")
 
@@ -18,7 +19,7 @@ class Point:
     number: int
     consistency: float
     perplexity: float
-    params: Mapping[str, float]
+    params: Coefficients  # λ per source, or per source and module group
 
 
 def pareto_front(points: Sequence[Point]) -> list[Point]:
@@ -84,6 +85,13 @@ def plot_front(points: Sequence[Point], front: Sequence[Point], chosen: Point, p
     plt.close(fig)
 
 
+def pick_label(coefficients: Coefficients) -> str:
+    """The pick's λ for the plot's legend: `sft=1.00, rlvr=0.50`, or one line per source when
+    the sources have a λ per module group."""
+    per_group = any(isinstance(v, Mapping) for v in coefficients.values())
+    return format_coefficients(coefficients, digits=2, source_sep="\n" if per_group else ", ")
+
+
 def front_figure(points: Sequence[Point], front: Sequence[Point], chosen: Point, title: str = "") -> Any:
     """The figure of `plot_front`. Points that coincide are labelled with their count (×n);
     consistency is never drawn below 0."""
@@ -127,7 +135,7 @@ def front_figure(points: Sequence[Point], front: Sequence[Point], chosen: Point,
         color="gold",
         edgecolor="black",
         zorder=5,
-        label="pick: " + ", ".join(f"{k}={v:.2f}" for k, v in chosen.params.items()),
+        label="pick: " + pick_label(chosen.params),
     )
     low, high = ax.get_ylim()
     ax.set_ylim(max(low, 0.0), max(high, 0.05))  # consistency lies in [0, 1]: no negative axis when all are 0

@@ -1,7 +1,8 @@
 """The DoTS pipeline (Algorithm 1) as a list of stages, resumable stage by stage.
 
 task vectors (cached) → difficulty-aware selection (selection.jsonl) → Optuna study over
-λ ∈ [lo, hi]^K with ONE live engine whose weights are swapped per trial (study.db) →
+λ ∈ [lo, hi]^K (or [lo, hi]^4K with search.granularity=module: one λ per source and module
+group, dots.search.granularity) with ONE live engine whose weights are swapped per trial (study.db) →
 pick from the Pareto front (result.yaml, trials.csv, pareto.png) → export (model/, with
 a model card) → push to the Hub (when asked). `dots.search.stages` skips a stage whose
 inputs are unchanged, so rerunning a command resumes where it stopped; the engine starts
@@ -31,6 +32,7 @@ from dots.plain import to_plain
 from dots.problems import Query, load_pool
 from dots.search.dashboard import dashboard_command
 from dots.search.engine_model import engine_model, source_activation
+from dots.search.granularity import DEFAULT_GRANULARITY, fixed_point, param_names
 from dots.search.identity import check_range, resolve_run_dir, run_identity
 from dots.search.options import check_search_config
 from dots.search.scorer import LazyEngine, Scorer
@@ -59,7 +61,8 @@ class Run:
     alignment: Alignment
     identity: dict
     bounds: tuple[float, float]
-    fixed: list[list[float]] | None
+    fixed: list[list[float]] | None  # each point as the values of `param_names`
+    granularity: str = DEFAULT_GRANULARITY
     queries: list[Query] = field(default_factory=list)
     prompts: dict[str, str] = field(default_factory=dict)
     tokenizer: Any = None
@@ -73,6 +76,11 @@ class Run:
     @property
     def sources(self) -> list[str]:
         return self.task_vectors.sources
+
+    @property
+    def param_names(self) -> list[str]:
+        """The study's Optuna parameters (`lambda_<source>[_<group>]`)."""
+        return param_names(self.sources, self.granularity)
 
 
 # --- the stages -------------------------------------------------------------------------
@@ -157,7 +165,7 @@ def run_trials(run: Run) -> Any:
     cfg, names = run.cfg, run.sources
     study = open_study(cfg, open_storage(cfg.search.storage, run.run_dir), study_name(run))
     if int(cfg.search.workers) <= 1:  # alone on this study: whatever is RUNNING was interrupted
-        recover_stale_trials(study, -1.0, [f"lambda_{n}" for n in names], left_by="an interrupted run")
+        recover_stale_trials(study, -1.0, run.param_names, left_by="an interrupted run")
     chosen = run.results["selection"]
     scorer = Scorer(run.engine, [run.prompts[q.id] for q in chosen], cfg, run.tokenizer)
     try:
@@ -171,6 +179,7 @@ def run_trials(run: Run) -> Any:
             run.fixed,
             heartbeat_s=float(cfg.search.heartbeat_s),
             grace_s=float(cfg.search.grace_s),
+            granularity=run.granularity,
         )
     finally:
         run.engine.close()
@@ -182,7 +191,12 @@ def build_pick(run: Run) -> dict:
     from dots.search.report import pick_and_report
 
     return pick_and_report(
-        run.results["study"], run.sources, str(run.cfg.pick), run.run_dir, f"DoTS on {run.cfg.backbone.name}"
+        run.results["study"],
+        run.sources,
+        str(run.cfg.pick),
+        run.run_dir,
+        f"DoTS on {run.cfg.backbone.name}",
+        run.granularity,
     )
 
 
@@ -266,13 +280,24 @@ def prepare(cfg: DictConfig) -> Run:
             values,
             backbone.get("config_from", "base"),
         )
-    fixed = [list(map(float, p)) for p in cfg.search.fixed] if cfg.search.fixed else None
-    if fixed and any(len(p) != len(sources) for p in fixed):
-        raise DotsError(f"search.fixed points need {len(sources)} coefficients ({', '.join(sources)}) each")
+    granularity = str(cfg.search.get("granularity", DEFAULT_GRANULARITY))
+    if granularity == "module":
+        check_module_groups(alignment)
+    keys = list(sources)
+    fixed = [fixed_point(p, keys, granularity) for p in cfg.search.fixed] if cfg.search.fixed else None
     if fixed and any(not bounds[0] <= x <= bounds[1] for p in fixed for x in p):
         raise DotsError(f"search.fixed coefficients must lie in search.range {list(bounds)}")
     identity = run_identity(cfg, base, sources)
-    return Run(cfg, resolve_run_dir(cfg, identity), alignment, identity, bounds, fixed)
+    return Run(cfg, resolve_run_dir(cfg, identity), alignment, identity, bounds, fixed, granularity)
+
+
+def check_module_groups(alignment: Alignment) -> None:
+    """Every merged tensor has a module group (search.granularity=module), else a one-line
+    DotsError naming the first that has none — before anything is written."""
+    from dots.modules import module_group
+
+    for name in alignment.merged:
+        module_group(name)
 
 
 def check_destinations(run: Run) -> None:
@@ -351,7 +376,7 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
         from dots.search.pareto import write_trials_csv
         from dots.search.report import trial_rows
 
-        write_trials_csv(trial_rows(run.results["study"], run.sources), run.run_dir / "fixed.csv")
+        write_trials_csv(trial_rows(run.results["study"], run.sources, run.granularity), run.run_dir / "fixed.csv")
         print(f"scored {len(run.fixed)} fixed coefficient set(s): {run.run_dir / 'fixed.csv'}")
         return run.run_dir
     result = run.results["pick"]

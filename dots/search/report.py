@@ -1,25 +1,34 @@
 """The search's report: every trial (trials.csv), the Pareto front and its pick
-(result.yaml, pareto.png; DoTS App. A.2)."""
+(result.yaml, pareto.png; DoTS App. A.2).
+
+trials.csv has one column per Optuna parameter (`lambda_<source>`, or
+`lambda_<source>_<group>` with search.granularity=module); result.yaml's `coefficients` (λ*)
+and the front's are the synthesis coefficients: a float per source, or a {group: λ} per
+source (dots.search.granularity)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dots.search.dashboard import attach_artifacts
+from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, param_names
 from dots.search.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
 
 
-def trial_rows(study: Any, sources: list[str]) -> list[dict]:
+def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANULARITY) -> list[dict]:
+    """One row per trial: number, state, its λ parameters, objectives, tokens, samples, phase times."""
     from optuna.trial import TrialState
 
+    names = param_names(sources, granularity)
     rows = []
     for t in study.get_trials(deepcopy=False):
         times = t.user_attrs.get("time", {})
         row = {"number": t.number, "state": t.state.name}
-        row.update({f"lambda_{s}": t.params.get(f"lambda_{s}") for s in sources})
+        row.update({n: t.params.get(n) for n in names})
         ok = t.state == TrialState.COMPLETE
         row.update(
             {
@@ -34,26 +43,33 @@ def trial_rows(study: Any, sources: list[str]) -> list[dict]:
     return rows
 
 
-def pick_and_report(study: Any, sources: list[str], rule: str, run_dir: Path, title: str) -> dict:
+def pick_and_report(
+    study: Any, sources: list[str], rule: str, run_dir: Path, title: str, granularity: str = DEFAULT_GRANULARITY
+) -> dict:
+    """The front of the complete trials and its pick by `rule`, written as result.yaml, trials.csv and
+    pareto.png (also attached to the study for optuna-dashboard); result.yaml's content."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    points = [Point(t.number, t.values[0], t.values[1], {s: t.params[f"lambda_{s}"] for s in sources}) for t in trials]
+    points = [
+        Point(t.number, t.values[0], t.values[1], coefficients_from_params(t.params, sources, granularity))
+        for t in trials
+    ]
     front = pareto_front(points)
     chosen = pick(front, rule)
-    write_trials_csv(trial_rows(study, sources), run_dir / "trials.csv")
+    write_trials_csv(trial_rows(study, sources, granularity), run_dir / "trials.csv")
     plot_front(points, front, chosen, run_dir / "pareto.png", title)
     result = {
         "trial": chosen.number,
         "pick": rule,
-        "coefficients": {s: float(v) for s, v in chosen.params.items()},
+        "coefficients": copy.deepcopy(dict(chosen.params)),  # (no YAML aliases between per-group dicts)
         "objectives": {"consistency": chosen.consistency, "perplexity": chosen.perplexity},
         "front": [
             {
                 "trial": p.number,
                 "consistency": p.consistency,
                 "perplexity": p.perplexity,
-                "coefficients": dict(p.params),
+                "coefficients": copy.deepcopy(dict(p.params)),
             }
             for p in front
         ],

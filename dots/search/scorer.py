@@ -7,13 +7,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from dots.plain import to_plain
 from dots.scoring.grade import answer_labels
 from dots.scoring.grade import consistency as answer_consistency
 from dots.scoring.perplexity import perplexity
 from dots.search.adaptive import AdaptiveConfig, sample_adaptively
+from dots.vectors.coefficients import Coefficients
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Scorer:
         label = partial(answer_labels, mode=self.mode)
         return sample_adaptively(self.prompts, self.k, self._generate, label, self.adaptive, seed)
 
-    def __call__(self, coefficients: Mapping[str, float], seed: int) -> TrialResult:
+    def __call__(self, coefficients: Coefficients, seed: int) -> TrialResult:
         start = getattr(self.engine, "start", None)  # a LazyEngine: its start is not the trial's swap
         engine_start = start() if callable(start) else 0.0
         t0 = time.perf_counter()

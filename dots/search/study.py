@@ -6,6 +6,8 @@ workers. `run_study` adds trials until the study holds `n_trials` complete ones,
 rerun resumes and never re-runs completed trials. A rerun's sampler is seeded past the
 trials the study already holds (a restarted seeded sampler would draw its first points
 again), and a proposal equal to a point already scored is set aside and drawn again.
+The parameters are one λ per source, or one per source and module group
+(`search.granularity`, dots.search.granularity).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import Any
 
 from dots.errors import DotsError
 from dots.plain import to_plain
+from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
 from dots.search.samplers import build_sampler
 from dots.search.scorer import Scorer
 from dots.search.workers import Heartbeat, fail_and_requeue, recover_stale_trials
 from dots.signals import sigterm_deferred
+from dots.vectors.coefficients import format_coefficients
 
 log = logging.getLogger("dots.search")
 
@@ -108,9 +112,12 @@ def run_study(
     heartbeat_s: float = 30.0,
     grace_s: float = 120.0,
     poll_s: float = 2.0,
+    granularity: str = DEFAULT_GRANULARITY,
 ) -> None:
     """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored).
 
+    Each trial draws `param_names(sources, granularity)` in `bounds` and is scored at the
+    coefficients they make (`coefficients_from_params`); a fixed point is read by `fixed_point`.
     Safe with several workers on one storage: a worker never starts a trial beyond the
     target, waits while others run the last ones, and takes over a dead worker's trial
     once its heartbeat is older than `grace_s` (dots.search.workers)."""
@@ -118,7 +125,7 @@ def run_study(
 
     from dots.progress import new_progress
 
-    names = [f"lambda_{s}" for s in sources]
+    names = param_names(sources, granularity)
 
     def count(*states: TrialState) -> int:
         return len(study.get_trials(deepcopy=False, states=states))
@@ -133,7 +140,7 @@ def run_study(
             for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
             if "fixed_params" in t.system_attrs
         }
-        todo = [dict(zip(names, map(float, p))) for p in fixed]
+        todo = [dict(zip(names, fixed_point(p, sources, granularity))) for p in fixed]
         todo = [p for p in todo if key(p) not in done]
         for point in todo:  # (not skip_if_exists: a FAILed trial of the point must not hide it)
             if key(point) not in queued:
@@ -164,7 +171,8 @@ def run_study(
                         study.tell(trial, state=TrialState.PRUNED)
                         trial = None
                         continue
-                    lam = {s: trial.suggest_float(n, *bounds) for s, n in zip(sources, names)}
+                    params = {n: trial.suggest_float(n, *bounds) for n in names}
+                    lam = coefficients_from_params(params, sources, granularity)
                     if fixed is None and set_aside_duplicate(study, trial, names):
                         trial = None
                         continue
@@ -198,7 +206,7 @@ def run_study(
             log.info(
                 "trial %d: %s → C=%.4f PPL=%.4f (%.2fs)",
                 trial.number,
-                ", ".join(f"{k}={v:.3f}" for k, v in lam.items()),
+                format_coefficients(lam),
                 res.consistency,
                 res.perplexity,
                 res.times["total"],

@@ -1,5 +1,8 @@
 """DoTS synthesis, Eq. 6: θ(λ) = θ0 + Σ_i λ_i·τ̃_i, one tensor at a time (SPEC §2).
 
+λ is one value per source, or one per source and module group (`dots.vectors.coefficients`;
+the search's `search.granularity=module`): a tensor takes its group's λ.
+
 `synthesize` streams (name, tensor) in the base checkpoint's naming and order — the
 input of `Engine.swap_weights`, of vLLM's `reload_weights` and of `CheckpointWriter`.
 Every call reads the pristine base from disk (never adds then subtracts), sums in
@@ -17,7 +20,7 @@ on the device (no disk reads, no allocation per call): the engines use it with
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Iterator
 
 import torch
 from torch.profiler import record_function
@@ -25,26 +28,12 @@ from torch.profiler import record_function
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
+from dots.vectors.coefficients import Coefficients, check_coefficients, tensor_lambdas
 from dots.vectors.compact import CompactTensor
 
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def check_coefficients(task_vectors: TaskVectors, coefficients: Mapping[str, float]) -> dict[str, float]:
-    """Exactly one finite float per source of the cache, else a DotsError."""
-    sources = set(task_vectors.sources)
-    unknown = sorted(set(coefficients) - sources)
-    missing = sorted(sources - set(coefficients))
-    if unknown or missing:
-        parts = ([f"unknown source(s) {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else [])
-        raise DotsError(f"coefficients must name each source {sorted(sources)} once: {'; '.join(parts)}")
-    out = {k: float(v) for k, v in coefficients.items()}
-    bad = [k for k, v in out.items() if v != v or v in (float("inf"), float("-inf"))]
-    if bad:
-        raise DotsError(f"coefficient of {bad[0]} is not finite: {coefficients[bad[0]]}")
-    return out
 
 
 # CPU: the float32 accumulator is worked in blocks of this many entries (4 MiB), so the
@@ -107,7 +96,7 @@ def _combine_into(
 
 def synthesize(
     task_vectors: TaskVectors,
-    coefficients: Mapping[str, float],
+    coefficients: Coefficients,
     device: str | torch.device | None = None,
     base: Checkpoint | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -115,18 +104,22 @@ def synthesize(
 
     Reads θ0 and each compact τ̃ from disk tensor by tensor (memory: a few tensors; bytes
     read per source: the compact entry, 0.725 per parameter for bf16 at density 0.3).
-    Results live on `device` in the base tensor's dtype; a source with λ = 0 is not read.
+    Results live on `device` in the base tensor's dtype; a source with λ = 0 (for that tensor's
+    module group, with per-group coefficients) is not read.
     """
     lambdas = check_coefficients(task_vectors, coefficients)
     device = torch.device(device) if device is not None else default_device()
     base = base if base is not None else Checkpoint(task_vectors.base_path)
     merged = set(task_vectors.names)
-    active = [(k, lam) for k, lam in lambdas.items() if lam != 0.0]
     scratch = torch.empty(0, dtype=torch.float32, device=device)
     for name in base.names:
         with record_function("dots.vectors.synth.read"):  # labels for torch.profiler (benchmarks/profile_swap.py)
             theta0 = base.get(name)
-            taus = [(task_vectors.compact(key, name).to(device), lam) for key, lam in active] if name in merged else []
+            taus = (
+                [(task_vectors.compact(key, name).to(device), lam) for key, lam in tensor_lambdas(lambdas, name)]
+                if name in merged
+                else []
+            )
         if name not in merged:
             yield name, theta0.to(device)
             continue
@@ -191,9 +184,8 @@ class ResidentSynthesizer:
         held = sum(t.numel() * t.element_size() for t in tensors)
         return held + sum(ct.nbytes for per in self.taus.values() for ct in per.values())
 
-    def __call__(self, coefficients: Mapping[str, float]) -> Iterator[tuple[str, torch.Tensor]]:
+    def __call__(self, coefficients: Coefficients) -> Iterator[tuple[str, torch.Tensor]]:
         lambdas = check_coefficients(self.task_vectors, coefficients)
-        active = [(k, lam) for k, lam in lambdas.items() if lam != 0.0]
         for name in self.names:
             theta0 = self.theta0[name]
             if name not in self.taus:
@@ -201,14 +193,17 @@ class ResidentSynthesizer:
                 continue
             with record_function("dots.vectors.synth.combine"):
                 out = _combine_into(
-                    self.out[name], theta0, [(self.taus[name][k], lam) for k, lam in active], self._scratch
+                    self.out[name],
+                    theta0,
+                    [(self.taus[name][k], lam) for k, lam in tensor_lambdas(lambdas, name)],
+                    self._scratch,
                 )
             yield name, out
 
 
 def synthesize_dict(
     task_vectors: TaskVectors,
-    coefficients: Mapping[str, float],
+    coefficients: Coefficients,
     device: str | torch.device | None = "cpu",
 ) -> dict[str, torch.Tensor]:
     """The whole merged model as a state dict (small models, tests)."""

@@ -1,14 +1,34 @@
-"""Where a parameter sits in a transformer: its module class, layer and kind.
+"""Where a parameter sits in a transformer: its module class, module group, layer and kind.
+
+The one place that reads a tensor's role from its name (Qwen2 / Llama / Mistral naming:
+`q_proj`, `k_proj`, `v_proj`, `o_proj` and their biases; `gate_proj`, `up_proj`,
+`down_proj`; `embed_tokens`, `lm_head`; `input_layernorm`, `post_attention_layernorm`,
+`model.norm`), shared by the task-vector analysis and the module-wise search.
 
 Module classes follow DoTS Fig. 1c / Tab. 12 (attention, MLP, LayerNorm, embedding,
-LM head); anything else (e.g. a vision tower, rotary buffers) is `other`.
+LM head); anything else (e.g. a vision tower, rotary buffers) is `other`. Module groups
+are the coarser split the search gives coefficients to (`search.granularity=module`):
+attention, mlp, embed_head (embedding and LM head: tied models share one tensor for
+both), norm; a tensor of class `other` has no group, and asking for it is an error that
+names the tensor, since quietly giving it some group's λ would search a coefficient the
+user never asked for.
 """
 
 from __future__ import annotations
 
 import re
 
+from dots.errors import DotsError
+
 MODULE_CLASSES = ("attention", "mlp", "norm", "embedding", "lm_head", "other")
+MODULE_GROUPS = ("attention", "mlp", "embed_head", "norm")
+_GROUP_OF_CLASS = {
+    "attention": "attention",
+    "mlp": "mlp",
+    "embedding": "embed_head",
+    "lm_head": "embed_head",
+    "norm": "norm",
+}
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 _EMBEDDING = ("embed_tokens", "wte", "word_embeddings", "embed_in", "wpe", "embed_positions")
@@ -40,6 +60,18 @@ def module_class(name: str) -> str:
     if any(h in lowered for h in _MLP):
         return "mlp"
     return "other"
+
+
+def module_group(name: str) -> str:
+    """attention / mlp / embed_head / norm (`MODULE_GROUPS`): the module class with embedding
+    and LM head together. A DotsError naming the tensor when its class is `other`."""
+    cls = module_class(name)
+    if cls not in _GROUP_OF_CLASS:
+        raise DotsError(
+            f"cannot tell the module group of tensor {name!r} (one of {', '.join(MODULE_GROUPS)} is read from "
+            "Qwen2/Llama/Mistral-style names): use search.granularity=model for this architecture"
+        )
+    return _GROUP_OF_CLASS[cls]
 
 
 def module_kind(name: str) -> str:
