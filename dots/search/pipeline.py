@@ -47,6 +47,7 @@ from dots.search.selection import (
 )
 from dots.search.stages import Stage, run_stages
 from dots.vectors.cache import TaskVectors, build_task_vectors
+from dots.vectors.coefficients import format_coefficients
 from dots.vectors.sparsify import SparsifyConfig
 
 log = logging.getLogger("dots.search")
@@ -380,8 +381,11 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
         print(f"scored {len(run.fixed)} fixed coefficient set(s): {run.run_dir / 'fixed.csv'}")
         return run.run_dir
     result = run.results["pick"]
+    coefficients = result["coefficients"]
+    if run.granularity != "model":  # 4 λ per source: one readable line
+        coefficients = format_coefficients(coefficients)
     print(
-        f"pick ({cfg.pick}): trial {result['trial']} λ={result['coefficients']} "
+        f"pick ({cfg.pick}): trial {result['trial']} λ={coefficients} "
         f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}"
     )
     print(f"dashboard: {dashboard_command(cfg.search.storage, run.run_dir)}")
