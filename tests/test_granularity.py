@@ -195,6 +195,8 @@ def test_parameter_names_coefficients_and_fixed_points():
         fixed_point([1, 2, 3], ["sft", "rlvr"], "module")
     with pytest.raises(DotsError, match="need 2 coefficients"):
         fixed_point([1, 2, 3], ["sft", "rlvr"], "model")
+    with pytest.raises(DotsError, match="search.granularity must be one of model, module"):
+        param_names(["sft"], "layer")
 
 
 def test_interrupted_and_duplicate_points_keep_all_eight_coefficients():

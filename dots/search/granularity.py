@@ -33,9 +33,8 @@ def check_granularity(value: Any) -> str:
 def param_names(sources: Sequence[str], granularity: str = DEFAULT_GRANULARITY) -> list[str]:
     """The Optuna parameter names of a study, source-major: `lambda_sft, lambda_rlvr` or
     `lambda_sft_attention, lambda_sft_mlp, lambda_sft_embed_head, lambda_sft_norm, lambda_rlvr_…`."""
-    if granularity == "model":
+    if check_granularity(granularity) == "model":
         return [f"lambda_{s}" for s in sources]
-    check_granularity(granularity)
     names = [f"lambda_{s}_{g}" for s in sources for g in MODULE_GROUPS]
     if len(set(names)) != len(names):  # cannot happen with these group names; guards a future group
         raise DotsError(f"sources {list(sources)} give clashing parameter names at granularity {granularity}")
@@ -46,7 +45,7 @@ def coefficients_from_params(
     params: Mapping[str, Any], sources: Sequence[str], granularity: str = DEFAULT_GRANULARITY
 ) -> CheckedCoefficients:
     """A trial's parameters (`param_names`) as the synthesis coefficients, in source order."""
-    if granularity == "model":
+    if check_granularity(granularity) == "model":
         return {s: float(params[f"lambda_{s}"]) for s in sources}
     return {s: {g: float(params[f"lambda_{s}_{g}"]) for g in MODULE_GROUPS} for s in sources}
 
@@ -55,6 +54,7 @@ def fixed_point(values: Sequence[float], sources: Sequence[str], granularity: st
     """One `search.fixed` point as the values of `param_names`, in order. `model`: K values,
     one per source. `module`: 4K values (source-major, groups in `MODULE_GROUPS` order), or K
     values, each source's λ then given to all four of its groups. Else a one-line DotsError."""
+    check_granularity(granularity)
     k = len(sources)
     point = [float(v) for v in values]
     if granularity == "module" and len(point) == k:
