@@ -46,8 +46,27 @@ def leftovers(root: Path) -> list[str]:
     return sorted(p.name for p in root.rglob("*") if ".tmp" in p.name)
 
 
+def _entry_kib(tiny, tmp_path) -> list[int]:
+    """KiB a tmpfs needs for each source's τ̃ entry (sft, then rlvr: the build order), from the
+    entries built on an ordinary disk with the search's own sparsify options."""
+    from dots.io.checkpoint import Checkpoint
+    from dots.plain import to_plain
+    from dots.vectors.cache import build_task_vectors
+    from dots.vectors.sparsify import SparsifyConfig
+    from test_search import compose
+
+    root, base, srcs, _ = tiny
+    cfg = SparsifyConfig(**to_plain(compose(overrides(tiny, tmp_path / "unused")).sparsify))
+    tv = build_task_vectors(Checkpoint(base), {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")}, cfg,
+                            cache_root=tmp_path / "measure")
+    pages = [sum(-(-f.stat().st_size // 4096) for f in tv.entries[k].path.iterdir()) for k in ("sft", "rlvr")]
+    return [4 * n for n in pages]
+
+
 def test_cache_on_a_full_disk_leaves_no_entry(tiny, tmp_path, small_disk):
-    for kib, finished in ((256, 0), (512, 1)):  # nothing fits; the first source fits, the second not
+    first, second = _entry_kib(tiny, tmp_path)
+    # nothing fits; the first source fits, the second not
+    for kib, finished in ((first // 2, 0), (first + second // 2, 1)):
         cache = small_disk(kib)
         rc, lines = cli("dots.search", *overrides(tiny, tmp_path / f"run{kib}", extra=[f"cache_dir={cache}"]))
         assert rc == 2 and len(lines) == 1 and "not enough space" in lines[0], lines
@@ -87,3 +106,18 @@ def test_disk_filling_up_mid_write_is_one_line_and_nothing_kept(tmp_path, small_
                 writer.write(name, torch.ones(256, 256))
             writer.commit()
     assert list(disk.iterdir()) == []
+
+
+def test_cache_filling_up_mid_build_is_one_line_and_nothing_kept(tiny, tmp_path, small_disk, monkeypatch):
+    """Space that runs out while a τ̃ entry is written (after the check passed): one DotsError,
+    and neither the entry nor its temporary directory stays."""
+    from dots.io.checkpoint import Checkpoint
+    from dots.vectors import cache as cache_module
+
+    root, base, srcs, _ = tiny
+    first, _second = _entry_kib(tiny, tmp_path)
+    disk = small_disk(first // 2)
+    monkeypatch.setattr(cache_module, "check_free_space", lambda out_dir, nbytes: None)
+    with pytest.raises(DotsError, match=r"cannot write .*: No space left on device \(no space left"):
+        cache_module.build_task_vectors(Checkpoint(base), {"sft": Checkpoint(srcs["sft"])}, cache_root=disk)
+    assert [p.name for p in disk.iterdir() if not p.name.endswith(".lock")] == []

@@ -76,6 +76,13 @@ def check_free_space(out_dir: Path, nbytes: int) -> None:
         )
 
 
+def disk_write_error(out_dir: Path, exc: OSError) -> DotsError:
+    """A write under `out_dir` that failed for a reason of the disk (full, read-only, quota),
+    as one line; the caller has removed what it had written."""
+    full = " (no space left on the device: nothing was kept)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return DotsError(f"cannot write {out_dir}: {exc.strerror or exc}{full}")
+
+
 class CheckpointWriter:
     """Write a planned set of tensors as (sharded) safetensors, atomically.
 
@@ -201,8 +208,7 @@ class CheckpointWriter:
         anything else as it was."""
         if not isinstance(exc, OSError):
             return exc
-        full = " (no space left on the device: nothing was kept)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-        return DotsError(f"cannot write {self.out_dir}: {exc.strerror or exc}{full}")
+        return disk_write_error(self.out_dir, exc)
 
     def _finish_background(self) -> None:
         """Wait until every queued tensor is written, close the files."""

@@ -31,7 +31,8 @@ import torch
 from dots.errors import DotsError
 from dots.io.align import Alignment, align
 from dots.io.checkpoint import Checkpoint
-from dots.io.safetensors import ST_DTYPES
+from dots.io.safetensors import ST_DTYPES, dtype_size
+from dots.io.writer import check_free_space, disk_write_error
 from dots.keys import stable_hash
 from dots.locks import run_once_lock
 from dots.paths import cache_root
@@ -236,6 +237,7 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
     extras = [name for name, giver in al.extra_rows.items() if giver == key]
     entry_names = [n + s for n in al.merged for s in (VALUES, WHERE, NEGZERO)] + [n + EXTRA_SUFFIX for n in extras]
     out.parent.mkdir(parents=True, exist_ok=True)
+    check_free_space(out, _entry_bytes_bound(al, key, cfg, extras))
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -271,10 +273,28 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
         if out.exists():  # an entry of another cache version at this path: replaced, never read
             shutil.rmtree(out)
         tmp.rename(out)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise disk_write_error(out, exc) from exc
         raise
     return SourceVector(key, out, meta)
+
+
+def _entry_bytes_bound(al: Alignment, key: str, cfg: SparsifyConfig, extras: list[str]) -> int:
+    """About the most bytes an entry of source `key` takes (checked before building it): per
+    tensor a bitmask (n/8; the position form is used only where it is smaller) and the kept
+    values in the source's dtype, d·n of them (the global scope keeps d·N in all), plus the
+    added vocabulary rows. The small negative-zero lists are left out."""
+    source = al.sources[key]
+    total = 0
+    for name in al.merged:
+        numel, kept_size = al.base.info(name).numel, dtype_size(source.info(al.source_name(key, name)).dtype)
+        total += -(-numel // 8) + int(cfg.density * numel + 1) * kept_size
+    for name in extras:
+        base = al.base.info(name)
+        total += (source.info(al.source_name(key, name)).numel - base.numel) * dtype_size(base.dtype)
+    return total
 
 
 def _reusable(out: Path, key: str, al: Alignment) -> SourceVector | None:
