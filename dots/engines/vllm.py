@@ -258,6 +258,10 @@ class VLLMEngine:
         """pid, device and rank of every worker (the multiprocess engine runs them elsewhere)."""
         return self.llm.collective_rpc("dots_worker_info")
 
+    def resident_info(self) -> list[dict]:
+        """Per worker: where its resident θ0 and τ̃ are laid out and their bytes (worker extension)."""
+        return self.llm.collective_rpc("dots_resident_info")
+
     def parameter_checksum(self) -> list[float]:
         return self.llm.collective_rpc("dots_parameter_checksum")
 
