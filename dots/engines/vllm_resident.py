@@ -104,12 +104,18 @@ def model_units(model: torch.nn.Module) -> list[Unit]:
 
 
 def _like(meta: torch.Tensor, owner: torch.nn.Module, data: torch.Tensor) -> torch.Tensor:
-    """`data` dressed as the load-time parameter `meta` (its class and loader attributes)."""
+    """`data` dressed as the load-time parameter `meta` (its class and loader attributes). After
+    a `reload_weights` the metadata keeps the loader wrapper of vLLM's layerwise reload, which
+    loads nothing outside a reload: unwrapped to the original loader."""
+    from vllm.model_executor.model_loader.reload.layerwise import _get_original_loader
     from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
 
     data.__class__ = meta.__class__
     data.__dict__ = meta.__dict__.copy()
-    return restore_layer_refs(data, owner)
+    data = restore_layer_refs(data, owner)
+    if "weight_loader" in data.__dict__ or "_weight_loader" in data.__dict__:  # vLLM's parameter classes
+        data.weight_loader = _get_original_loader(data)  # type: ignore[attr-defined]
+    return data
 
 
 def _swap_in(units: list[Unit], tensors: list[torch.Tensor | None]) -> None:
