@@ -238,13 +238,14 @@ class ShardedResident:
             gamma = float(tv.entries[key].meta["gamma"])  # one γ per source (rescale global or none)
             loaded = place(model, units, checkpoint_stream(tv, base, key), config)
             counts = []
-            for j, (t0, ti) in enumerate(zip(theta0, loaded)):
+            for j, t0 in enumerate(theta0):
+                ti = loaded[j]
                 assert t0 is not None and ti is not None
                 ct, kept = param_compact(t0, ti, gamma, self.dtype)
                 taus[j].append(ct)
                 counts.append(kept)
+                loaded[j] = None  # the set-up holds θ0 + one parameter of the source at a time
             self.kept.append(sum(counts))
-            del loaded
         cpu = device.type == "cpu"
         keep = [any(ct is not None for ct in per) for per in taus]  # no source changes the rest
         while True:  # a module processed after a swap needs every load-time tensor it has
@@ -261,14 +262,14 @@ class ShardedResident:
             raise Unsupported(f"{type(bad[0]).__name__} transforms its weights without a quant_method")
         self._process = process
         self.params: list[Resident] = []
-        for j, (unit, t0, per) in enumerate(zip(units, theta0, taus)):
+        for j, (unit, per) in enumerate(zip(units, taus)):
+            t0, theta0[j] = theta0[j], None
             if not keep[j]:
                 continue
             assert t0 is not None
             if bool(((t0 == 0) & torch.signbit(t0)).any()):
                 raise Unsupported(f"θ0 has -0.0 entries in {unit.name}")
-            self.params.append(Resident(unit, t0.detach().to(self.dtype, copy=True).contiguous(), per))
-        del theta0
+            self.params.append(Resident(unit, t0.detach().to(self.dtype).contiguous(), per))
         largest = max((r.theta0.numel() for r in self.params), default=1)
         self._scratch = new_scratch(device, largest)
 

@@ -58,13 +58,14 @@ class DotsWorkerExtension:
         reuse_freed_memory()  # every swap allocates model-sized tensors again
 
         self._dots_task_vectors = TaskVectors.from_spec(spec)
-        if resolve_synth_cache(synth_cache, self._dots_task_vectors, self._dots_device()) == "memory":
+        config = self.vllm_config  # type: ignore[attr-defined]
+        shards = int(config.parallel_config.tensor_parallel_size)
+        if resolve_synth_cache(synth_cache, self._dots_task_vectors, self._dots_device(), shards) == "memory":
             from dots.engines.vllm_resident import ShardedResident, Unsupported
             from dots.vectors.synth import ResidentSynthesizer
 
             try:
                 model = self.model_runner.get_model()  # type: ignore[attr-defined]
-                config = self.vllm_config  # type: ignore[attr-defined]
                 self._dots_sharded = ShardedResident(model, config, self._dots_task_vectors, self._dots_device())
                 started_on = os.path.realpath(str(config.model_config.model))
                 base = os.path.realpath(str(self._dots_task_vectors.base_path))
