@@ -186,12 +186,15 @@ class VLLMEngine:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight swap")
 
-    def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:
-        """Open a τ̃ cache in every worker (its spec crosses processes, not its tensors)."""
+    def set_task_vectors(self, task_vectors, synth_cache: str | None = None, layout: str = "parameters") -> None:
+        """Open a τ̃ cache in every worker (its spec crosses processes, not its tensors).
+        Resident τ̃ is held in each worker's parameters' layout; layout="checkpoint" holds the
+        whole model in the checkpoint's and reloads (the path before; benchmarks compare)."""
         if synth_cache is not None:
             self.synth_cache = check_synth_cache(synth_cache)
+        check_choice(layout, ("parameters", "checkpoint"), "layout")
         spec = task_vectors.spec() if task_vectors is not None else None
-        self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache))
+        self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache, layout))
         self.task_vectors = task_vectors
 
     def swap_coefficients(self, coefficients: Mapping[str, float]) -> None:

@@ -43,10 +43,12 @@ class DotsWorkerExtension:
         rank = getattr(self, "rank", None)
         return {"pid": os.getpid(), "device": str(self._dots_device()), "rank": rank}
 
-    def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "auto") -> int:
+    def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "auto", layout: str = "parameters") -> int:
         """Open the τ̃ cache described by `TaskVectors.spec()` (kept open for later swaps);
         with synth_cache "memory" (or "auto" when they fit in the device's free memory now),
-        load θ0 and τ̃ onto this worker's device now. Returns the bytes held resident."""
+        load θ0 and τ̃ onto this worker's device now: in its parameters' layout, or the whole
+        model in the checkpoint's with layout "checkpoint" (benchmarks: the path before).
+        Returns the bytes held resident."""
         self._dots_task_vectors = self._dots_resident = self._dots_sharded = None
         self._dots_resident_note = ""
         if spec is None:
@@ -65,6 +67,8 @@ class DotsWorkerExtension:
             from dots.vectors.synth import ResidentSynthesizer
 
             try:
+                if layout == "checkpoint":
+                    raise Unsupported("the checkpoint layout was asked for")
                 model = self.model_runner.get_model()  # type: ignore[attr-defined]
                 self._dots_sharded = ShardedResident(model, config, self._dots_task_vectors, self._dots_device())
                 started_on = os.path.realpath(str(config.model_config.model))
