@@ -110,6 +110,11 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
     compact = sum(e.tau_bytes(tv.names) for e in tv.entries.values())
     # θ0 (fp32 here) + compact τ̃ + scratch; no second copy of the model for the outputs
     assert theta0 + compact <= info["nbytes"] < 2 * theta0 + compact
+    # the memory plan's per-worker figure bounds it (it adds the set-up's second θ0 shard)
+    from dots.engines.plan import sharded_resident_bytes
+
+    tensors = {n: base.info(n) for n in base.names}
+    assert info["nbytes"] <= sharded_resident_bytes(tensors, tv.names, {}, compact, "cpu", 1)
 
 
 @pytest.mark.slow
@@ -132,7 +137,9 @@ def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, models, referen
 
 def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_path):
     """synth_cache=disk reloads through the checkpoint layout as before; switching an engine
-    from a checkpoint swap to resident swaps restores θ0 where the resident swap does not write."""
+    from a checkpoint swap to resident swaps restores θ0 where the resident swap does not write;
+    a cache outside the parameters' layout (rescale=tensor: a fused qkv would mix three γ) is
+    held whole-model as before, and the worker says why."""
     eng = VLLMEngine(models["base"], task_vectors=models["tv"], synth_cache="disk", **ENGINE_ARGS)
     try:
         assert [i["layout"] for i in eng.resident_info()] == [None]
@@ -141,6 +148,15 @@ def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_p
         eng.swap_checkpoint(models["merged"])
         eng.set_task_vectors(models["tv"], synth_cache="memory")
         assert [i["layout"] for i in eng.resident_info()] == ["parameters"]
+        eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
+        assert greedy(eng) == reference["base"]
+        base = Checkpoint(models["base"])
+        sources = {k: Checkpoint(models["base"].parent / k) for k in ("sft", "rl")}
+        per_tensor = build_task_vectors(base, sources, SparsifyConfig(rescale="tensor"), tmp_path / "cache")
+        eng.swap_coefficients(LAMBDA)
+        eng.set_task_vectors(per_tensor, synth_cache="memory")
+        (info,) = eng.resident_info()
+        assert info["layout"] == "checkpoint" and "rescale=tensor" in info["note"]
         eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
         assert greedy(eng) == reference["base"]
     finally:

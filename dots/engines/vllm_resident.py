@@ -195,16 +195,18 @@ def param_compact(
     return CompactTensor(shape, form, values, where=where, gamma=gamma), kept
 
 
-def unsupported(tv: TaskVectors, base: Checkpoint, param_dtype: torch.dtype, quantized: bool) -> str | None:
+def unsupported(tv: TaskVectors, base: Checkpoint, units: list[Unit], quantized: bool) -> str | None:
     """Why θ0 and τ̃ cannot be held in the parameters' layout, or None when they can."""
     if quantized:
         return "the model is quantized"
     dtypes = {base.info(n).dtype for n in tv.names}
     if len(dtypes) > 1:
         return f"the merged tensors have several dtypes {sorted(map(str, dtypes))}"
-    dtype = dtypes.pop() if dtypes else param_dtype
-    if dtype != param_dtype and (dtype, param_dtype) not in EXACT_UPCASTS:
-        return f"the engine's dtype {param_dtype} does not hold the checkpoint's {dtype} exactly"
+    if dtypes:
+        dtype = dtypes.pop()
+        narrow = [u for u in units if u.meta.dtype != dtype and (dtype, u.meta.dtype) not in EXACT_UPCASTS]
+        if narrow:
+            return f"{narrow[0].name} is {narrow[0].meta.dtype}, which does not hold the checkpoint's {dtype} exactly"
     tensor_gamma = [k for k, e in tv.entries.items() if e.meta.get("rescale") == "tensor"]
     if tensor_gamma:
         return f"source(s) {tensor_gamma} use rescale=tensor (a fused parameter would mix several γ)"
@@ -224,14 +226,10 @@ class ShardedResident:
         self.kept: list[int] = []  # kept entries per source in this worker's parameters
         base = Checkpoint(tv.base_path)
         units = model_units(model)
-        param_dtypes = {u.meta.dtype for u in units}
-        quantized = getattr(config, "quant_config", None) is not None
-        why = unsupported(tv, base, next(iter(param_dtypes)) if len(param_dtypes) == 1 else torch.float32, quantized)
-        if why is None and len(param_dtypes) > 1:
-            why = f"the model's parameters have several dtypes {sorted(map(str, param_dtypes))}"
+        why = unsupported(tv, base, units, getattr(config, "quant_config", None) is not None)
         if why is not None:
             raise Unsupported(why)
-        self.dtype = base.info(tv.names[0]).dtype if tv.names else next(iter(param_dtypes))
+        self.dtype = base.info(tv.names[0]).dtype if tv.names else torch.float32  # the checkpoint's
         theta0 = place(model, units, checkpoint_stream(tv, base, None), config)
         taus: list[list[CompactTensor | None]] = [[] for _ in units]
         for key in self.sources:

@@ -78,6 +78,9 @@ class DotsWorkerExtension:
             except Unsupported as exc:
                 self._dots_resident_note = str(exc)
                 log.warning("τ̃ resident for the whole model in every worker: %s", exc)
+            except Exception as exc:  # a model whose loading this layout does not follow: the path before
+                self._dots_resident_note = f"{type(exc).__name__}: {exc}"
+                log.warning("τ̃ resident for the whole model in every worker (parameters' layout failed)", exc_info=True)
             self._dots_resident = ResidentSynthesizer(self._dots_task_vectors, device=self._dots_device())
             return self._dots_resident.nbytes
         return 0
