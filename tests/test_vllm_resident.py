@@ -180,3 +180,27 @@ def test_param_compact_keeps_exactly_the_differing_entries():
         want = ((theta.float() - theta0.float()) * 1.25).reshape(-1)
         assert torch.equal(got, want)
     assert param_compact(theta0, theta0.clone(), 1.0, torch.bfloat16) == (None, 0)
+
+
+def test_layouts_it_does_not_cover_are_named(models):
+    """A parameter narrower than the checkpoint's dtype would round θ_i − θ0 away; a cache with
+    rescale=tensor would need several γ in one fused parameter: both are refused with a reason
+    (the worker then holds the whole model as before)."""
+    from dots.engines.vllm_resident import Unit, unsupported
+
+    tv, base = models["tv"], Checkpoint(models["base"])  # float32 checkpoint
+
+    def unit(dtype):
+        kernel = torch.zeros(4, dtype=dtype)
+        return Unit("model.norm.weight", kernel, [], kernel.to("meta"), torch.nn.Module(), True)
+
+    assert unsupported(tv, base, [unit(torch.float32)], quantized=False) is None
+    assert "does not hold" in unsupported(tv, base, [unit(torch.float32), unit(torch.bfloat16)], quantized=False)
+    assert unsupported(tv, base, [unit(torch.float32)], quantized=True) == "the model is quantized"
+    for entry in tv.entries.values():
+        entry.meta["rescale"] = "tensor"
+    try:
+        assert "rescale=tensor" in unsupported(tv, base, [unit(torch.float32)], quantized=False)
+    finally:
+        for entry in tv.entries.values():
+            entry.meta["rescale"] = "global"
