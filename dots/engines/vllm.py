@@ -8,8 +8,9 @@ every swap, so no KV block computed with old weights is reused. This works with 
 default multiprocess engine (EngineCore and workers in other processes) and with
 `tensor_parallel_size` > 1.
 
-With `synth_cache: memory` each worker holds θ0 and the compact τ̃ on its device
-(`dots.vectors.synth.ResidentSynthesizer`), so a swap is arithmetic plus the reload; with `disk`
+With `synth_cache: memory` each worker holds its shard of θ0 and of the compact τ̃ in the
+layout of its own parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm_resident`; the
+whole model and a reload where that layout is not covered), so a swap is arithmetic; with `disk`
 it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is
 decided by the search's memory plan before the engine starts (`dots.engines.plan`), or, when
 the engine gets "auto" itself, by each worker from its device's free memory.
