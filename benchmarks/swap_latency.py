@@ -7,7 +7,11 @@ sequence, with the same engine settings:
 
 - swap     `engine.swap_coefficients(λ)`: θ0 + Σλτ̃ built inside the worker from τ̃ held
            in memory (`synth_cache=memory`) or read from the cache on disk (`disk`), then
-           `reload_weights` and a prefix-cache reset (everything a trial needs);
+           loaded and a prefix-cache reset (everything a trial needs). vLLM with τ̃ in memory:
+           in each worker's own parameters' layout, written in place (`dots.engines.
+           vllm_resident`, since #18 part 2), and, for comparison in the same engine, the
+           path before it: the whole model in the checkpoint's layout, then `reload_weights`
+           (`memory (checkpoint layout)` in the table);
 - restart  synthesize θ(λ) and write it as safetensors, then start a fresh engine on it
            until it is ready to generate (its shutdown is not counted).
 
@@ -21,7 +25,9 @@ an "SFT" (dense noise) and an "RLVR" (sparse, smaller noise) source and their τ
 
     python benchmarks/swap_latency.py --workdir /tmp/dots-swap --engines vllm hf --repeats 5
 
-`--layers 2` gives a quick smoke run. Results go to stdout as a Markdown table. Before the
+`--layers 2` gives a quick smoke run. `--tp2` also starts a vLLM engine with
+tensor_parallel_size 2 (τ̃ in memory) and reports each rank's resident bytes beside the TP=1
+worker's, its swap time, and whether its greedy outputs equal the TP=1 swaps'. Results go to stdout as a Markdown table. Before the
 timed swaps of each τ̃ mode, `--warmup` swaps (default 1, other λ) touch the buffers a swap
 allocates for the first time — a cost a search pays in its first trial only; they are
 reported apart.
@@ -167,15 +173,30 @@ def greedy(engine) -> str:
     return engine.generate([PROMPT], max_tokens=8)[0][0]
 
 
+def modes(kind: str) -> list[str]:
+    """τ̃ modes measured on one engine, in order: vLLM adds the checkpoint-layout resident path."""
+    return ["memory", "memory_checkpoint", "disk"] if kind == "vllm" else ["memory", "disk"]
+
+
 def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict:
     """Swaps on one live engine (τ̃ held in memory, then read from disk), then restarts."""
-    out: dict = {"swap_memory": [], "swap_disk": [], "restart": [], "restart_write": [], "restart_start": [], "match": [],
-                 "warmup_memory": [], "warmup_disk": []}
+    out: dict = {"restart": [], "restart_write": [], "restart_start": [], "match": []}
+    for cache in modes(kind):
+        out[f"swap_{cache}"], out[f"warmup_{cache}"] = [], []
     t = time.perf_counter()
     engine = make_engine(kind, base, tv, args, synth_cache="memory")
     out["startup_once"] = time.perf_counter() - t
+    if kind == "vllm":
+        out["resident_tp1"] = engine.resident_info()
+        print(f"[vllm] resident (TP=1): {out['resident_tp1']}", flush=True)
     swapped = []
-    for cache in ("memory", "disk"):
+    for cache in modes(kind):
+        if cache == "memory_checkpoint":
+            t = time.perf_counter()
+            engine.set_task_vectors(tv, synth_cache="memory", layout="checkpoint")
+            out["resident_checkpoint"] = engine.resident_info()
+            print(f"[vllm] checkpoint-layout resident: {out['resident_checkpoint']} "
+                  f"(set-up {time.perf_counter() - t:.1f} s)", flush=True)
         if cache == "disk":
             engine.set_task_vectors(tv, synth_cache="disk")  # frees the resident copy
         for lam in lambdas(args.warmup, seed=1):  # first touches of fresh buffers: once per run, not per trial
@@ -196,6 +217,7 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
     engine.close()
     del engine
     gc.collect()
+    out["swapped"] = swapped
     for lam, expected in zip(lams, swapped):
         target = workdir / f"merged-{kind}"
         t = time.perf_counter()
@@ -212,6 +234,30 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
         gc.collect()
         print(f"[{kind}] restart {lam}: write {t_write:.2f} s + start {total - t_write:.2f} s, "
               f"same output as swap: {out['match'][-1]}", flush=True)
+    return out
+
+
+def measure_tp2(base: Path, tv, lams, expected: list[str], args) -> dict:
+    """A TP=2 vLLM engine with τ̃ in memory: each rank's resident bytes, swap times, outputs."""
+    from dots.engines.vllm import VLLMEngine
+
+    t = time.perf_counter()
+    engine = VLLMEngine(base, task_vectors=tv, dtype="bfloat16", max_model_len=512, synth_cache="memory",
+                        tensor_parallel_size=2, enforce_eager=args.enforce_eager,
+                        gpu_memory_utilization=args.memory_utilization)
+    out: dict = {"startup": time.perf_counter() - t, "resident": engine.resident_info(), "swap": [], "match": []}
+    print(f"[vllm TP=2] resident: {out['resident']}", flush=True)
+    try:
+        for lam in lambdas(args.warmup, seed=1):
+            engine.swap_coefficients(lam)
+        for lam, want in zip(lams, expected):
+            t = time.perf_counter()
+            engine.swap_coefficients(lam)
+            out["swap"].append(time.perf_counter() - t)
+            out["match"].append(greedy(engine) == want)
+            print(f"[vllm TP=2] swap {lam}: {out['swap'][-1]:.3f} s, output == TP=1: {out['match'][-1]}", flush=True)
+    finally:
+        engine.close()
     return out
 
 
@@ -267,6 +313,7 @@ def main() -> None:
     parser.add_argument("--enforce-eager", action="store_true", help="vLLM without compilation (both sides)")
     parser.add_argument("--memory-utilization", type=float, default=None)
     parser.add_argument("--synthesis", action="store_true", help="also time synthesis alone (always on CUDA)")
+    parser.add_argument("--tp2", action="store_true", help="also a vLLM engine with tensor_parallel_size 2")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed swaps (other λ) before the timed ones, per τ̃ mode; reported apart")
     args = parser.parse_args()
@@ -292,16 +339,34 @@ def main() -> None:
                          statistics.median(runs), None, runs))
     else:
         print("no CUDA device on this machine: CUDA synthesis time not measured", flush=True)
+    labels = {"memory": "synth_cache=memory", "memory_checkpoint": "synth_cache=memory (checkpoint layout, before #18)",
+              "disk": "synth_cache=disk"}
     for kind in args.engines:
         res = measure_engine(kind, base, tv, lams, workdir, args)
         restart = statistics.median(res["restart"])
-        for cache in ("memory", "disk"):
+        for cache in modes(kind):
             swap = statistics.median(res[f"swap_{cache}"])
-            rows.append((f"{kind}: in-place swap_coefficients, synth_cache={cache}", swap, restart / swap, res[f"swap_{cache}"]))
+            label = labels[cache] + (" (each worker's parameters)" if kind == "vllm" and cache == "memory" else "")
+            rows.append((f"{kind}: in-place swap_coefficients, {label}", swap, restart / swap, res[f"swap_{cache}"]))
+        if kind == "vllm":
+            for key, what in (("resident_tp1", "parameters' layout, TP=1"),
+                              ("resident_checkpoint", "checkpoint layout (before), TP=1")):
+                for rank in res[key]:
+                    rows.append((f"vllm: resident bytes, GB, {what}, rank {rank['rank']}", rank["nbytes"] / 1e9,
+                                 None, None))
+        if kind == "vllm" and args.tp2:
+            tp2 = measure_tp2(base, tv, lams, res["swapped"], args)
+            one = res["resident_tp1"][0]["nbytes"]
+            for rank in tp2["resident"]:
+                rows.append((f"vllm TP=2: resident bytes, GB, rank {rank['rank']} ({rank['nbytes'] / one:.2f} of TP=1)",
+                             rank["nbytes"] / 1e9, None, None))
+            rows.append(("vllm TP=2: in-place swap_coefficients, synth_cache=memory", statistics.median(tp2["swap"]),
+                         restart / statistics.median(tp2["swap"]), tp2["swap"]))
+            rows.append(("vllm TP=2: greedy output == TP=1 swap for every λ", float(all(tp2["match"])), None, None))
         rows.append((f"{kind}: save + restart (write {statistics.median(res['restart_write']):.1f} s, "
                      f"start {statistics.median(res['restart_start']):.1f} s)", restart, None, res["restart"]))
         rows.append((f"{kind}: engine start with τ̃ loaded (once per run)", res["startup_once"], None, None))
-        for cache in ("memory", "disk"):
+        for cache in modes(kind):
             if res[f"warmup_{cache}"]:
                 rows.append((f"{kind}: warm-up swap(s), synth_cache={cache} (once per run, not timed above)",
                              statistics.median(res[f"warmup_{cache}"]), None, res[f"warmup_{cache}"]))

@@ -91,12 +91,19 @@ def test_qwen7b_on_one_80gb_gpu_keeps_tau_resident_and_sets_vllms_share():
     assert any("synth_cache=memory" in line for line in plan.lines())
 
 
-def test_70b_at_tp8_reads_tau_from_the_cache():
+def test_70b_at_tp8_keeps_each_ranks_shard_of_tau_resident():
+    """vLLM workers hold only their shard of θ0 and τ̃ (dots.engines.vllm_resident): at TP=8 a
+    70B model's 141 GB of θ0 and 102 GB of compact τ̃ are 1/8 per GPU, beside the engine."""
     shapes = ModelShapes.from_config_file(SHAPES / "llama-3-70b.json")
-    plan = plan_memory(shapes, EngineSetting("vllm", "cuda", tensor_parallel=8, max_tokens=8192), gpu(80), 2, 0.3)
-    assert plan.synth_cache == "disk" and plan.resident > 80 * GB > plan.engine + plan.stream
-    assert plan.weights == shapes.nbytes // 8
-    assert plan.utilization == plan_mod.VLLM_MAX_UTILIZATION
+    setting = EngineSetting("vllm", "cuda", tensor_parallel=8, max_tokens=8192)
+    plan = plan_memory(shapes, setting, gpu(80), 2, 0.3)
+    assert plan.synth_cache == "memory" and plan.weights == shapes.nbytes // 8
+    theta0 = sum(shapes.tensors[n].nbytes for n in shapes.merged)
+    assert plan.resident == (theta0 + plan.tau) // 8 + theta0 // 8  # + the set-up's second θ0 shard
+    assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + plan_mod.MARGIN <= 80 * GB
+    one = plan_memory(shapes, EngineSetting("vllm", "cuda", tensor_parallel=1, max_tokens=8192), gpu(2000), 2, 0.3)
+    assert 0.124 < plan.resident / one.resident < 0.126  # TP=8 holds 1/8 of TP=1 per GPU
+    assert any("/ tensor_parallel_size 8" in line and "τ̃ resident" in line for line in plan.lines())
 
 
 def test_fits_resident_disk_or_nothing():
@@ -121,11 +128,16 @@ def test_fits_resident_disk_or_nothing():
 
 
 def test_cpu_workers_share_the_host():
+    """vLLM-CPU workers share the host: each holds its half of θ0 and τ̃, so TP=2 needs about
+    what TP=1 does (when each worker held the whole model, TP=2 did not fit in 70 GB)."""
     shapes = ModelShapes.from_config_file(SHAPES / "qwen2.5-7b.json")
-    one = plan_memory(shapes, EngineSetting("vllm", "cpu", max_model_len=4096), gpu(100), 2, 0.3)
+    one = plan_memory(shapes, EngineSetting("vllm", "cpu", max_model_len=4096), gpu(70), 2, 0.3)
     assert one.synth_cache == "memory" and one.utilization is None
-    two = plan_memory(shapes, EngineSetting("vllm", "cpu", tensor_parallel=2, max_model_len=4096), gpu(100), 2, 0.3)
-    assert two.synth_cache == "disk"  # two resident copies do not fit in the one host
+    two = plan_memory(shapes, EngineSetting("vllm", "cpu", tensor_parallel=2, max_model_len=4096), gpu(70), 2, 0.3)
+    assert two.synth_cache == "memory" and abs(2 * two.resident - one.resident) < 0.01 * one.resident
+    with pytest.raises(DotsError, match="does not fit"):  # two workers of 7.6 B on a 30 GB host
+        plan_memory(shapes, EngineSetting("vllm", "cpu", tensor_parallel=2, max_model_len=4096, synth_cache="memory"),
+                    gpu(30), 2, 0.3)
 
 
 def test_engine_auto_resolves_from_free_memory(trio, monkeypatch):
@@ -209,7 +221,7 @@ def test_plan_cli_from_a_config_json():
     proc = run_plan("--shapes", str(SHAPES / "llama-3-70b.json"), "--device-memory-gb", "80", "backbone=qwen7b",
                     "engine=vllm", "engine.tensor_parallel_size=8")
     assert proc.returncode == 0, proc.stderr
-    assert "synth_cache=disk" in proc.stdout and "tensor_parallel_size 8" in proc.stdout
+    assert "synth_cache=memory" in proc.stdout and "tensor_parallel_size 8" in proc.stdout
     proc = run_plan("--shapes", str(SHAPES / "llama-3-70b.json"), "--device-memory-gb", "80", "backbone=qwen7b",
                     "engine=vllm")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: memory plan")

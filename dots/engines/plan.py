@@ -11,9 +11,12 @@ every worker, so the per-worker figures count once per worker):
                     its batch_size sequences), for vLLM at least one max_model_len sequence
                     (vLLM refuses to start with less); KV heads split over tensor parallelism
   engine reserve    activations, CUDA context and graphs: a fixed allowance (ENGINE_RESERVE)
-  τ̃ resident        θ0 + one output buffer per merged tensor + K compact τ̃ + scratch, what
-                    `dots.vectors.synth.ResidentSynthesizer` holds; every worker holds the
-                    whole model (the resident copy is not sharded by tensor parallelism)
+  τ̃ resident        transformers: θ0 + one output buffer per merged tensor + K compact τ̃ +
+                    scratch, what `dots.vectors.synth.ResidentSynthesizer` holds. vLLM: each
+                    worker's shard of θ0 and of the K compact τ̃ of the merged tensors (divided
+                    by tensor_parallel_size) + one output buffer of the largest such shard + the
+                    scratch, what `dots.engines.vllm_resident.ShardedResident` holds: a swap
+                    writes into the engine's own parameters (no output copy of the model)
   τ̃ from the cache  one tensor at a time (`dots.vectors.synth.synthesize`): the largest
                     tensor's θ0, output (+ rows a source adds) and K compact τ̃, + scratch
 
@@ -156,6 +159,29 @@ def resident_bytes(
     return theta0 + outputs + tau + scratch_bytes(device, largest)
 
 
+def sharded_resident_bytes(
+    tensors: Mapping[str, TensorInfo],
+    merged: list[str],
+    extra: Mapping[str, int],
+    tau: int,
+    device: str,
+    tensor_parallel: int,
+) -> int:
+    """About the most `dots.engines.vllm_resident.ShardedResident` holds in one vLLM worker: its
+    1/tensor_parallel share of θ0 of the merged tensors (with added rows) and of the compact τ̃,
+    plus either one output buffer of the largest shard (layers whose live weight differs from
+    its load-time layout, as vLLM-CPU's packed GEMMs) and the float32 scratch at a swap, or,
+    while it is set up, a second copy of the θ0 shard (vLLM's loader places one source at a
+    time into scratch parameters) — whichever is larger. Replicated tensors (norms) are
+    counted once over all ranks: small beside the rest."""
+    tp = max(1, tensor_parallel)
+    theta0 = sum(tensors[n].nbytes + extra.get(n, 0) for n in merged)
+    largest = max((tensors[n].nbytes + extra.get(n, 0) for n in merged), default=0)
+    entries = max((tensors[n].numel for n in merged), default=1)
+    swap = largest // tp + scratch_bytes(device, max(1, entries // tp))
+    return (theta0 + tau) // tp + max(swap, theta0 // tp)
+
+
 def stream_bytes(
     tensors: Mapping[str, TensorInfo],
     merged: list[str],
@@ -216,6 +242,18 @@ class MemoryPlan:
         groups = f"{s.tensor_parallel} devices" if s.tensor_parallel > 1 else "1 device"
         theta0 = self.shapes.nbytes
         outputs = sum(self.shapes.tensors[n].nbytes + self.shapes.extra_bytes(n) for n in self.shapes.merged)
+        if s.name == "vllm":  # each worker: its shard of the merged tensors, written into its parameters
+            tp = max(1, s.tensor_parallel)
+            held = (outputs // tp, self.tau // tp)
+            resident = (
+                f"θ0 {held[0] / GB:.2f} + {self.sources} compact τ̃ {held[1] / GB:.2f} + set-up or swap buffers "
+                f"{(self.resident - sum(held)) / GB:.2f} (this worker's shard: / tensor_parallel_size {tp})"
+            )
+        else:
+            resident = (
+                f"θ0 {theta0 / GB:.2f} + outputs {outputs / GB:.2f} + {self.sources} compact τ̃ {self.tau / GB:.2f} "
+                f"+ scratch {(self.resident - theta0 - outputs - self.tau) / GB:.2f} (whole model)"
+            )
         out = [
             f"memory plan: {self.shapes.name} ({self.shapes.params / 1e9:.2f} B parameters), {self.sources} sources "
             f"at density {self.density:g}; engine {s.name} on {s.device}, {groups} of {m.total / GB:.1f} GB, "
@@ -224,9 +262,7 @@ class MemoryPlan:
             f"/ tensor_parallel_size {s.tensor_parallel}",
             f"  engine KV cache    {self.kv / GB:8.2f} GB  at least {self.kv_tokens} tokens ({self.kv_note})",
             f"  engine reserve     {self.reserve / GB:8.2f} GB  activations, CUDA context, graphs",
-            f"  τ̃ resident         {self.resident / GB:8.2f} GB  θ0 {theta0 / GB:.2f} + outputs {outputs / GB:.2f} "
-            f"+ {self.sources} compact τ̃ {self.tau / GB:.2f} + scratch "
-            f"{(self.resident - theta0 - outputs - self.tau) / GB:.2f} (whole model in every worker)",
+            f"  τ̃ resident         {self.resident / GB:8.2f} GB  {resident}",
             f"  τ̃ from the cache   {self.stream / GB:8.2f} GB  one tensor at a time; each swap reads θ0 "
             f"{theta0 / GB:.2f} + τ̃ {self.tau / GB:.2f} GB from the cache (page cache when the host holds them)",
             f"  → synth_cache={self.synth_cache}: {self.reason}",
@@ -272,7 +308,10 @@ def plan_memory(
     tau_of = {n: sources * estimate_bytes(shapes.tensors[n].numel, density, itemsize) for n in shapes.merged}
     tau = tau_bytes if tau_bytes is not None else sum(tau_of.values())
     extra = {n: shapes.extra_bytes(n) for n in shapes.extra_rows}
-    resident = resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device)
+    if setting.name == "vllm":
+        resident = sharded_resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, tp)
+    else:
+        resident = resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device)
     stream = stream_bytes(shapes.tensors, shapes.merged, extra, tau_of, setting.device)
     reserve = ENGINE_RESERVE.get(setting.device, ENGINE_RESERVE["cuda"])
     choice, utilization, reason = _decide(setting, memory, weights + kv + reserve, resident, stream)
@@ -389,9 +428,11 @@ def plan_search(
 # --- an engine without a plan ---------------------------------------------------------------
 
 
-def resolve_synth_cache(value: str, task_vectors: Any, device: torch.device) -> str:
+def resolve_synth_cache(value: str, task_vectors: Any, device: torch.device, shards: int | None = None) -> str:
     """`auto` → memory when θ0 and the compact τ̃ of `task_vectors` fit in what `device` has
-    free now (with MARGIN), else disk; logs which and why. Other values pass through."""
+    free now (with MARGIN), else disk; logs which and why. Other values pass through.
+    `shards`: a vLLM worker, one of that many tensor-parallel ranks, holding only its shard
+    (`sharded_resident_bytes`); None: the whole model (`resident_bytes`)."""
     if value != "auto" or task_vectors is None:
         return value
     from dots.io.checkpoint import Checkpoint
@@ -404,7 +445,10 @@ def resolve_synth_cache(value: str, task_vectors: Any, device: torch.device) -> 
         if (rows := task_vectors.extra_rows(n)) is not None
     }
     tau = sum(e.tau_bytes(task_vectors.names) for e in task_vectors.entries.values())
-    need = resident_bytes(tensors, task_vectors.names, extra, tau, device.type)
+    if shards is None:
+        need = resident_bytes(tensors, task_vectors.names, extra, tau, device.type)
+    else:
+        need = sharded_resident_bytes(tensors, task_vectors.names, extra, tau, device.type, shards)
     if device.type == "cuda":  # what the driver has free + what torch's allocator holds unused
         free = (
             torch.cuda.mem_get_info(device)[0]

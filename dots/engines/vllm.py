@@ -8,8 +8,9 @@ every swap, so no KV block computed with old weights is reused. This works with 
 default multiprocess engine (EngineCore and workers in other processes) and with
 `tensor_parallel_size` > 1.
 
-With `synth_cache: memory` each worker holds θ0 and the compact τ̃ on its device
-(`dots.vectors.synth.ResidentSynthesizer`), so a swap is arithmetic plus the reload; with `disk`
+With `synth_cache: memory` each worker holds its shard of θ0 and of the compact τ̃ in the
+layout of its own parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm_resident`; the
+whole model and a reload where that layout is not covered), so a swap is arithmetic; with `disk`
 it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is
 decided by the search's memory plan before the engine starts (`dots.engines.plan`), or, when
 the engine gets "auto" itself, by each worker from its device's free memory.
@@ -187,12 +188,15 @@ class VLLMEngine:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight swap")
 
-    def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:
-        """Open a τ̃ cache in every worker (its spec crosses processes, not its tensors)."""
+    def set_task_vectors(self, task_vectors, synth_cache: str | None = None, layout: str = "parameters") -> None:
+        """Open a τ̃ cache in every worker (its spec crosses processes, not its tensors).
+        Resident τ̃ is held in each worker's parameters' layout; layout="checkpoint" holds the
+        whole model in the checkpoint's and reloads (the path before; benchmarks compare)."""
         if synth_cache is not None:
             self.synth_cache = check_synth_cache(synth_cache)
+        check_choice(layout, ("parameters", "checkpoint"), "layout")
         spec = task_vectors.spec() if task_vectors is not None else None
-        self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache))
+        self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache, layout))
         self.task_vectors = task_vectors
 
     def swap_coefficients(self, coefficients: Coefficients) -> None:
@@ -258,6 +262,10 @@ class VLLMEngine:
     def worker_info(self) -> list[dict]:
         """pid, device and rank of every worker (the multiprocess engine runs them elsewhere)."""
         return self.llm.collective_rpc("dots_worker_info")
+
+    def resident_info(self) -> list[dict]:
+        """Per worker: where its resident θ0 and τ̃ are laid out and their bytes (worker extension)."""
+        return self.llm.collective_rpc("dots_resident_info")
 
     def parameter_checksum(self) -> list[float]:
         return self.llm.collective_rpc("dots_parameter_checksum")

@@ -3,14 +3,18 @@
 Loaded by vLLM through `LLM(worker_extension_cls="dots.engines.vllm_worker.DotsWorkerExtension")`
 and mixed into each worker; the engine calls these methods with `llm.collective_rpc`.
 Only small messages cross processes (a task-vector cache spec once, then coefficients
-or a checkpoint path); each worker builds the full tensors itself (θ0 + Σλτ̃ from disk,
-on its own device) and hands them to its `reload_weights`, whose model loader shards
-them for tensor parallelism. This module must not import vLLM at top level: the
-engine imports it only by name.
+or a checkpoint path). With τ̃ read from the cache (`synth_cache: disk`), each worker builds
+the full tensors itself (θ0 + Σλτ̃ from disk, on its own device) and hands them to its
+`reload_weights`, whose model loader shards them for tensor parallelism. With τ̃ resident
+(`memory`), each worker holds θ0 and τ̃ of its own (sharded, fused) parameters and writes
+θ0 + Σλτ̃ straight into them (`dots.engines.vllm_resident`); where that layout is not
+covered it holds the whole model's (`dots.vectors.synth.ResidentSynthesizer`) and reloads.
+This module must not import vLLM at top level: the engine imports it only by name.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import TYPE_CHECKING, Any, Mapping
@@ -18,12 +22,18 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:
     from dots.vectors.coefficients import Coefficients
 
+log = logging.getLogger(__name__)
+
 
 class DotsWorkerExtension:
     """Methods added to vLLM's Worker (self is the worker: self.device, self.reload_weights)."""
 
     _dots_task_vectors: Any = None
-    _dots_resident: Any = None
+    _dots_resident: Any = None  # ResidentSynthesizer: the whole model, checkpoint layout
+    _dots_sharded: Any = None  # ShardedResident: this worker's parameters, their layout
+    _dots_resident_note: str = ""  # why the sharded layout was not used
+    _dots_weights_changed: bool = False  # any reload since the engine started
+    _dots_not_base: bool = True  # parameters the sharded swap does not write may differ from θ0
 
     def _dots_device(self):
         import torch
@@ -36,11 +46,14 @@ class DotsWorkerExtension:
         rank = getattr(self, "rank", None)
         return {"pid": os.getpid(), "device": str(self._dots_device()), "rank": rank}
 
-    def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "auto") -> int:
+    def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "auto", layout: str = "parameters") -> int:
         """Open the τ̃ cache described by `TaskVectors.spec()` (kept open for later swaps);
         with synth_cache "memory" (or "auto" when they fit in the device's free memory now),
-        load θ0 and τ̃ onto this worker's device now. Returns the bytes held resident."""
-        self._dots_task_vectors = self._dots_resident = None
+        load θ0 and τ̃ onto this worker's device now: in its parameters' layout, or the whole
+        model in the checkpoint's with layout "checkpoint" (benchmarks: the path before).
+        Returns the bytes held resident."""
+        self._dots_task_vectors = self._dots_resident = self._dots_sharded = None
+        self._dots_resident_note = ""
         if spec is None:
             return 0
         from dots.engines.plan import resolve_synth_cache
@@ -50,12 +63,67 @@ class DotsWorkerExtension:
         reuse_freed_memory()  # every swap allocates model-sized tensors again
 
         self._dots_task_vectors = TaskVectors.from_spec(spec)
-        if resolve_synth_cache(synth_cache, self._dots_task_vectors, self._dots_device()) == "memory":
+        config = self.vllm_config  # type: ignore[attr-defined]
+        shards = int(config.parallel_config.tensor_parallel_size)
+        if resolve_synth_cache(synth_cache, self._dots_task_vectors, self._dots_device(), shards) == "memory":
+            from dots.engines.vllm_resident import ShardedResident, Unsupported
             from dots.vectors.synth import ResidentSynthesizer
 
+            try:
+                if layout == "checkpoint":
+                    raise Unsupported("the checkpoint layout was asked for")
+                model = self.model_runner.get_model()  # type: ignore[attr-defined]
+                self._dots_sharded = ShardedResident(model, config, self._dots_task_vectors, self._dots_device())
+                started_on = os.path.realpath(str(config.model_config.model))
+                base = os.path.realpath(str(self._dots_task_vectors.base_path))
+                self._dots_not_base = self._dots_weights_changed or started_on != base
+                return self._dots_sharded.nbytes
+            except Unsupported as exc:
+                self._dots_resident_note = str(exc)
+                log.warning("τ̃ resident for the whole model in every worker: %s", exc)
+            except Exception as exc:  # a model whose loading this layout does not follow: the path before
+                self._dots_resident_note = f"{type(exc).__name__}: {exc}"
+                log.warning("τ̃ resident for the whole model in every worker (parameters' layout failed)", exc_info=True)
             self._dots_resident = ResidentSynthesizer(self._dots_task_vectors, device=self._dots_device())
             return self._dots_resident.nbytes
         return 0
+
+    def dots_resident_info(self) -> dict:
+        """What this worker holds for swaps: layout "parameters" (its own shards), "checkpoint"
+        (the whole model) or None (read from the cache), bytes, kept entries per source, and
+        why the parameters' layout was not used."""
+        info: dict[str, Any] = {"rank": getattr(self, "rank", None), "layout": None, "nbytes": 0, "note": ""}
+        if self._dots_sharded is not None:
+            info.update(layout="parameters", nbytes=self._dots_sharded.nbytes, kept=self._dots_sharded.kept)
+        elif self._dots_resident is not None:
+            info.update(layout="checkpoint", nbytes=self._dots_resident.nbytes, note=self._dots_resident_note)
+        return info
+
+    def dots_check_resident_bits(self, coefficients: Mapping[str, float]) -> dict:
+        """Tests: the sharded resident values of every written parameter against what vLLM's own
+        loader makes of the streamed checkpoint-layout synthesis (`synthesize`), byte for byte.
+        Returns how many parameters were compared and the names of those that differ."""
+        import torch
+
+        from dots.engines.vllm_resident import place
+        from dots.vectors.synth import synthesize
+
+        sharded = self._dots_sharded
+        if sharded is None:
+            raise RuntimeError("dots_check_resident_bits needs τ̃ resident in the parameters' layout")
+        units = [r.unit for r in sharded.params]
+        stream = synthesize(self._dots_task_vectors, coefficients, device="cpu")
+        reference = place(sharded.model, units, stream, sharded.config)
+
+        def raw(t: torch.Tensor) -> torch.Tensor:
+            return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+        differ = [
+            unit.name
+            for (unit, ours), ref in zip(sharded.values(coefficients), reference)
+            if ref is None or ours.dtype != ref.dtype or not torch.equal(raw(ours), raw(ref))
+        ]
+        return {"compared": len(units), "differ": differ}
 
     def _dots_reload(self, weights) -> float:
         from torch.profiler import record_function
@@ -68,6 +136,7 @@ class DotsWorkerExtension:
                 yield name, tensor
 
         start = time.perf_counter()
+        self._dots_weights_changed = self._dots_not_base = True
         with record_function("dots.vllm.reload_weights"):  # includes the synthesis it consumes
             self.reload_weights(weights_iterator=tracked())  # type: ignore[attr-defined]
             self._dots_refresh_tied_cpu_gemms(loaded)
@@ -110,6 +179,17 @@ class DotsWorkerExtension:
             raise RuntimeError("dots_swap_coefficients before dots_set_task_vectors")
         from dots.vectors.synth import synthesize
 
+        if self._dots_sharded is not None:
+            start = time.perf_counter()
+            if self._dots_not_base:  # once: what the sharded swap does not write back to θ0
+                self._dots_reload(synthesize(self._dots_task_vectors, {k: 0.0 for k in self._dots_sharded.sources}))
+                self._dots_not_base = False
+            from torch.profiler import record_function
+
+            with record_function("dots.vllm.sharded_swap"):
+                self._dots_sharded.swap(coefficients)
+            self._dots_weights_changed = True
+            return time.perf_counter() - start
         if self._dots_resident is not None:
             return self._dots_reload(self._dots_resident(coefficients))
         return self._dots_reload(synthesize(self._dots_task_vectors, coefficients, device=self._dots_device()))

@@ -141,6 +141,24 @@ class CompactTensor:
     def blocks(self) -> TauBlocks:
         return TauBlocks(self)
 
+    def positions(self) -> torch.Tensor:
+        """Flat positions of the kept entries (int64, ascending, on the CPU)."""
+        if self.form == "full":
+            return torch.arange(self.numel)
+        assert self.where is not None
+        if self.form == "index":
+            return self.where.to(device="cpu", dtype=torch.int64)
+        bits = np.unpackbits(self.where.cpu().numpy(), bitorder="little")[: self.numel]
+        return torch.from_numpy(np.flatnonzero(bits))
+
+    def kept_in(self, theta0: torch.Tensor) -> torch.Tensor:
+        """where(M, θ_i, θ0): θ0 (a CPU tensor of the base's dtype) with θ_i's values at the kept
+        entries — what a source looks like through the mask; vLLM workers load it to find M
+        in their own parameters' layout (`dots.engines.vllm_resident`)."""
+        out = theta0.to("cpu", copy=True).contiguous()
+        out.view(-1)[self.positions()] = self.values.to(device="cpu", dtype=out.dtype)
+        return out
+
     def dense(self, theta0: torch.Tensor) -> torch.Tensor:
         """τ̃ as one float32 tensor of θ0's shape, given θ0 (`TaskVectors.get`: `dots_fixed`, tests)."""
         flat0 = theta0.reshape(-1)

@@ -1,0 +1,348 @@
+"""θ0 and the compact τ̃ resident in one vLLM worker, in the layout of its own parameters.
+
+With `synth_cache: memory` a worker holds only what its parameters need: under tensor
+parallelism its shard of θ0 and of every source's compact τ̃, already fused the way vLLM
+fuses them (q/k/v → qkv_proj, gate/up → gate_up_proj, vocabulary split over ranks). A swap
+computes θ0 + Σ λ_i τ̃_i parameter by parameter straight into the live parameters: no
+full-size tensor, no round trip through the checkpoint layout, no `reload_weights`.
+
+How the layout is learnt without re-implementing vLLM's sharding: at set-up, vLLM's own
+loader (`model.load_weights`) places θ0, then for each source where(M_i, θ_i, θ0), into
+scratch copies of the worker's parameters in their load-time layout (vLLM's reload metadata).
+A loader only copies elements (narrows, concatenates, casts up), so the entries where source
+i's copy differs from θ0's are M_i's kept entries in this rank's layout — the cache keeps
+only entries with θ_i ≠ θ0 — and their values are θ_i's. They are stored as
+`dots.vectors.compact.CompactTensor`s (bitmask or positions, θ_i's values in the checkpoint
+dtype, γ_i), and a swap rebuilds τ̃ with the streaming synthesis' own arithmetic
+(`dots.vectors.synth._combine_into`): every element sees the same θ0, θ_i, γ and λ and the
+same float32 operations in the same order, then the cast to the checkpoint dtype and the
+loader's cast to the parameter's — the same bits as the checkpoint-layout path.
+
+After the write, what vLLM does after loading runs again for the layers whose kernels derive
+from their weights, as its own `reload_weights` does: vLLM-CPU packs a GEMM weight into a
+oneDNN handle (and frees the weight) — the packing the tied-head fix found — so those layers
+get their load-time tensors back for the call, `process_weights_after_loading`, and the
+result copied into the live (kernel) tensors. The engine then resets its prefix cache.
+
+Not covered (`unsupported` says which; the worker then keeps the whole-model
+`ResidentSynthesizer`): quantized models; merged tensors of several dtypes, or an engine
+dtype that cannot hold the checkpoint's exactly; `rescale: tensor` (a fused parameter would
+mix several γ); a θ0 with −0.0 entries in a merged parameter (the sign of a zero sum there
+depends on which sources take part, see `dots.vectors.compact`).
+
+This module imports vLLM only inside functions: only worker processes call it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from dots.io.checkpoint import Checkpoint
+from dots.vectors.cache import TaskVectors
+from dots.vectors.compact import CompactTensor, form_bytes, position_dtype
+from dots.vectors.synth import _combine_into, check_coefficients, new_scratch
+
+log = logging.getLogger(__name__)
+
+# a loader may cast what it receives up to the parameter's dtype; these casts are exact
+EXACT_UPCASTS = {(torch.bfloat16, torch.float32), (torch.float16, torch.float32)}
+
+
+class Unsupported(Exception):
+    """This model or cache cannot be held in the parameters' layout (the message says why)."""
+
+
+@dataclass
+class Unit:
+    """One live parameter (shared by every module it is tied to) and its load-time layout."""
+
+    name: str
+    kernel: torch.Tensor  # the live tensor the engine computes with
+    owners: list[tuple[torch.nn.Module, str]]  # (module, attribute) slots holding it
+    meta: torch.Tensor  # its load-time layout on the meta device, with the loader attributes
+    meta_owner: torch.nn.Module  # the module whose loader methods `meta` carries
+    direct: bool  # kernel has the load-time layout and dtype: written in place
+
+
+@dataclass
+class Resident:
+    """θ0 of one parameter in the checkpoint dtype and each source's compact τ̃ of it."""
+
+    unit: Unit
+    theta0: torch.Tensor
+    taus: list[CompactTensor | None] = field(default_factory=list)  # by source; None: no kept entry
+
+
+def model_units(model: torch.nn.Module) -> list[Unit]:
+    """Every floating parameter of the model once, with the layout vLLM loads it in (its
+    reload metadata, recorded when the model was built) and the modules that hold it."""
+    from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+    from vllm.model_executor.model_loader.reload.meta import to_meta_tensor
+
+    units: dict[int, Unit] = {}
+    for mod_name, module in model.named_modules():
+        info = LAYERWISE_INFO.get(module)
+        restore = info.restore_metadata[0] if info is not None else {}
+        for attr, kernel in module._parameters.items():
+            if kernel is None or not kernel.is_floating_point():
+                continue
+            unit = units.get(id(kernel))
+            if unit is not None:
+                unit.owners.append((module, attr))
+                continue
+            meta = restore.get(attr)
+            if meta is None:  # not transformed at load (e.g. `bias`, never put on meta by vLLM)
+                meta = to_meta_tensor(kernel)
+            direct = tuple(kernel.shape) == tuple(meta.shape) and kernel.dtype == meta.dtype and kernel.is_contiguous()
+            units[id(kernel)] = Unit(f"{mod_name}.{attr}".lstrip("."), kernel, [(module, attr)], meta, module, direct)
+    return list(units.values())
+
+
+def _like(meta: torch.Tensor, owner: torch.nn.Module, data: torch.Tensor) -> torch.Tensor:
+    """`data` dressed as the load-time parameter `meta` (its class and loader attributes). After
+    a `reload_weights` the metadata keeps the loader wrapper of vLLM's layerwise reload, which
+    loads nothing outside a reload: unwrapped to the original loader."""
+    from vllm.model_executor.model_loader.reload.layerwise import _get_original_loader
+    from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
+
+    data.__class__ = meta.__class__
+    data.__dict__ = meta.__dict__.copy()
+    data = restore_layer_refs(data, owner)
+    if "weight_loader" in data.__dict__ or "_weight_loader" in data.__dict__:  # vLLM's parameter classes
+        data.weight_loader = _get_original_loader(data)  # type: ignore[attr-defined]
+    return data
+
+
+def _swap_in(units: list[Unit], tensors: list[torch.Tensor | None]) -> None:
+    """Put `tensors[j]` in every slot of `units[j]` (None: leave the slot)."""
+    for unit, tensor in zip(units, tensors):
+        if tensor is not None:
+            for module, attr in unit.owners:
+                module._parameters[attr] = tensor  # type: ignore[assignment]
+
+
+def _restore(units: list[Unit]) -> None:
+    for unit in units:
+        for module, attr in unit.owners:
+            module._parameters[attr] = unit.kernel  # type: ignore[assignment]
+
+
+def place(model: torch.nn.Module, units: list[Unit], weights: Iterator[tuple[str, torch.Tensor]], config: Any):
+    """Load `weights` (checkpoint naming) with vLLM's own loader into fresh copies of every
+    parameter in its load-time layout; returns those copies (the live parameters are left as
+    they were). Entries no weight reaches keep the live value (direct) or 0."""
+    from vllm.config import set_current_vllm_config
+
+    scratch: list[torch.Tensor | None] = []
+    for unit in units:
+        data = torch.zeros(unit.meta.shape, dtype=unit.meta.dtype, device=unit.kernel.device)
+        if unit.direct:
+            data.copy_(unit.kernel)
+        scratch.append(_like(unit.meta, unit.meta_owner, data))
+    _swap_in(units, scratch)
+    try:
+        with set_current_vllm_config(config), torch.no_grad():
+            model.load_weights(weights)  # type: ignore[operator]
+    finally:
+        _restore(units)
+    return scratch
+
+
+def checkpoint_stream(tv: TaskVectors, base: Checkpoint, source: str | None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of the base as the synthesis yields it at λ = 0 (θ0, a source's added
+    vocabulary rows appended) — with source i's values at its kept entries when `source`."""
+    merged = set(tv.names)
+    for name in base.names:
+        tensor = base.get(name)
+        if name in merged:
+            if source is not None:
+                tensor = tv.compact(source, name).kept_in(tensor)
+            extra = tv.extra_rows(name)
+            if extra is not None:
+                tensor = torch.cat([tensor, extra.to(tensor.dtype)], dim=0)
+        yield name, tensor
+
+
+def param_compact(
+    theta0: torch.Tensor, theta: torch.Tensor, gamma: float, dtype: torch.dtype
+) -> tuple[CompactTensor | None, int]:
+    """Source i's τ̃ of one parameter in compact form: where its loaded copy `theta` differs from
+    θ0's (`theta0`), θ_i's values there in `dtype` (None when they never differ), and how many
+    entries that is."""
+    a, b = theta0.reshape(-1), theta.reshape(-1)
+    keep = a != b  # the kept entries: θ_i ≠ θ0 at each, θ0 bit for bit elsewhere
+    kept = int(keep.sum())
+    if kept == 0:
+        return None, 0
+    n = a.numel()
+    sizes = form_bytes(n, kept, torch.empty((), dtype=dtype).element_size())
+    form = min(sizes, key=lambda f: sizes[f])
+    shape = tuple(theta0.shape)
+    if form == "full":  # τ = θ_i − θ0 is +0.0 wherever they agree, as a scattered zero is
+        return CompactTensor(shape, "full", b.to(dtype, copy=True), gamma=gamma), kept
+    flags = keep.cpu().numpy()
+    positions = torch.from_numpy(np.flatnonzero(flags)).to(b.device)
+    values = b[positions].to(dtype)
+    if form == "bitmask":
+        where = torch.from_numpy(np.packbits(flags, bitorder="little")).to(b.device)
+    else:
+        where = positions.to(position_dtype(n))
+    return CompactTensor(shape, form, values, where=where, gamma=gamma), kept
+
+
+def unsupported(tv: TaskVectors, base: Checkpoint, units: list[Unit], quantized: bool) -> str | None:
+    """Why θ0 and τ̃ cannot be held in the parameters' layout, or None when they can."""
+    if quantized:
+        return "the model is quantized"
+    dtypes = {base.info(n).dtype for n in tv.names}
+    if len(dtypes) > 1:
+        return f"the merged tensors have several dtypes {sorted(map(str, dtypes))}"
+    if dtypes:
+        dtype = dtypes.pop()
+        narrow = [u for u in units if u.meta.dtype != dtype and (dtype, u.meta.dtype) not in EXACT_UPCASTS]
+        if narrow:
+            return f"{narrow[0].name} is {narrow[0].meta.dtype}, which does not hold the checkpoint's {dtype} exactly"
+    tensor_gamma = [k for k, e in tv.entries.items() if e.meta.get("rescale") == "tensor"]
+    if tensor_gamma:
+        return f"source(s) {tensor_gamma} use rescale=tensor (a fused parameter would mix several γ)"
+    return None
+
+
+class ShardedResident:
+    """θ0 and every source's compact τ̃ of one worker's parameters (see the module docstring).
+
+    `model` is the worker's live model, `config` its VllmConfig. Raises `Unsupported` when the
+    model or the cache is outside what this layout covers."""
+
+    @torch.no_grad()
+    def __init__(self, model: torch.nn.Module, config: Any, tv: TaskVectors, device: torch.device):
+        self.model, self.config, self.tv, self.device = model, config, tv, device
+        self.sources = list(tv.sources)
+        self.kept: list[int] = []  # kept entries per source in this worker's parameters
+        base = Checkpoint(tv.base_path)
+        units = model_units(model)
+        why = unsupported(tv, base, units, getattr(config, "quant_config", None) is not None)
+        if why is not None:
+            raise Unsupported(why)
+        self.dtype = base.info(tv.names[0]).dtype if tv.names else torch.float32  # the checkpoint's
+        theta0 = place(model, units, checkpoint_stream(tv, base, None), config)
+        taus: list[list[CompactTensor | None]] = [[] for _ in units]
+        for key in self.sources:
+            gamma = float(tv.entries[key].meta["gamma"])  # one γ per source (rescale global or none)
+            loaded = place(model, units, checkpoint_stream(tv, base, key), config)
+            counts = []
+            for j, t0 in enumerate(theta0):
+                ti = loaded[j]
+                assert t0 is not None and ti is not None
+                ct, kept = param_compact(t0, ti, gamma, self.dtype)
+                taus[j].append(ct)
+                counts.append(kept)
+                loaded[j] = None  # the set-up holds θ0 + one parameter of the source at a time
+            self.kept.append(sum(counts))
+        cpu = device.type == "cpu"
+        keep = [any(ct is not None for ct in per) for per in taus]  # no source changes the rest
+        while True:  # a module processed after a swap needs every load-time tensor it has
+            process = _modules_to_process(units, keep, cpu)
+            more = [
+                j for j, u in enumerate(units) if not keep[j] and not u.direct and any(_owned_by(u, m) for m in process)
+            ]
+            if not more:
+                break
+            for j in more:
+                keep[j] = True
+        bad = [m for m in process if getattr(m, "quant_method", None) is None]
+        if bad:
+            raise Unsupported(f"{type(bad[0]).__name__} transforms its weights without a quant_method")
+        self._process = process
+        self.params: list[Resident] = []
+        for j, (unit, per) in enumerate(zip(units, taus)):
+            t0, theta0[j] = theta0[j], None
+            if not keep[j]:
+                continue
+            assert t0 is not None
+            if bool(((t0 == 0) & torch.signbit(t0)).any()):
+                raise Unsupported(f"θ0 has -0.0 entries in {unit.name}")
+            self.params.append(Resident(unit, t0.detach().to(self.dtype).contiguous(), per))
+        largest = max((r.theta0.numel() for r in self.params), default=1)
+        self._scratch = new_scratch(device, largest)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this worker holds: θ0 of the parameters τ̃ touches, the compact τ̃, the scratch."""
+        theta0 = sum(r.theta0.numel() * r.theta0.element_size() for r in self.params)
+        taus = sum(ct.nbytes for r in self.params for ct in r.taus if ct is not None)
+        return theta0 + taus + self._scratch.numel() * self._scratch.element_size()
+
+    def _combine(self, r: Resident, active: list[tuple[int, float]], out: torch.Tensor) -> torch.Tensor:
+        """θ0 + Σ λ_i τ̃_i of one parameter into `out` (the checkpoint dtype, its shape)."""
+        taus = [(ct, lam) for i, lam in active if (ct := r.taus[i]) is not None]
+        return _combine_into(out, r.theta0, taus, self._scratch)
+
+    def _active(self, coefficients: Mapping[str, float]) -> list[tuple[int, float]]:
+        lambdas = check_coefficients(self.tv, coefficients)
+        return [(i, lambdas[k]) for i, k in enumerate(self.sources) if lambdas[k] != 0.0]
+
+    @torch.no_grad()
+    def values(self, coefficients: Mapping[str, float]) -> Iterator[tuple[Unit, torch.Tensor]]:
+        """Each written parameter's new value in its load-time layout and dtype, in fresh
+        tensors (tests compare them with what vLLM's loader makes of the streamed synthesis)."""
+        active = self._active(coefficients)
+        for r in self.params:
+            out = self._combine(r, active, torch.empty_like(r.theta0))
+            yield r.unit, out.to(r.unit.meta.dtype)
+
+    @torch.no_grad()
+    def swap(self, coefficients: Mapping[str, float]) -> None:
+        """Write θ0 + Σ λ_i τ̃_i into the live parameters, then redo the post-load processing."""
+        active = self._active(coefficients)
+        loaded: dict[int, torch.Tensor] = {}  # load-time tensors of units whose kernel differs
+        for r in self.params:
+            unit = r.unit
+            in_place = unit.direct and unit.kernel.dtype == self.dtype
+            out = self._combine(r, active, unit.kernel if in_place else torch.empty_like(r.theta0))
+            if in_place:
+                continue
+            value = out if out.dtype == unit.meta.dtype else out.to(unit.meta.dtype)  # the loader's cast
+            if unit.direct:
+                unit.kernel.copy_(value)
+            else:
+                loaded[id(unit.kernel)] = _like(unit.meta, unit.meta_owner, value)
+        self._after_write(loaded)
+
+    def _after_write(self, loaded: dict[int, torch.Tensor]) -> None:
+        """What vLLM runs after loading, for every module whose kernel derives from its weights:
+        the load-time tensors in place for the call, `process_weights_after_loading`, the result
+        copied into the live tensors (their storage kept: CUDA graphs stay valid)."""
+        for module in self._process:
+            kernels = dict(module._parameters)
+            for attr, kernel in kernels.items():
+                if kernel is not None and id(kernel) in loaded:
+                    module._parameters[attr] = loaded[id(kernel)]  # type: ignore[assignment]
+            if hasattr(module, "_already_called_process_weights_after_loading"):
+                delattr(module, "_already_called_process_weights_after_loading")
+            module.quant_method.process_weights_after_loading(module)  # type: ignore[union-attr,operator]
+            for attr, kernel in kernels.items():
+                now = module._parameters.get(attr)
+                if kernel is None or now is kernel:
+                    continue
+                if now is not None and now.shape == kernel.shape:
+                    kernel.data.copy_(now)
+                module._parameters[attr] = kernel
+
+
+def _owned_by(unit: Unit, module: torch.nn.Module) -> bool:
+    return any(m is module for m, _ in unit.owners)
+
+
+def _modules_to_process(units: list[Unit], keep: list[bool], cpu: bool) -> list[torch.nn.Module]:
+    """Modules holding a written parameter whose kernel derives from their weights: on vLLM-CPU
+    every GEMM layer (`cpu_linear`, its packed handle), anywhere a layer whose live tensor
+    differs from its load-time layout."""
+    written = dict.fromkeys(m for u, k in zip(units, keep) if k for m, _ in u.owners)
+    transformed = {id(m) for u in units if not u.direct for m, _ in u.owners}
+    return [m for m in written if (cpu and hasattr(m, "cpu_linear")) or id(m) in transformed]
