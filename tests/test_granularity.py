@@ -170,7 +170,8 @@ def test_vllm_engine_swaps_coefficients_per_group_from_disk_and_memory(tmp_path)
         assert engine.parameter_checksum() == expected
         engine.set_task_vectors(tv, synth_cache="memory")
         engine.swap_coefficients({"sft": 1.0, "rlvr": 1.0})
-        engine.swap_coefficients(PER_GROUP)  # resident in the worker
+        engine.swap_coefficients(PER_GROUP)  # resident in the worker, in its fused parameters
+        assert [i["layout"] for i in engine.resident_info()] == ["parameters"]
         assert engine.parameter_checksum() == expected
     finally:
         engine.close()

@@ -37,15 +37,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
+from dots.vectors.coefficients import CheckedCoefficients, Coefficients, check_coefficients, tensor_lambdas
 from dots.vectors.compact import CompactTensor, form_bytes, position_dtype
-from dots.vectors.synth import _combine_into, check_coefficients, new_scratch
+from dots.vectors.synth import _combine_into, new_scratch
 
 log = logging.getLogger(__name__)
 
@@ -278,17 +279,19 @@ class ShardedResident:
         taus = sum(ct.nbytes for r in self.params for ct in r.taus if ct is not None)
         return theta0 + taus + self._scratch.numel() * self._scratch.element_size()
 
-    def _combine(self, r: Resident, active: list[tuple[int, float]], out: torch.Tensor) -> torch.Tensor:
-        """θ0 + Σ λ_i τ̃_i of one parameter into `out` (the checkpoint dtype, its shape)."""
-        taus = [(ct, lam) for i, lam in active if (ct := r.taus[i]) is not None]
+    def _combine(self, r: Resident, lambdas: CheckedCoefficients, out: torch.Tensor) -> torch.Tensor:
+        """θ0 + Σ λ_i τ̃_i of one parameter into `out` (the checkpoint dtype, its shape). A
+        fused parameter joins tensors of one module group (q/k/v, gate/up), so its own name
+        gives the group of per-module coefficients."""
+        index = {k: i for i, k in enumerate(self.sources)}
+        taus = [(ct, lam) for k, lam in tensor_lambdas(lambdas, r.unit.name) if (ct := r.taus[index[k]]) is not None]
         return _combine_into(out, r.theta0, taus, self._scratch)
 
-    def _active(self, coefficients: Mapping[str, float]) -> list[tuple[int, float]]:
-        lambdas = check_coefficients(self.tv, coefficients)
-        return [(i, lambdas[k]) for i, k in enumerate(self.sources) if lambdas[k] != 0.0]
+    def _active(self, coefficients: Coefficients) -> CheckedCoefficients:
+        return check_coefficients(self.tv, coefficients)
 
     @torch.no_grad()
-    def values(self, coefficients: Mapping[str, float]) -> Iterator[tuple[Unit, torch.Tensor]]:
+    def values(self, coefficients: Coefficients) -> Iterator[tuple[Unit, torch.Tensor]]:
         """Each written parameter's new value in its load-time layout and dtype, in fresh
         tensors (tests compare them with what vLLM's loader makes of the streamed synthesis)."""
         active = self._active(coefficients)
@@ -297,7 +300,7 @@ class ShardedResident:
             yield r.unit, out.to(r.unit.meta.dtype)
 
     @torch.no_grad()
-    def swap(self, coefficients: Mapping[str, float]) -> None:
+    def swap(self, coefficients: Coefficients) -> None:
         """Write θ0 + Σ λ_i τ̃_i into the live parameters, then redo the post-load processing."""
         active = self._active(coefficients)
         loaded: dict[int, torch.Tensor] = {}  # load-time tensors of units whose kernel differs
