@@ -219,6 +219,88 @@ class Lab:
 # --- studies -------------------------------------------------------------------------------
 
 
+class MemoScorer:
+    """dots' Scorer with a memo shared by the studies of a lab: a trial's result is a function of
+    (λ, its scorer seed, full or adaptive) alone — the lab sampler draws from a generator seeded
+    per call, one thread — so a point scored once is not generated again. With one seed, tpe, gp
+    and random propose the same first `n_startup_trials` points and NSGA-II the same first
+    generation, and the full-k re-score of an adaptive study's front (the hypervolume's
+    currency) is the full study's trial at the same point and seed. The memo is a jsonl file per
+    lab and mode (appended under a lock; other processes' rows are read on a miss)."""
+
+    def __init__(self, scorer: Any, path: Path):
+        self.scorer, self.path = scorer, path
+        self.rows: dict[str, dict] = {}
+        self.hits = 0
+
+    @staticmethod
+    def key(coefficients: Any, seed: int) -> str:
+        return json.dumps([int(seed), sorted((k, round(float(v), 10)) for k, v in coefficients.items())])
+
+    def _read(self) -> None:
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a kill
+                    continue
+                self.rows[row["key"]] = row
+
+    def add(self, key: str, res: Any) -> None:
+        row = {
+            "key": key,
+            **{f: getattr(res, f) for f in ("consistency", "perplexity", "per_query", "tokens", "times", "samples")},
+        }
+        self.rows[key] = row
+        with locked(self.path.with_suffix(".lock")):
+            with open(self.path, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    def __call__(self, coefficients: Any, seed: int) -> Any:
+        from dots.search.scorer import TrialResult
+
+        key = self.key(coefficients, seed)
+        if key not in self.rows:
+            self._read()
+        if key in self.rows:
+            self.hits += 1
+            row = self.rows[key]
+            return TrialResult(
+                **{f: row[f] for f in ("consistency", "perplexity", "per_query", "tokens", "times", "samples")}
+            )
+        res = self.scorer(coefficients, seed)
+        self.add(key, res)
+        return res
+
+
+def import_study(db: Path, memo: MemoScorer, seed: int, sources: list[str]) -> None:
+    """Rows of a study scored before the memo existed."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dots.search.scorer import TrialResult
+
+    memo._read()
+    for name in optuna.get_all_study_names(f"sqlite:///{db}"):
+        study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            lam = {s: t.params[f"lambda_{s}"] for s in sources}
+            key = memo.key(lam, seed + t.number)
+            if key not in memo.rows:
+                a = t.user_attrs
+                memo.add(
+                    key,
+                    TrialResult(
+                        t.values[0],
+                        t.values[1],
+                        a["per_query_consistency"],
+                        a["tokens_generated"],
+                        a["time"],
+                        a["samples_drawn"],
+                    ),
+                )
+
+
 def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, indent=1))
@@ -299,7 +381,8 @@ def run_job(lab: Lab, job: dict) -> dict:
     sources = list(lab.tv.sources)
     names = [f"lambda_{s}" for s in sources]
     study = open_study(cfg, open_storage(None, out), "lab-samplers")
-    scorer = Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer)
+    mode = "adaptive" if job["adaptive"] else "full"
+    scorer = MemoScorer(Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer), lab.dir / f"memo-{mode}.jsonl")
     began = time.perf_counter()
     run_study(study, scorer, sources, tuple(cfg.search.range), int(job["n_trials"]), int(cfg.seed))
     span = time.perf_counter() - began
@@ -318,7 +401,8 @@ def run_job(lab: Lab, job: dict) -> dict:
     ]
     fronts = running_front(trials)
     if job["adaptive"]:  # the hypervolume's currency: every ever-front trial with all k samples
-        full = Scorer(lab.engine, lab.prompts, search_cfg(job["lab"], lab.paths, [f"seed={job['seed']}"]), lab.tokenizer)
+        full_cfg = search_cfg(job["lab"], lab.paths, [f"seed={job['seed']}"])
+        full = MemoScorer(Scorer(lab.engine, lab.prompts, full_cfg, lab.tokenizer), lab.dir / "memo-full.jsonl")
         ever = sorted({n for f in fronts for n in f})
         for t in trials:
             if t["number"] in ever:
@@ -338,6 +422,7 @@ def run_job(lab: Lab, job: dict) -> dict:
         "fronts": fronts,
         "picks": picks,
         "study_seconds": span,
+        "memo_hits": scorer.hits,
     }
     write_json(out / "result.json", result)
     return result
@@ -371,7 +456,11 @@ def cmd_run(args: argparse.Namespace) -> None:
             continue
         try:
             if job["lab"] not in labs:
-                labs[job["lab"]] = Lab(job["lab"])
+                labs[job["lab"]] = lab = Lab(job["lab"])
+                for done in sorted(lab.dir.glob("*/seed*/result.json")):  # studies scored before the memo
+                    mode = done.parent.parent.name.split("-")[1]
+                    memo = MemoScorer(None, lab.dir / f"memo-{mode}.jsonl")
+                    import_study(done.parent / "study.db", memo, int(done.parent.name[4:]), list(lab.tv.sources))
             t0 = time.perf_counter()
             res = run_job(labs[job["lab"]], job)
             log.info(
@@ -419,12 +508,12 @@ class GroundTruth:
     """Greedy accuracy on the lab's test split, cached in gt.json per lab."""
 
     def __init__(self, lab: int, size: int):
+        import torch
+
         from dots.lab.sampling import LocalEngine
         from dots.lab.tasks import test_problems
         from dots.search.pipeline import build_vectors, prepare
         from dots.vectors.synth import ResidentSynthesizer
-
-        import torch
 
         self.lab, self.size = lab, size
         self.paths = lab_paths(lab)
@@ -521,7 +610,7 @@ def cmd_report(args: argparse.Namespace) -> None:
         for r in results:
             r["hv"] = hv_curve(r, ref)
             r["cum_tokens"] = [sum(t["tokens"] for t in r["trials"][: i + 1]) for i in range(len(r["trials"]))]
-            for n, p in r["picks"].items():
+            for p in r["picks"].values():
                 p["gt"] = gt.merge(p["params"])
             by_cfg.setdefault(config_name(r["sampler"], r["adaptive"]), []).append(r)
         ref_runs = [r for r in by_cfg.get("tpe-full", []) if len(r["hv"]) >= 50]
@@ -565,6 +654,18 @@ def cmd_report(args: argparse.Namespace) -> None:
                 "picks": [r["picks"] for r in runs],
                 "median_trial_seconds": sec,
                 "beats_both_sources": beats,
+                "runs": [
+                    {
+                        "seed": r["seed"],
+                        "reach": t,
+                        "reach_tokens": r["cum_tokens"][t - 1] if t is not None else None,
+                        "tokens_per_trial": tpt,
+                        "gt_final": r["picks"][final]["gt"]["all"],
+                        "gt_25": r["picks"]["25"]["gt"]["all"] if "25" in r["picks"] else None,
+                        "best_source": max(models["sft"]["all"], models["rlvr"]["all"]),
+                    }
+                    for r, t, tpt in zip(runs, reach, tok_per_trial)
+                ],
             }
             lab_json["configs"][name] = cfg_json
             reached = [t for t in reach if t is not None]
@@ -596,9 +697,58 @@ def cmd_report(args: argparse.Namespace) -> None:
             "",
         ]
         plot_lab(lab, by_cfg, target, ref, root / f"hv_lab{lab}.png")
+    md = cross_lab(summary) + md
     write_json(root / "results.json", summary)
     (root / "results.md").write_text("\n".join(md))
     print("\n".join(md))
+
+
+def cross_lab(summary: dict) -> list[str]:
+    """One row per config over every (lab, seed): trials and tokens to the 95% target, tokens per
+    trial, and the pick's ground truth against the better source and against tpe-full's pick of
+    the same lab and seed (paired)."""
+    labs = summary["labs"]
+    rows = []
+    for name in [config_name(s, a) for s in SAMPLERS for a in (False, True)]:
+        runs, paired_end, paired_25 = [], [], []
+        for lab in labs.values():
+            cfg = lab["configs"].get(name)
+            if not cfg:
+                continue
+            ref = {r["seed"]: r for r in lab["configs"].get("tpe-full", {}).get("runs", [])}
+            for r in cfg["runs"]:
+                runs.append(r)
+                if r["seed"] in ref:
+                    paired_end.append(r["gt_final"] - ref[r["seed"]]["gt_final"])
+                    if r["gt_25"] is not None and ref[r["seed"]]["gt_25"] is not None:
+                        paired_25.append(r["gt_25"] - ref[r["seed"]]["gt_25"])
+        if not runs:
+            continue
+        reached = [r["reach"] for r in runs if r["reach"] is not None]
+        tokens = [r["reach_tokens"] for r in runs if r["reach_tokens"] is not None]
+        gain = [r["gt_final"] - r["best_source"] for r in runs]
+        rows.append(
+            f"| {name} | {len(runs)} | {len(reached)}/{len(runs)}: {spread(reached, '{:.0f}') if reached else '—'} | "
+            f"{spread(tokens, '{:,.0f}') if tokens else '—'} | "
+            f"{spread([r['tokens_per_trial'] for r in runs], '{:,.0f}')} | "
+            f"{spread(gain, '{:+.3f}')} | {sum(g > 0 for g in gain)}/{len(gain)} | "
+            f"{spread(paired_25, '{:+.3f}') if paired_25 else '—'} | "
+            f"{spread(paired_end, '{:+.3f}') if paired_end else '—'} |"
+        )
+    return [
+        "### All labs",
+        "",
+        "Medians [min–max] over every (lab, search seed) run. Target: 95% of the mean hypervolume of "
+        "tpe-full after 50 trials on the same lab. Accuracy: greedy, A∪B, the pick of the search's "
+        "own rule (max consistency on the front) after its last trial; 'vs tpe-full' pairs runs of "
+        "the same lab and seed.",
+        "",
+        "| config | runs | reached target: trials | tokens to target | tokens / trial | "
+        "pick acc − better source | pick > both sources | pick acc − tpe-full's @25 | pick acc − tpe-full's @end |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def plot_lab(lab: int, by_cfg: dict[str, list[dict]], target: float | None, ref: tuple, path: Path) -> None:
