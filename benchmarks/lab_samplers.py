@@ -330,7 +330,9 @@ def config_name(sampler: str, adaptive: bool) -> str:
 
 
 def jobs(labs: Sequence[int], seeds: Sequence[int], trials_ref: int, trials_other: int) -> list[dict]:
-    """Seed-major, so that an interrupted run has every lab and config for the first seeds."""
+    """In order of priority, so that an interrupted run holds the most useful part: the first
+    seed of every lab and config, then tpe (full and adaptive) on the other seeds, then the
+    other samplers on the other seeds; lab by lab within each seed."""
     out = []
     for seed in seeds:
         for lab in labs:
@@ -338,7 +340,9 @@ def jobs(labs: Sequence[int], seeds: Sequence[int], trials_ref: int, trials_othe
                 for adaptive in (False, True):
                     n = trials_ref if sampler == "tpe" else trials_other
                     out.append({"lab": lab, "seed": seed, "sampler": sampler, "adaptive": adaptive, "n_trials": n})
-    return out
+    first = seeds[0] if seeds else 0
+    phase = lambda j: 0 if j["seed"] == first else 1 if j["sampler"] == "tpe" else 2  # noqa: E731
+    return sorted(out, key=lambda j: (phase(j), j["seed"], j["lab"]))  # stable: sampler order kept
 
 
 def study_dir(job: dict) -> Path:
@@ -568,6 +572,18 @@ def classic_merges(lab: int, paths: dict[str, Path]) -> dict[str, Path]:
     return out
 
 
+def fallbacks(result_path: Path) -> int:
+    """Complete trials of a study whose point was the random fallback of dots.search.study (a
+    sampler that kept proposing scored points): enqueued trials, in a study that enqueues nothing else."""
+    import optuna
+    from optuna.trial import TrialState
+
+    study = optuna.load_study(study_name="lab-samplers", storage=f"sqlite:///{result_path.parent / 'study.db'}")
+    return sum(
+        "fixed_params" in t.system_attrs for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    )
+
+
 def first_reach(curve: list[float], target: float) -> int | None:
     return next((i + 1 for i, v in enumerate(curve) if v >= target - 1e-15), None)
 
@@ -592,7 +608,9 @@ def cmd_report(args: argparse.Namespace) -> None:
     md: list[str] = []
     for lab in args.labs:
         ldir = root / f"lab{lab}"
-        results = [json.loads(p.read_text()) for p in sorted(ldir.glob("*/seed*/result.json"))]
+        results = []
+        for path in sorted(ldir.glob("*/seed*/result.json")):
+            results.append({**json.loads(path.read_text()), "fallbacks": fallbacks(path)})
         if not results or not (ldir / "reference.json").exists():
             continue
         refs = json.loads((ldir / "reference.json").read_text())
@@ -654,6 +672,7 @@ def cmd_report(args: argparse.Namespace) -> None:
                 "picks": [r["picks"] for r in runs],
                 "median_trial_seconds": sec,
                 "beats_both_sources": beats,
+                "random_fallbacks": [r["fallbacks"] for r in runs],
                 "runs": [
                     {
                         "seed": r["seed"],
@@ -673,7 +692,8 @@ def cmd_report(args: argparse.Namespace) -> None:
                 f"| {name} | {len(runs)} | {n_trials} | {spread(cfg_json['hv_final'], '{:.4f}')} | "
                 f"{len(reached)}/{len(runs)}: {spread(reached, '{:.0f}') if reached else '—'} | "
                 f"{spread(reach_tokens, '{:,.0f}') if reach_tokens else '—'} | {spread(tok_per_trial, '{:,.0f}')} | "
-                f"{spread(gt_25)} | {spread(gt_final)} | {beats}/{len(gt_final)} |"
+                f"{spread(gt_25)} | {spread(gt_final)} | {beats}/{len(gt_final)} | "
+                f"{spread([r['fallbacks'] for r in runs], '{:.0f}')} |"
             )
         summary["labs"][str(lab)] = lab_json
         merge_list = ", ".join(f"{m} {v['all']:.3f}" for m, v in merges.items())
@@ -691,8 +711,8 @@ def cmd_report(args: argparse.Namespace) -> None:
             f"({merge_list}).",
             "",
             "| config | seeds | trials | HV at end | reached 95% target: trials | tokens to target | "
-            "tokens / trial | pick acc @25 | pick acc @end | pick > both sources |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "tokens / trial | pick acc @25 | pick acc @end | pick > both sources | random fallbacks |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
             "",
         ]
