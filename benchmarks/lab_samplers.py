@@ -69,13 +69,22 @@ def out_root() -> Path:
 # --- labs ----------------------------------------------------------------------------------
 
 
+LAB_OVERRIDES: dict[int, list[str]] = {}  # --lab-overrides 2:threads=1 → extra conf/lab.yaml keys of a lab
+
+
+def parse_lab_overrides(items: Sequence[str]) -> None:
+    for item in items:
+        lab, _, rest = item.partition(":")
+        LAB_OVERRIDES[int(lab)] = [x for x in rest.split(",") if x]
+
+
 def lab_paths(lab: int, build: bool = False) -> dict[str, Path] | None:
     """The trio of `python -m dots.lab seed=<lab>` (the shipped one for seed 0), or None when it
     is not built yet (build=True: build it now)."""
     from dots.lab.build import ensure_trio
     from dots.lab.config import STAGES, load_config, shipped_dir, stage_dir
 
-    overrides = [f"seed={lab}"]
+    overrides = [f"seed={lab}", *LAB_OVERRIDES.get(lab, [])]
     if build:
         return ensure_trio(overrides)
     cfg = load_config(overrides)
@@ -820,11 +829,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     r.add_argument("--trials-ref", type=int, default=50, help="trials of the tpe studies (the reference)")
     r.add_argument("--trials-other", type=int, default=25, help="trials of the gp / nsga2 / random studies")
     r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--lab-overrides", nargs="*", default=[], help="LAB:key=value,... e.g. 2:threads=1")
     q = sub.add_parser("report", help="ground truth, tables and figures from the finished studies")
     q.add_argument("--labs", type=int, nargs="+", default=[0, 1, 2])
     q.add_argument("--test-size", type=int, default=1024, help="test problems (half per skill), greedy")
     q.add_argument("--threads", type=int, default=2)
+    q.add_argument("--lab-overrides", nargs="*", default=[], help="LAB:key=value,... e.g. 2:threads=1")
     args = p.parse_args(argv)
+    parse_lab_overrides(args.lab_overrides)
     {"run": cmd_run, "report": cmd_report}[args.cmd](args)
 
 
