@@ -311,6 +311,41 @@ def test_a_duplicate_proposal_is_set_aside_and_drawn_again():
     assert {n: t.suggest_float(n, 0, 2) for n in names} == point and not set_aside_duplicate(again, t, names)
 
 
+def test_a_sampler_stuck_on_a_scored_point_gets_a_random_point():
+    """A sampler whose proposal does not change when reseeded (GPSampler with its acquisition
+    optimum on a scored point) is not asked forever: after MAX_DUPLICATES repeats in a row a
+    uniform random point is enqueued, and the study reaches its trial count."""
+    import optuna
+    from optuna.samplers import BaseSampler
+
+    from dots.search.scorer import TrialResult
+    from dots.search.study import MAX_DUPLICATES, run_study
+
+    class Stuck(BaseSampler):
+        def infer_relative_search_space(self, study, trial):
+            return {}
+
+        def sample_relative(self, study, trial, search_space):
+            return {}
+
+        def sample_independent(self, study, trial, name, distribution):
+            return 0.0  # always the corner
+
+        def reseed_rng(self):
+            pass
+
+    def scorer(lam, seed):
+        return TrialResult(1.0 - sum(lam.values()), 1.0, [1.0], 1, {"total": 0.0}, 1)
+
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=Stuck())
+    run_study(study, scorer, ["a", "b"], (0.0, 2.0), n_trials=3, seed=0)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert len(complete) == 3 and len(pruned) == 2 * MAX_DUPLICATES
+    assert complete[0].params == {"lambda_a": 0.0, "lambda_b": 0.0}
+    assert len({tuple(t.params.values()) for t in complete}) == 3
+
+
 def test_second_command_on_a_running_run_says_who_holds_it(tiny, tmp_path):
     """The same search started twice on one run directory: the second stops at once with one
     line naming the first's pid and host, and leaves the first's run alone."""

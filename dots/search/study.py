@@ -30,6 +30,7 @@ from dots.vectors.coefficients import format_coefficients
 log = logging.getLogger("dots.search")
 
 DUPLICATE_OF = "dots_duplicate_of"
+MAX_DUPLICATES = 3  # proposals of scored points in a row before a uniform random point is enqueued
 
 
 def sampler_seed(seed: int, worker: int, n_existing: int) -> int:
@@ -153,6 +154,7 @@ def run_study(
     if start >= target:
         log.info("study already has %d complete trials", start)
         return
+    repeats = 0  # duplicate proposals in a row
     with new_progress("trials", status=True) as bar:
         task = bar.add_task("trials", total=target, completed=start, status="")
         while True:
@@ -174,8 +176,12 @@ def run_study(
                     params = {n: trial.suggest_float(n, *bounds) for n in names}
                     lam = coefficients_from_params(params, sources, granularity)
                     if fixed is None and set_aside_duplicate(study, trial, names):
-                        trial = None
+                        trial, repeats = None, repeats + 1
+                        if repeats >= MAX_DUPLICATES:  # a sampler stuck on a point: break the loop
+                            enqueue_random_point(study, names, bounds, seed)
+                            repeats = 0
                         continue
+                    repeats = 0
                 with Heartbeat(study, trial._trial_id, heartbeat_s):
                     res = scorer(lam, seed=seed + trial.number)
             except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the point is redone on resume
@@ -211,6 +217,22 @@ def run_study(
                 res.perplexity,
                 res.times["total"],
             )
+
+
+def enqueue_random_point(study: Any, names: list[str], bounds: tuple[float, float], seed: int) -> None:
+    """Enqueue a uniform random point, seeded by `seed` and the study's trial count. A sampler
+    whose proposal does not change with its seed — GPSampler with its acquisition optimum on a
+    point already scored, e.g. a corner of the range — would otherwise be asked forever."""
+    import random
+
+    rng = random.Random(int(seed) * 1_000_003 + len(study.get_trials(deepcopy=False)))
+    point = {n: rng.uniform(*bounds) for n in names}
+    study.enqueue_trial(point)
+    log.warning(
+        "the sampler proposed scored points %d times in a row; the next trial is a random point (%s)",
+        MAX_DUPLICATES,
+        ", ".join(f"{k}={v:.3f}" for k, v in point.items()),
+    )
 
 
 def set_aside_duplicate(study: Any, trial: Any, names: list[str]) -> bool:
