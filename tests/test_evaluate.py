@@ -12,8 +12,8 @@ import pytest
 
 from dots.errors import DotsError
 from dots.evaluate.benchmarks import Benchmark, choice_question, load_problems, resolve_benchmark
-from dots.evaluate.metrics import aggregate, grade, parse_metric, pass_at_k, problem_score
 from dots.evaluate.live import swap_incompatibility
+from dots.evaluate.metrics import aggregate, grade, parse_metric, pass_at_k, problem_score
 from dots.evaluate.run import evaluate
 from dots.paths import DATA_DIR
 

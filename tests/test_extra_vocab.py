@@ -15,10 +15,10 @@ import pytest
 import torch
 import yaml
 
-from dots.paths import CONF_DIR
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
+from dots.paths import CONF_DIR
 from dots.testing import make_finetuned, make_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -216,8 +216,7 @@ def test_original_sources_swap_with_the_output_vocabulary(aligned, tmp_path):
 
 def test_evaluate_starts_a_new_engine_for_another_vocabulary(tiny):
     """dots.evaluate never swaps a model of another vocabulary size into the live engine."""
-    from dots.evaluate.live import swap_incompatibility
-    from dots.evaluate.live import LiveEngine
+    from dots.evaluate.live import LiveEngine, swap_incompatibility
 
     _, base, srcs, _ = tiny
     assert "vocabulary" in swap_incompatibility(Checkpoint(base), Checkpoint(srcs["sft"]))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_search import REPO, overrides, run, tiny  # noqa: F401  (tiny is a fixture)
 
 from dots.errors import DotsError
-from test_search import REPO, overrides, run, tiny  # noqa: F401  (tiny is a fixture)
 
 
 @pytest.fixture
@@ -49,11 +49,12 @@ def leftovers(root: Path) -> list[str]:
 def _entry_kib(tiny, tmp_path) -> list[int]:
     """KiB a tmpfs needs for each source's τ̃ entry (sft, then rlvr: the build order), from the
     entries built on an ordinary disk with the search's own sparsify options."""
+    from test_search import compose
+
     from dots.io.checkpoint import Checkpoint
     from dots.plain import to_plain
     from dots.vectors.cache import build_task_vectors
     from dots.vectors.sparsify import SparsifyConfig
-    from test_search import compose
 
     root, base, srcs, _ = tiny
     cfg = SparsifyConfig(**to_plain(compose(overrides(tiny, tmp_path / "unused")).sparsify))

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 import yaml
+from test_search import REPO, overrides, run, tiny  # noqa: F401  (fixture)
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
@@ -21,7 +22,6 @@ from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.coefficients import check_coefficients
 from dots.vectors.sparsify import SparsifyConfig
 from dots.vectors.synth import ResidentSynthesizer, synthesize_dict
-from test_search import REPO, overrides, run, tiny  # noqa: F401  (fixture)
 
 # a λ per group that differs between groups and sources (one 0: that source is not read there)
 PER_GROUP = {
@@ -37,7 +37,8 @@ def task_vectors(family, root) -> TaskVectors:
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return hydra_compose("search", overrides=overrides)

@@ -14,15 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 from safetensors.torch import load_file
+from test_methods import ref_dare, ref_linear, ref_ram, ref_ram_lambdas, ref_sar, ref_task_arithmetic, ref_ties
 
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.merge.executor import merge_checkpoints
-from test_methods import (ref_dare, ref_linear, ref_ram, ref_ram_lambdas, ref_sar, ref_task_arithmetic,
-                          ref_ties)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,9 +117,9 @@ def test_sar_merge_with_cached_fisher(qwen_bf16, tmp_path):
 
 
 def test_dots_fixed_is_the_synthesiser_bit_for_bit(llama_fp32_tied, tmp_path):
-    from dots.vectors.synth import synthesize
     from dots.vectors.cache import build_task_vectors
     from dots.vectors.sparsify import SparsifyConfig
+    from dots.vectors.synth import synthesize
 
     weights = {"sft": 0.5, "rlvr": 0.7071}
     out = merge_checkpoints(llama_fp32_tied.base, llama_fp32_tied.sources, tmp_path / "out", method="dots_fixed",
@@ -137,10 +135,10 @@ def test_dots_fixed_is_the_synthesiser_bit_for_bit(llama_fp32_tied, tmp_path):
 @pytest.mark.parametrize("method", ["linear", "task_arithmetic", "ties", "dare_linear", "dare_ties", "ram",
                                     "ram_plus", "dots_fixed"])
 def test_merged_model_loads_and_generates(qwen_bf16, tmp_path, method):
+    import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from dots.paths import CONF_DIR
-    import yaml
 
     cfg = yaml.safe_load((CONF_DIR / "method" / f"{method}.yaml").read_text())
     name = cfg.pop("name")

@@ -15,9 +15,9 @@ import torch
 from safetensors.torch import save_file
 
 from dots.errors import DotsError
-from dots.merge.methods import available_methods, build_options, get_method
-from dots.merge.methods.base import CHUNK, DROP_BLOCK, MergeContext, topk_magnitude_mask
 from dots.keys import name_seed
+from dots.merge.methods import available_methods, build_options, get_method
+from dots.merge.methods.base import DROP_BLOCK, MergeContext, topk_magnitude_mask
 
 EPS = 1e-5
 

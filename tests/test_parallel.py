@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from test_search import REPO, overrides, tiny  # noqa: F401  (fixture)
-
-
 
 
 def load(storage: Path):

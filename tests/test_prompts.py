@@ -3,8 +3,7 @@ import pytest
 
 from dots.errors import DotsError
 from dots.lab.tokenizer import build_char_tokenizer
-from dots.scoring.prompts import (DOTS_SYSTEM_PROMPT, LUFFY_SYSTEM_PROMPT, TEMPLATES, format_prompt,
-                          format_prompts)
+from dots.scoring.prompts import DOTS_SYSTEM_PROMPT, LUFFY_SYSTEM_PROMPT, TEMPLATES, format_prompt, format_prompts
 
 Q = "What is $1+1$?"
 

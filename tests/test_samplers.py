@@ -7,9 +7,9 @@ import pytest
 
 from dots.config import compose
 from dots.errors import DotsError
+from dots.paths import CONF_DIR
 from dots.plain import to_plain
 from dots.search.samplers import SAMPLERS, build_sampler
-from dots.paths import CONF_DIR
 
 NAMES = sorted(p.stem for p in (CONF_DIR / "sampler").glob("*.yaml"))
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 import yaml
 
-from dots.paths import CONF_DIR
-from dots.io.checkpoint import Checkpoint
 from dots.errors import DotsError
+from dots.io.checkpoint import Checkpoint
+from dots.paths import CONF_DIR
 from dots.testing import make_finetuned, make_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +47,8 @@ def overrides(tiny, run_dir, sources=("sft", "rlvr"), trials=3, extra=()):
 
 
 def compose(ovr):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return hydra_compose("search", overrides=ovr)
@@ -76,9 +77,9 @@ def test_pipeline_writes_every_stage_and_exports_the_pick(tiny, tmp_path):
     # the export equals θ0 + Σ λ τ̃ computed directly, and loads in transformers
     from transformers import AutoModelForCausalLM
 
-    from dots.vectors.synth import synthesize_dict
     from dots.vectors.cache import build_task_vectors
     from dots.vectors.sparsify import SparsifyConfig
+    from dots.vectors.synth import synthesize_dict
 
     root, base, srcs, _ = tiny
     tv = build_task_vectors(Checkpoint(base), {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")}, SparsifyConfig(),

@@ -20,7 +20,6 @@ from typing import Any, Callable
 
 import pytest
 import yaml
-
 from conftest_slurm import SlurmCluster, sacct_final_states, slurm_cluster  # noqa: F401  (fixture)
 from test_search import REPO, overrides, tiny  # noqa: F401  (fixture)
 

@@ -5,8 +5,14 @@ import pytest
 
 from dots.errors import DotsError
 from dots.problems import Query
-from dots.search.selection import (SelectionConfig, choose, load_selection, random_selection, save_selection,
-                            score_difficulty)
+from dots.search.selection import (
+    SelectionConfig,
+    choose,
+    load_selection,
+    random_selection,
+    save_selection,
+    score_difficulty,
+)
 
 
 def make(consistencies):

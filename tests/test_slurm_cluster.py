@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest_slurm import (  # noqa: F401  (fixtures are used by name)
     SlurmCluster,
     sacct_final_states,

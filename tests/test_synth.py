@@ -2,12 +2,12 @@
 import pytest
 import torch
 
-from dots.io.checkpoint import Checkpoint
 from dots.errors import DotsError
-from dots.vectors.synth import ResidentSynthesizer, synthesize, synthesize_dict
+from dots.io.checkpoint import Checkpoint
+from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.cache import build_task_vectors
 from dots.vectors.sparsify import SparsifyConfig
-from dots.testing import make_finetuned, make_tiny_model
+from dots.vectors.synth import ResidentSynthesizer, synthesize, synthesize_dict
 
 
 @pytest.fixture(scope="module", params=[torch.bfloat16, torch.float32], ids=["bf16", "fp32"])

@@ -4,16 +4,16 @@ import json
 import pytest
 import torch
 
+from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.errors import DotsError
-from dots.vectors.cache import build_task_vectors
-from dots.vectors.sparsify import SparsifyConfig
-from dots.vectors.masks import topk_mask
-from dots.vectors.topk import global_kth_largest
 from dots.testing import make_finetuned, make_tiny_model
+from dots.vectors.cache import build_task_vectors
+from dots.vectors.masks import topk_mask
+from dots.vectors.sparsify import SparsifyConfig
+from dots.vectors.topk import global_kth_largest
 
 
 @pytest.fixture(scope="module")
