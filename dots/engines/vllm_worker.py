@@ -182,7 +182,11 @@ class DotsWorkerExtension:
         if self._dots_sharded is not None:
             start = time.perf_counter()
             if self._dots_not_base:  # once: what the sharded swap does not write back to θ0
-                self._dots_reload(synthesize(self._dots_task_vectors, {k: 0.0 for k in self._dots_sharded.sources}))
+                from dots.memory import freeing_as_it_goes
+
+                at_base = dict.fromkeys(self._dots_sharded.sources, 0.0)
+                with freeing_as_it_goes():
+                    self._dots_reload(synthesize(self._dots_task_vectors, at_base))
                 self._dots_not_base = False
             from torch.profiler import record_function
 
@@ -197,10 +201,12 @@ class DotsWorkerExtension:
     def dots_swap_checkpoint(self, path: str) -> float:
         """Reload every tensor of a saved checkpoint (same architecture and shapes)."""
         from dots.io.checkpoint import Checkpoint
+        from dots.memory import freeing_as_it_goes
 
         ckpt = Checkpoint(path)
         device = self._dots_device()
-        return self._dots_reload((name, t.to(device)) for name, t in ckpt.tensors())
+        with freeing_as_it_goes():  # a one-off (selection): what it frees is not kept for swaps
+            return self._dots_reload((name, t.to(device)) for name, t in ckpt.tensors())
 
     def dots_parameter_checksum(self) -> float:
         """Σ of all live parameters in float64 (tests: did the weights change?)."""

@@ -156,7 +156,13 @@ class CompactTensor:
         entries — what a source looks like through the mask; vLLM workers load it to find M
         in their own parameters' layout (`dots.engines.vllm_resident`)."""
         out = theta0.to("cpu", copy=True).contiguous()
-        out.view(-1)[self.positions()] = self.values.to(device="cpu", dtype=out.dtype)
+        if self.form == "bitmask":  # a boolean mask (1 byte an entry) in place of int64 positions
+            assert self.where is not None
+            bits = np.unpackbits(self.where.cpu().numpy(), bitorder="little")[: self.numel]
+            where: torch.Tensor = torch.from_numpy(bits.view(np.bool_))
+        else:
+            where = self.positions()
+        out.view(-1)[where] = self.values.to(device="cpu", dtype=out.dtype)
         return out
 
     def dense(self, theta0: torch.Tensor) -> torch.Tensor:
