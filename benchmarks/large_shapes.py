@@ -18,7 +18,7 @@ RSS or when MemAvailable falls below `--min-available-gib`; recorded as stopped)
   (`--methods`), `--runs` repeats, the method order rotated from repeat to repeat; each
   run starts with empty caches, so SAR's Fisher pass and dots_fixed's τ̃ build are part of
   its wall time and peak RSS (SAR: `--sar-options`, default 8 calibration queries and a
-  bfloat16 Fisher: the float32 one holds ≈ 12 bytes per parameter).
+  float32 Fisher, ≈ 10 bytes per parameter: a bfloat16 one is far slower on a CPU without bf16).
 - `search`: `python -m dots.search backbone=custom ... engine=E engine.synth_cache=C`
   for each engine and each `--synth-caches` mode, with small limits (a pool of 8
   arithmetic questions, 2 selected, m = 2, k = 2 samples of ≤ `--max-tokens` tokens,
@@ -71,10 +71,10 @@ from merge_memory import TIME, mem_available_gib, parse_time_v, run_guarded  # n
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
 METHODS = ("task_arithmetic", "ties", "dare_ties", "dare_linear", "dare", "linear", "ram", "ram_plus", "sar",
            "dots_fixed")
-SAR_OPTIONS = "method.calibration_size=8 method.fisher_dtype=bfloat16"
+SAR_OPTIONS = "method.calibration_size=8 method.fisher_dtype=float32"
 SOURCES = ("sft", "rlvr")
-CLASSES = ("embedding", "lm_head", "attention q", "attention k", "attention v", "attention o", "MLP gate", "MLP up",
-           "MLP down", "norms", "biases")
+CLASSES = ("embedding", "lm_head", "attention q", "attention k", "attention v", "attention q/k/v (fused)",
+           "attention o", "MLP gate", "MLP up", "MLP gate/up (fused)", "MLP down", "norms", "biases")
 
 
 # --- shared -----------------------------------------------------------------------------
@@ -82,7 +82,8 @@ CLASSES = ("embedding", "lm_head", "attention q", "attention k", "attention v", 
 def tensor_class(name: str) -> str:
     if name.endswith(".bias"):
         return "biases"
-    for key, label in (("embed_tokens", "embedding"), ("lm_head", "lm_head"), ("q_proj", "attention q"),
+    for key, label in (("embed_tokens", "embedding"), ("lm_head", "lm_head"), ("qkv_proj", "attention q/k/v (fused)"),
+                       ("gate_up_proj", "MLP gate/up (fused)"), ("q_proj", "attention q"),
                        ("k_proj", "attention k"), ("v_proj", "attention v"), ("o_proj", "attention o"),
                        ("gate_proj", "MLP gate"), ("up_proj", "MLP up"), ("down_proj", "MLP down"), ("norm", "norms")):
         if key in name:
@@ -377,6 +378,27 @@ def patch_synthesis(timer: StreamTimer) -> None:
     synth.ResidentSynthesizer.__call__ = resident  # type: ignore[method-assign]
 
 
+def patch_sharded(timer: StreamTimer, info: dict[str, tuple[int, int, int]]) -> None:
+    """Time vLLM's resident swap in its parameters' layout (`ShardedResident`), which writes
+    each parameter straight from θ0 and the compact τ̃ (no tensor stream): per parameter the
+    seconds of `_combine`; `info` gets each parameter's (entries, θ0 bytes, compact τ̃ bytes)."""
+    from dots.engines.vllm_resident import ShardedResident
+
+    ORIGINAL.setdefault("combine", ShardedResident._combine)
+
+    def combine(self, r, lambdas, out):
+        t0 = time.perf_counter()
+        result = ORIGINAL["combine"](self, r, lambdas, out)
+        name = r.unit.name
+        timer.synth[name].append(time.perf_counter() - t0)
+        timer.consume[name].append(0.0)
+        info[name] = (r.theta0.numel(), r.theta0.numel() * r.theta0.element_size(),
+                      sum(ct.nbytes for ct in r.taus if ct is not None))
+        return result
+
+    ShardedResident._combine = combine  # type: ignore[method-assign]
+
+
 def class_table(timer: StreamTimer, info: dict[str, tuple[int, int, int]], swaps: list[float], consumer: str,
                 k: int) -> list[str]:
     """Medians over swaps of the per-class sums; `info`: name -> (entries, bytes of the base tensor,
@@ -395,8 +417,9 @@ def class_table(timer: StreamTimer, info: dict[str, tuple[int, int, int]], swaps
         names = groups.get(label)
         if not names:
             continue
-        synth = statistics.median(sum(timer.synth[nm][i] for nm in names) for i in range(n))
-        consume = statistics.median(sum(timer.consume[nm][i] for nm in names) for i in range(n))
+        # a tensor no swap produced (no source changes it: not written) counts 0
+        synth = statistics.median(sum(timer.synth.get(nm, [0.0] * n)[i] for nm in names) for i in range(n))
+        consume = statistics.median(sum(timer.consume.get(nm, [0.0] * n)[i] for nm in names) for i in range(n))
         total_synth += synth
         total_consume += consume
         entries = sum(info[nm][0] for nm in names)
@@ -479,6 +502,8 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
         loads.append(os.getloadavg()[0])
         timer = StreamTimer()
         patch_synthesis(timer)
+        sharded: dict[str, tuple[int, int, int]] = {}  # vLLM's own parameters, when it holds τ̃ in their layout
+        patch_sharded(timer, sharded)
         t = time.perf_counter()
         first = args.synth_caches[0]
         if kind == "hf":
@@ -509,11 +534,14 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
             out[f"{kind} {cache}"] = {"start": start, "swaps": swaps, "synth": dict(timer.synth),
                                       "consume": dict(timer.consume), "rss_gib": _status_kb("VmRSS") / 2**20}
             listed = ", ".join(f"{s:.2f}" for s in swaps)
+            layout = sharded or info  # the patched `_combine` ran: τ̃ held in vLLM's parameters' layout
+            written = "written in place (vLLM's parameters)" if sharded else consumer
             sections.append([f"**{kind} engine swap, `synth_cache={cache}`** (`engine.swap_coefficients(λ)`; engine "
                              f"start {start:.1f} s, one warm-up swap, then {args.repeats}; this process's RSS after "
                              f"them {_status_kb('VmRSS') / 2**20:.2f} GiB): median "
                              f"{statistics.median(swaps):.2f} s (swaps: {listed}).", "",
-                             *class_table(timer, info, swaps, consumer, len(SOURCES)), ""])
+                             *class_table(timer, layout, swaps, written, len(SOURCES)), ""])
+            sharded.clear()
             timer.synth.clear()
             timer.consume.clear()
         engine.close()
