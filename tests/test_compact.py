@@ -350,3 +350,30 @@ def test_off_cpu_bitmask_decoding_matches_numpys(step):
         b = device.fill(torch.empty(stop - start), base[start:stop], start, stop, torch.empty(step))
         assert same_bytes(a, b)
     assert torch.equal(ct.dense(theta0), sparse * 1.25)  # equal values; zeros may differ in sign only
+
+
+@pytest.mark.parametrize(
+    ("density", "noise", "form"), [(0.3, 0.01, "bitmask"), (0.005, 0.01, "index"), (1.0, 1.0, "full")]
+)
+@pytest.mark.parametrize("block", [8, 64, 1 << 24])
+def test_kept_in_is_theta_i_at_the_kept_entries_and_theta0_elsewhere(monkeypatch, density, noise, form, block):
+    """What a vLLM worker loads to find the kept entries in its own layout: where(M, θ_i, θ0),
+    the bitmask unpacked a block at a time (blocks that end mid-tensor and a ragged tail)."""
+    import dots.vectors.compact as compact
+
+    monkeypatch.setattr(compact, "KEPT_IN_BLOCK", block)
+    gen = torch.Generator().manual_seed(2)
+    theta0 = torch.randn(40, 51, generator=gen).bfloat16()  # 2040 entries: not a multiple of 64
+    theta = (theta0.float() + noise * torch.randn(40, 51, generator=gen)).bfloat16()
+    tau = theta.float() - theta0.float()
+    keep = (torch.rand(40, 51, generator=gen) < density) & (tau != 0)
+    stored, parts = encode(tau * keep, theta, theta0)
+    assert stored == form
+    ct = CompactTensor((40, 51), form, parts[".__values__"], parts.get(".__where__"), gamma=1.0)
+    expected = torch.where(keep, theta, theta0)
+    copy = ct.kept_in(theta0)
+    assert torch.equal(copy.view(torch.int16), expected.view(torch.int16))
+    assert not torch.equal(theta0, expected)  # the default leaves θ0 alone
+    mine = theta0.clone()
+    assert ct.kept_in(mine, in_place=True) is mine
+    assert torch.equal(mine.view(torch.int16), expected.view(torch.int16))

@@ -163,9 +163,13 @@ def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_p
         eng.close()
 
 
-def test_param_compact_keeps_exactly_the_differing_entries():
+@pytest.mark.parametrize("block", [100, 1 << 24])  # gathered in several (ragged) blocks, or in one
+def test_param_compact_keeps_exactly_the_differing_entries(monkeypatch, block):
+    import dots.engines.vllm_resident as resident
     from dots.engines.vllm_resident import param_compact
     from dots.vectors.compact import TauBlocks
+
+    monkeypatch.setattr(resident, "GATHER_BLOCK", block)
 
     gen = torch.Generator().manual_seed(0)
     theta0 = torch.randn(64, 33, generator=gen).to(torch.bfloat16)

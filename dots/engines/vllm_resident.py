@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 # a loader may cast what it receives up to the parameter's dtype; these casts are exact
 EXACT_UPCASTS = {(torch.bfloat16, torch.float32), (torch.float16, torch.float32)}
+GATHER_BLOCK = 1 << 24  # entries of a parameter compared and gathered at a time at set-up
 
 
 class Unsupported(Exception):
@@ -163,7 +164,7 @@ def checkpoint_stream(tv: TaskVectors, base: Checkpoint, source: str | None) -> 
         tensor = base.get(name)
         if name in merged:
             if source is not None:
-                tensor = tv.compact(source, name).kept_in(tensor)
+                tensor = tv.compact(source, name).kept_in(tensor, in_place=True)  # read fresh: ours
             extra = tv.extra_rows(name)
             if extra is not None:
                 tensor = torch.cat([tensor, extra.to(tensor.dtype)], dim=0)
@@ -187,8 +188,9 @@ def param_compact(
     shape = tuple(theta0.shape)
     if form == "full":  # τ = θ_i − θ0 is +0.0 wherever they agree, as a scattered zero is
         return CompactTensor(shape, "full", b.to(dtype, copy=True), gamma=gamma), kept
-    if form == "bitmask":  # a boolean gather keeps flat order, as positions would, without
-        values = b[keep].to(dtype)  # int64 positions (1.3 GB for a 7B embedding at d = 0.3)
+    if form == "bitmask":  # gathered a block at a time: indexing by a mask makes int64 positions
+        step = GATHER_BLOCK  # of what it keeps (1.3 GB for a 7B embedding at d = 0.3)
+        values = torch.cat([b[i : i + step][keep[i : i + step]].to(dtype) for i in range(0, n, step)])
         where = torch.from_numpy(np.packbits(keep.cpu().numpy(), bitorder="little")).to(b.device)
     else:
         positions = torch.nonzero(keep).reshape(-1)

@@ -35,6 +35,7 @@ import torch
 from dots.errors import DotsError
 
 FORMS = ("bitmask", "index", "full")
+KEPT_IN_BLOCK = 1 << 24  # entries unpacked at a time by `CompactTensor.kept_in` (a multiple of 8)
 # the safetensors entries of one tensor in the cache: name + suffix
 VALUES, WHERE, NEGZERO = ".__values__", ".__where__", ".__negzero__"
 INT32_POSITIONS = 2**31 - 1  # tensors with more entries store int64 positions
@@ -151,18 +152,29 @@ class CompactTensor:
         bits = np.unpackbits(self.where.cpu().numpy(), bitorder="little")[: self.numel]
         return torch.from_numpy(np.flatnonzero(bits))
 
-    def kept_in(self, theta0: torch.Tensor) -> torch.Tensor:
+    def kept_in(self, theta0: torch.Tensor, in_place: bool = False) -> torch.Tensor:
         """where(M, θ_i, θ0): θ0 (a CPU tensor of the base's dtype) with θ_i's values at the kept
         entries — what a source looks like through the mask; vLLM workers load it to find M
-        in their own parameters' layout (`dots.engines.vllm_resident`)."""
-        out = theta0.to("cpu", copy=True).contiguous()
-        if self.form == "bitmask":  # a boolean mask (1 byte an entry) in place of int64 positions
-            assert self.where is not None
-            bits = np.unpackbits(self.where.cpu().numpy(), bitorder="little")[: self.numel]
-            where: torch.Tensor = torch.from_numpy(bits.view(np.bool_))
-        else:
-            where = self.positions()
-        out.view(-1)[where] = self.values.to(device="cpu", dtype=out.dtype)
+        in their own parameters' layout (`dots.engines.vllm_resident`). `in_place`: write into
+        `theta0` itself (a contiguous CPU tensor the caller owns). A bitmask is unpacked a block
+        at a time: no mask or positions of the whole tensor."""
+        own = in_place and theta0.device.type == "cpu" and theta0.is_contiguous()
+        out = theta0 if own else theta0.to("cpu", copy=True).contiguous()
+        flat = out.view(-1)
+        values = self.values.to("cpu")
+        if self.form != "bitmask":
+            flat[self.positions()] = values.to(out.dtype)
+            return out
+        assert self.where is not None
+        where = self.where.cpu().numpy()
+        used = 0
+        for b0 in range(0, self.numel, KEPT_IN_BLOCK):
+            b1 = min(b0 + KEPT_IN_BLOCK, self.numel)
+            bits = np.unpackbits(where[b0 >> 3 : (b1 + 7) >> 3], bitorder="little")[: b1 - b0]
+            mask = torch.from_numpy(bits.view(np.bool_))
+            kept = int(mask.sum())
+            flat[b0:b1][mask] = values[used : used + kept].to(out.dtype)
+            used += kept
         return out
 
     def dense(self, theta0: torch.Tensor) -> torch.Tensor:
