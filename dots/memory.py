@@ -6,9 +6,10 @@ faulted in page by page again (4 KiB at a time: 0.19 s of faults for a 0.5 GB te
 that takes 0.04 s to fill, measured on a 2-core VM). `reuse_freed_memory` makes glibc
 serve everything from its heap and keep what is freed, so the next tensor of the same
 size reuses pages already mapped. Peak RSS grows a little (freed memory is not returned
-before exit); only the command-line entry points and engine workers call it. A phase whose
-transients differ in size from what follows (a vLLM worker's set-up of the resident τ̃)
-ends with `return_freed_memory`, so what it freed does not stay in the process for good.
+before exit); only the command-line entry points and engine workers call it. A one-off
+phase whose transients differ in size from what follows (a vLLM worker's set-up of the
+resident τ̃, a checkpoint swap, the Fisher pass) runs inside `freeing_as_it_goes`, so what
+it freed does not stay in the process for good.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ bytes per parameter in float32 (7B → ~57 GB; use a large GPU, or `dtype: bfloa
 the weights: ≈ 6 bytes per parameter — on a GPU: on a 2-core AVX2 CPU a bfloat16 pass over a
 2-layer Qwen2.5-7B-shaped model did not finish in 31 min, float32 took 33 s per model).
 The pass runs under `dots.memory.freeing_as_it_goes`: its host transients are one-off (on the
-CPU at that shape, SAR's peak 14.2 instead of 16.4 GiB, +35% wall). Each parameter's squared gradient is added to the
-accumulator (in chunks) as soon as backward has produced it, and the gradient freed, so
-the gradients of the whole model never exist at once. SAR's merge pass
+CPU at that shape, SAR's peak 14.2 instead of 16.4 GiB, +35% wall). Each parameter's squared
+gradient is added to the accumulator (in chunks) as soon as backward has produced it, and the
+gradient freed, so the gradients of the whole model never exist at once. SAR's merge pass
 then holds, per tensor, the base, both task vectors, both Fisher tensors and the result
 (≈ 6–7 float32 copies of the largest tensor; see `dots.merge.methods.sar`).
 """
