@@ -11,6 +11,7 @@ the analysis streams row chunks and does not hold whole tensors. Runs the CLI un
 
     python benchmarks/analyze_memory.py --sizes 2 8 --runs 1 --root /tmp/dots-analyze-bench --record
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dots.io.safetensors import TensorInfo  # noqa: E402
-from dots.io.writer import CheckpointWriter
+from dots.io.writer import CheckpointWriter  # noqa: E402
 from dots.keys import name_seed  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -74,7 +75,7 @@ def tensor(name: str, shape: tuple[int, ...], source: str | None) -> torch.Tenso
         gen = torch.Generator().manual_seed(name_seed(name, seed))
         flat = t.view(-1)
         for start in range(0, flat.numel(), ROW_BLOCK):
-            block = flat[start:start + ROW_BLOCK]
+            block = flat[start : start + ROW_BLOCK]
             noise = torch.randn(block.shape, generator=gen).mul_(scale)
             if density < 1:
                 noise.mul_(torch.rand(block.shape, generator=gen) < density)
@@ -85,9 +86,15 @@ def tensor(name: str, shape: tuple[int, ...], source: str | None) -> torch.Tenso
 def generate(root: Path, size_gb: float) -> dict:
     family, shapes = shapes_for(size_gb)
     hidden = FAMILIES[family][0]
-    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": hidden,
-              "num_hidden_layers": sum(1 for n in shapes if n.endswith("input_layernorm.weight")),
-              "vocab_size": VOCAB, "tie_word_embeddings": False, "torch_dtype": "float32"}
+    config = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": hidden,
+        "num_hidden_layers": sum(1 for n in shapes if n.endswith("input_layernorm.weight")),
+        "vocab_size": VOCAB,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+    }
     plan = {n: TensorInfo(s, torch.float32) for n, s in shapes.items()}
     for role in ("base", *SOURCES):
         with CheckpointWriter(root / role, plan, max_shard_bytes=4 * 2**30) as writer:
@@ -110,9 +117,18 @@ def parse_time_v(text: str) -> tuple[float, float]:
 
 
 def analyze_command(root: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "dots.analyze", "~backbone", "+backbone.name=bench",
-            f"+backbone.base={root / 'base'}", f"+backbone.sources.sft={root / 'sft'}",
-            f"+backbone.sources.rlvr={root / 'rlvr'}", f"output={out}", "force=true"]
+    return [
+        sys.executable,
+        "-m",
+        "dots.analyze",
+        "~backbone",
+        "+backbone.name=bench",
+        f"+backbone.base={root / 'base'}",
+        f"+backbone.sources.sft={root / 'sft'}",
+        f"+backbone.sources.rlvr={root / 'rlvr'}",
+        f"output={out}",
+        "force=true",
+    ]
 
 
 def measure(root: Path, runs: int) -> list[tuple[float, float]]:
@@ -120,7 +136,9 @@ def measure(root: Path, runs: int) -> list[tuple[float, float]]:
     results = []
     for i in range(runs):
         out = root / "analysis"
-        proc = subprocess.run([TIME, "-v", *analyze_command(root, out)], capture_output=True, text=True, env=env, cwd=REPO)
+        proc = subprocess.run(
+            [TIME, "-v", *analyze_command(root, out)], capture_output=True, text=True, env=env, cwd=REPO
+        )
         if proc.returncode != 0:
             raise SystemExit(f"analyze failed:\n{proc.stderr[-3000:]}")
         wall, rss = parse_time_v(proc.stderr)
@@ -157,11 +175,15 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     finally:
         shutil.rmtree(args.root, ignore_errors=True)
-    lines = ["| trio (each of base, sft, rlvr; fp32) | shapes | wall (s) | peak RSS (GiB) | RSS min–max |",
-             "|---|---|---|---|---|"]
-    for size, info, wall, rss, lo, hi in rows:
-        lines.append(f"| {info['bytes'] / 1e9:.2f} GB | Qwen2-{info['family']} widths, {info['layers']} layers, "
-                     f"untied 151936×{info['hidden']} embedding + LM head | {wall:.1f} | {rss:.3f} | {lo:.3f}–{hi:.3f} |")
+    lines = [
+        "| trio (each of base, sft, rlvr; fp32) | shapes | wall (s) | peak RSS (GiB) | RSS min–max |",
+        "|---|---|---|---|---|",
+    ]
+    for _size, info, wall, rss, lo, hi in rows:
+        lines.append(
+            f"| {info['bytes'] / 1e9:.2f} GB | Qwen2-{info['family']} widths, {info['layers']} layers, "
+            f"untied 151936×{info['hidden']} embedding + LM head | {wall:.1f} | {rss:.3f} | {lo:.3f}–{hi:.3f} |"
+        )
     ratio = rows[-1][3] / rows[0][3] if len(rows) > 1 else float("nan")
     print("\n".join(lines))
     print(f"peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: {ratio:.3f} (target <= 1.3)")
@@ -169,14 +191,20 @@ def main() -> None:
         date = args.date or datetime.date.today().isoformat()
         sizes = " ".join(f"{s:g}" for s in args.sizes)
         text = [
-            "", f"## Streaming task-vector analysis memory (`python -m dots.analyze`, K=2) — {date}", "",
+            "",
+            f"## Streaming task-vector analysis memory (`python -m dots.analyze`, K=2) — {date}",
+            "",
             f"Command: `python benchmarks/analyze_memory.py --sizes {sizes} --runs {args.runs} --record` "
             "(each run: `/usr/bin/time -v python -m dots.analyze ~backbone +backbone.name=bench "
             "+backbone.base=BASE +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT force=true`, "
             "default chunk_entries=4194304, figures on).",
             f"Machine: {args.machine}. Median of {args.runs} run(s) per size; wall times are disk- and "
-            "load-dependent (three passes read the trio three times).", "", *lines, "",
-            f"Peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3).", "",
+            "load-dependent (three passes read the trio three times).",
+            "",
+            *lines,
+            "",
+            f"Peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3).",
+            "",
         ]
         with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
             fh.write("\n".join(text))

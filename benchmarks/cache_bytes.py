@@ -20,6 +20,7 @@ bf16 trio from benchmarks/gen_checkpoints.py (`--shape qwen2.5-0.5b --dtype bflo
 
     python benchmarks/cache_bytes.py --root /tmp/dots-cache-bytes [--densities 0.3 0.1 0.01 1.0] [--record]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,21 @@ def trios(root: Path, skip_generated: bool) -> dict[str, tuple[Path, dict[str, P
     if not skip_generated:
         gen = root / "qwen2.5-0.5b"
         if not (gen / "rlvr" / "config.json").exists():
-            subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_checkpoints.py"), "--shape", "qwen2.5-0.5b",
-                            "--dtype", "bfloat16", "--noise", "finetune", "--out", str(gen)], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(REPO / "benchmarks" / "gen_checkpoints.py"),
+                    "--shape",
+                    "qwen2.5-0.5b",
+                    "--dtype",
+                    "bfloat16",
+                    "--noise",
+                    "finetune",
+                    "--out",
+                    str(gen),
+                ],
+                check=True,
+            )
         out["Qwen2.5-0.5B shapes (bf16, 494 M parameters)"] = (gen / "base", {k: gen / k for k in ("sft", "rlvr")})
     return out
 
@@ -65,8 +79,9 @@ def measure(base_dir: Path, sources: dict[str, Path], density: float, cache: Pat
 
     shutil.rmtree(cache, ignore_errors=True)
     start = time.perf_counter()
-    tv = build_task_vectors(Checkpoint(base_dir), {k: Checkpoint(v) for k, v in sources.items()},
-                            SparsifyConfig(density=density), cache)
+    tv = build_task_vectors(
+        Checkpoint(base_dir), {k: Checkpoint(v) for k, v in sources.items()}, SparsifyConfig(density=density), cache
+    )
     seconds = time.perf_counter() - start
     rows = []
     for key, entry in tv.entries.items():
@@ -77,11 +92,18 @@ def measure(base_dir: Path, sources: dict[str, Path], density: float, cache: Pat
             for suffix in (VALUES, WHERE, NEGZERO):
                 if name + suffix in weights:
                     parts[suffix] += weights.info(name + suffix).nbytes
-        rows.append({
-            "source": key, "numel": numel, "kept": entry.meta["kept"] / numel, "file": entry.nbytes,
-            "values": parts[VALUES], "where": parts[WHERE], "negzero": parts[NEGZERO],
-            "forms": Counter(v["form"] for v in entry.meta["tensors"].values()),
-        })
+        rows.append(
+            {
+                "source": key,
+                "numel": numel,
+                "kept": entry.meta["kept"] / numel,
+                "file": entry.nbytes,
+                "values": parts[VALUES],
+                "where": parts[WHERE],
+                "negzero": parts[NEGZERO],
+                "forms": Counter(v["form"] for v in entry.meta["tensors"].values()),
+            }
+        )
     return seconds, rows
 
 
@@ -96,8 +118,11 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("DOTS_PROGRESS", "0")
 
-    lines = ["| trio | density | source | kept | dense v1 (B/param) | compact v2 (B/param) | values | where | "
-             "−0.0 list | forms | build (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| trio | density | source | kept | dense v1 (B/param) | compact v2 (B/param) | values | where | "
+        "−0.0 list | forms | build (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     per_param: dict[float, list[float]] = {}
     for label, (base, sources) in trios(args.root, args.lab_only).items():
         for density in args.densities:
@@ -112,22 +137,31 @@ def main() -> None:
                     f"{r['values'] / n:.3f} | {r['where'] / n:.3f} | {r['negzero'] / n:.4f} | {forms} | {seconds:.1f} |"
                 )
             print(lines[-1], flush=True)
-    scaled = [f"density {d:g}: dense {2 * 4 * QWEN7B_PARAMS / GB:.0f} GB → compact "
-              f"{max(v) * 2 * QWEN7B_PARAMS / GB:.1f} GB (both sources at the densest one's rate, {max(v):.3f} B/param)"
-              for d, v in per_param.items() if v]
+    scaled = [
+        f"density {d:g}: dense {2 * 4 * QWEN7B_PARAMS / GB:.0f} GB → compact "
+        f"{max(v) * 2 * QWEN7B_PARAMS / GB:.1f} GB (both sources at the densest one's rate, {max(v):.3f} B/param)"
+        for d, v in per_param.items()
+        if v
+    ]
     date = datetime.date.today().isoformat()
     machine = args.machine or f"{os.cpu_count()} CPU cores ({platform.machine()}), {platform.system()}"
     out = [
-        "", f"## τ̃ cache bytes per parameter per source, dense vs compact (benchmarks/cache_bytes.py) — {date}", "",
+        "",
+        f"## τ̃ cache bytes per parameter per source, dense vs compact (benchmarks/cache_bytes.py) — {date}",
+        "",
         f"Command: `python {' '.join(sys.argv)}`. Machine: {machine}.",
         "B/param: bytes of the source's cache entry per merged parameter (compact: the whole safetensors file, "
         "header included; dense: 4 × parameters, what cache version 1 wrote). kept: share of entries with "
-        "τ⊙M ≠ 0 (stored). build: the compact cache of both sources (sparsify + encode + write).", "",
-        *lines, "",
+        "τ⊙M ≠ 0 (stored). build: the compact cache of both sources (sparsify + encode + write).",
+        "",
+        *lines,
+        "",
     ]
     if scaled:
-        out += ["Scaled to backbone=qwen7b (7.6 B parameters, two sources) from the 0.5B trio: "
-                + "; ".join(scaled) + ".", ""]
+        out += [
+            "Scaled to backbone=qwen7b (7.6 B parameters, two sources) from the 0.5B trio: " + "; ".join(scaled) + ".",
+            "",
+        ]
     report(out, args.record)
     if not args.keep:
         shutil.rmtree(args.root, ignore_errors=True)

@@ -45,6 +45,7 @@ Options for other benchmarks:
     python benchmarks/gen_checkpoints.py --shape qwen2.5-1.5b --dtype bfloat16 --noise finetune --out /tmp/q15
     python benchmarks/gen_checkpoints.py --shape llama3-70b --layers 1 --dtype bfloat16 --noise finetune --out /tmp/l70
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,10 +89,22 @@ SHAPES = {
     "llama3-70b": Shape(8192, 64, 8, 28672, 80, 128256, "llama", False, 1 << 24),
 }
 ARCH = {  # config.json fields per architecture
-    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "rope_theta": 1000000.0,
-              "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "eos": 151643},
-    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "rope_theta": 500000.0,
-              "rms_norm_eps": 1e-5, "max_position_embeddings": 8192, "eos": 128001},
+    "qwen2": {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 32768,
+        "eos": 151643,
+    },
+    "llama": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 8192,
+        "eos": 128001,
+    },
 }
 
 
@@ -116,12 +129,16 @@ def layer_shapes(i: int, shape: Shape = SHAPES["qwen2-0.5b-depth"]) -> dict[str,
     bias = shape.arch == "qwen2"
     shapes = {
         p + "input_layernorm.weight": (h,),
-        p + "self_attn.q_proj.weight": (h, h), p + "self_attn.q_proj.bias": (h,),
-        p + "self_attn.k_proj.weight": (kv, h), p + "self_attn.k_proj.bias": (kv,),
-        p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.v_proj.bias": (kv,),
+        p + "self_attn.q_proj.weight": (h, h),
+        p + "self_attn.q_proj.bias": (h,),
+        p + "self_attn.k_proj.weight": (kv, h),
+        p + "self_attn.k_proj.bias": (kv,),
+        p + "self_attn.v_proj.weight": (kv, h),
+        p + "self_attn.v_proj.bias": (kv,),
         p + "self_attn.o_proj.weight": (h, h),
         p + "post_attention_layernorm.weight": (h,),
-        p + "mlp.gate_proj.weight": (shape.mlp, h), p + "mlp.up_proj.weight": (shape.mlp, h),
+        p + "mlp.gate_proj.weight": (shape.mlp, h),
+        p + "mlp.up_proj.weight": (shape.mlp, h),
         p + "mlp.down_proj.weight": (h, shape.mlp),
     }
     return shapes if bias else {n: s for n, s in shapes.items() if not n.endswith(".bias")}
@@ -143,17 +160,30 @@ def layers_for(size_bytes: float, shape: Shape = SHAPES["qwen2-0.5b-depth"], ele
     return max(1, round((size_bytes - embed) / per_layer))
 
 
-def config(num_layers: int, shape: Shape = SHAPES["qwen2-0.5b-depth"], dtype: torch.dtype = torch.float32,
-           tokenizer: bool = False) -> dict:
+def config(
+    num_layers: int,
+    shape: Shape = SHAPES["qwen2-0.5b-depth"],
+    dtype: torch.dtype = torch.float32,
+    tokenizer: bool = False,
+) -> dict:
     arch = ARCH[shape.arch]
     eos = min(arch["eos"], shape.vocab - 1)
     cfg = {
-        "architectures": arch["architectures"], "model_type": arch["model_type"], "hidden_size": shape.hidden,
-        "intermediate_size": shape.mlp, "num_hidden_layers": num_layers, "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.kv_heads, "vocab_size": shape.vocab,
-        "max_position_embeddings": arch["max_position_embeddings"], "rms_norm_eps": arch["rms_norm_eps"],
-        "rope_theta": arch["rope_theta"], "tie_word_embeddings": shape.tied,
-        "torch_dtype": str(dtype).removeprefix("torch."), "hidden_act": "silu", "bos_token_id": eos,
+        "architectures": arch["architectures"],
+        "model_type": arch["model_type"],
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.mlp,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "vocab_size": shape.vocab,
+        "max_position_embeddings": arch["max_position_embeddings"],
+        "rms_norm_eps": arch["rms_norm_eps"],
+        "rope_theta": arch["rope_theta"],
+        "tie_word_embeddings": shape.tied,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+        "hidden_act": "silu",
+        "bos_token_id": eos,
         "eos_token_id": eos,
     }
     if shape.arch == "qwen2":
@@ -182,8 +212,14 @@ def write_tokenizer(out: Path, vocab: int) -> None:
     tok = Tokenizer(models.WordLevel(vocab=table, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>", clean_up_tokenization_spaces=False)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
     fast.save_pretrained(out)
 
 
@@ -196,8 +232,9 @@ def base_tensor(name: str, shape: tuple[int, ...]) -> torch.Tensor:
     return t
 
 
-def add_noise(t: torch.Tensor, name: str, noise: Noise, gen: torch.Generator | None = None,
-              matrix: bool | None = None) -> torch.Tensor:
+def add_noise(
+    t: torch.Tensor, name: str, noise: Noise, gen: torch.Generator | None = None, matrix: bool | None = None
+) -> torch.Tensor:
     """t + seeded noise of `noise` (on a seeded `density` share of entries), in place. A tensor
     generated in row blocks passes the same `gen` for every block (and `matrix`: whether the
     whole tensor is 2-D, which sets a relative noise's scale)."""
@@ -207,7 +244,7 @@ def add_noise(t: torch.Tensor, name: str, noise: Noise, gen: torch.Generator | N
     flat = t.view(-1)
     block = noise.block or flat.numel()
     for start in range(0, flat.numel(), block):
-        part = flat[start:start + block]
+        part = flat[start : start + block]
         delta = torch.randn(part.shape, generator=gen).mul_(std)
         if noise.density < 1:
             delta.mul_(torch.rand(part.shape, generator=gen) < noise.density)
@@ -221,8 +258,14 @@ def tensor(name: str, shape: tuple[int, ...], source_seed: int | None, scale: fl
     return t if source_seed is None else add_noise(t, name, Noise(source_seed, scale))
 
 
-def write_blocked(writers: dict[str, CheckpointWriter], sources: dict[str, Noise], name: str,
-                  dims: tuple[int, ...], dtype: torch.dtype, block_entries: int) -> None:
+def write_blocked(
+    writers: dict[str, CheckpointWriter],
+    sources: dict[str, Noise],
+    name: str,
+    dims: tuple[int, ...],
+    dtype: torch.dtype,
+    block_entries: int,
+) -> None:
     """One tensor of every checkpoint, drawn and written `block_entries` at a time (whole rows):
     the base from one generator seeded by (name, 0), each source's noise from one generator
     seeded by (name, seed), each carried from block to block."""
@@ -237,23 +280,31 @@ def write_blocked(writers: dict[str, CheckpointWriter], sources: dict[str, Noise
             base.add_(1.0)
         base = base.to(dtype).float()
         for key, writer in writers.items():
-            block = base if key == "base" else add_noise(base.clone(), name, sources[key], noise_gens[key],
-                                                         len(dims) != 1)
+            block = (
+                base if key == "base" else add_noise(base.clone(), name, sources[key], noise_gens[key], len(dims) != 1)
+            )
             writer.write_rows(name, r0, block.to(dtype))  # cast now: the writer holds it until written
             del block
         del base
 
 
-def write_set(out: Path, num_layers: int, shape: Shape = SHAPES["qwen2-0.5b-depth"],
-              dtype: torch.dtype = torch.float32, noise: str = "dense", tokenizer: bool = False) -> dict[str, Path]:
+def write_set(
+    out: Path,
+    num_layers: int,
+    shape: Shape = SHAPES["qwen2-0.5b-depth"],
+    dtype: torch.dtype = torch.float32,
+    noise: str = "dense",
+    tokenizer: bool = False,
+) -> dict[str, Path]:
     """base/, sft/, rlvr/ under `out`, one tensor at a time (the base is drawn once per tensor;
     with `shape.block_entries`, one row block at a time)."""
     shapes = model_shapes(num_layers, shape)
     plan = {n: TensorInfo(s, dtype) for n, s in shapes.items()}
     cfg = json.dumps(config(num_layers, shape, dtype, tokenizer), indent=2)
     sources = NOISE[noise]
-    writers = {key: CheckpointWriter(out / key, plan, max_shard_bytes=2 * 2**30, overwrite=True)
-               for key in ("base", *sources)}
+    writers = {
+        key: CheckpointWriter(out / key, plan, max_shard_bytes=2 * 2**30, overwrite=True) for key in ("base", *sources)
+    }
     try:
         for name, dims in shapes.items():
             if shape.block_entries is not None and torch.Size(dims).numel() > shape.block_entries:
@@ -279,19 +330,33 @@ def write_set(out: Path, num_layers: int, shape: Shape = SHAPES["qwen2-0.5b-dept
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-gb", type=float, default=None,
-                        help="size of each checkpoint in GB (1e9 bytes), set by depth; "
-                        "required without --shape and --layers")
+    parser.add_argument(
+        "--size-gb",
+        type=float,
+        default=None,
+        help="size of each checkpoint in GB (1e9 bytes), set by depth; required without --shape and --layers",
+    )
     parser.add_argument("--out", type=Path, required=True, help="directory that receives base/ sft/ rlvr/")
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-0.5b-depth",
-                        help="widths (and depth) of the model; default: Qwen2-0.5B widths, depth from --size-gb")
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="qwen2-0.5b-depth",
+        help="widths (and depth) of the model; default: Qwen2-0.5B widths, depth from --size-gb",
+    )
     parser.add_argument("--layers", type=int, default=None, help="number of layers (overrides --size-gb and --shape)")
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default 151936)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--noise", choices=sorted(NOISE), default="dense",
-                        help="dense: the default Gaussian noise; finetune: bf16-aware dense sft + sparse rlvr")
-    parser.add_argument("--tokenizer", action="store_true",
-                        help="also write a character-level tokenizer padded to the vocabulary (search, SAR, vLLM)")
+    parser.add_argument(
+        "--noise",
+        choices=sorted(NOISE),
+        default="dense",
+        help="dense: the default Gaussian noise; finetune: bf16-aware dense sft + sparse rlvr",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        action="store_true",
+        help="also write a character-level tokenizer padded to the vocabulary (search, SAR, vLLM)",
+    )
     args = parser.parse_args()
     shape = SHAPES[args.shape]
     if args.vocab is not None:

@@ -11,6 +11,7 @@ Prints markdown tables (the ones in docs/lab.md):
    (top-30% per tensor, one global norm-preserving γ per task vector), computed in float32
    and cast to the checkpoints' dtype, as a written merge would be.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,7 @@ def sparsify(tau: dict[str, torch.Tensor], density: float) -> dict[str, torch.Te
         out[name] = (flat * mask).view_as(t)
         kept_sq += float(out[name].double().pow(2).sum())
         full_sq += float(t.double().pow(2).sum())
-    gamma = full_sq ** 0.5 / (kept_sq ** 0.5 + 1e-8)
+    gamma = full_sq**0.5 / (kept_sq**0.5 + 1e-8)
     return {n: t * gamma for n, t in out.items()}
 
 
@@ -68,13 +69,17 @@ def vector_facts(tau_sft: dict, tau_rl: dict, density: float) -> dict:
     sparse_conf, sparse_both = conflict(ss, sr)
     return {
         "entries": s.numel(),
-        "norm_sft": float(s.norm()), "norm_rlvr": float(r.norm()),
+        "norm_sft": float(s.norm()),
+        "norm_rlvr": float(r.norm()),
         "norm_ratio": float(s.norm() / r.norm()),
-        "changed_sft": float((s != 0).float().mean()), "changed_rlvr": float((r != 0).float().mean()),
+        "changed_sft": float((s != 0).float().mean()),
+        "changed_rlvr": float((r != 0).float().mean()),
         "changed_sft_eps": float((s.abs() > 1e-5).float().mean()),
         "changed_rlvr_eps": float((r.abs() > 1e-5).float().mean()),
-        "conflict_dense": dense_conf, "overlap_dense": dense_both,
-        "conflict_sparse": sparse_conf, "overlap_sparse": sparse_both,
+        "conflict_dense": dense_conf,
+        "overlap_dense": dense_both,
+        "conflict_sparse": sparse_conf,
+        "overlap_sparse": sparse_both,
         "cosine": float(torch.nn.functional.cosine_similarity(s, r, dim=0)),
     }
 
@@ -82,8 +87,11 @@ def vector_facts(tau_sft: dict, tau_rl: dict, density: float) -> dict:
 def score(engine, problems, samples: int, max_tokens: int, seed: int) -> dict:
     g = accuracy(engine, problems, n=1, temperature=0.0, max_tokens=max_tokens)
     s = accuracy(engine, problems, n=samples, temperature=0.6, max_tokens=max_tokens, seed=seed)
-    return {"greedy": {k: g[k] for k in ("all", *T.SKILLS)},
-            "t06": {k: s[k] for k in ("all", *T.SKILLS)}, "consistency": s["consistency"]}
+    return {
+        "greedy": {k: g[k] for k in ("all", *T.SKILLS)},
+        "t06": {k: s[k] for k in ("all", *T.SKILLS)},
+        "consistency": s["consistency"],
+    }
 
 
 def main() -> None:
@@ -104,8 +112,12 @@ def main() -> None:
     problems = T.records(cfg.tasks, "test", size=args.per_skill * len(T.SKILLS))
     mt, seed = int(cfg.eval.max_tokens), int(cfg.seed)
     grid_problems = problems[: args.grid_per_skill * len(T.SKILLS)]  # records interleave skills
-    result: dict = {"overrides": args.overrides, "problems": len(problems), "grid_problems": len(grid_problems),
-                    "samples": args.samples}
+    result: dict = {
+        "overrides": args.overrides,
+        "problems": len(problems),
+        "grid_problems": len(grid_problems),
+        "samples": args.samples,
+    }
     with _threads(args.threads or cfg.threads):
         theta0, sft, rl = (load_fp32(paths[k]) for k in ("base", "sft", "rlvr"))
         tau = {"sft": {n: sft[n] - theta0[n] for n in theta0}, "rlvr": {n: rl[n] - theta0[n] for n in theta0}}
@@ -133,28 +145,49 @@ def main() -> None:
 
 def markdown(res: dict) -> str:
     f = res["facts"]
-    lines = [f"Test set: {res['problems']} problems (half A, half B); T=0.6 columns are avg@{res['samples']}.", "",
-             "| model | A greedy | B greedy | A∪B greedy | A T=0.6 | B T=0.6 | A∪B T=0.6 | consistency |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Test set: {res['problems']} problems (half A, half B); T=0.6 columns are avg@{res['samples']}.",
+        "",
+        "| model | A greedy | B greedy | A∪B greedy | A T=0.6 | B T=0.6 | A∪B T=0.6 | consistency |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for k, m in res["models"].items():
         g, s = m["greedy"], m["t06"]
-        lines.append(f"| {k} | {g['add']:.3f} | {g['sub']:.3f} | {g['all']:.3f} | {s['add']:.3f} | {s['sub']:.3f} "
-                     f"| {s['all']:.3f} | {m['consistency']:.3f} |")
-    lines += ["", "| task-vector fact | value |", "|---|---|",
-              f"| ‖τ_SFT‖ / ‖τ_RLVR‖ | {f['norm_ratio']:.2f} ({f['norm_sft']:.3f} / {f['norm_rlvr']:.4f}) |",
-              f"| entries changed, SFT (stored dtype) | {f['changed_sft']:.1%} |",
-              f"| entries changed, RLVR (stored dtype) | {f['changed_rlvr']:.1%} |",
-              f"| sign conflict where both changed, dense | {f['conflict_dense']:.1%} (on {f['overlap_dense']:.1%} of entries) |",
-              f"| sign conflict where both kept, top-30% | {f['conflict_sparse']:.1%} (on {f['overlap_sparse']:.1%} of entries) |",
-              f"| cosine(τ_SFT, τ_RLVR) | {f['cosine']:.3f} |"]
+        lines.append(
+            f"| {k} | {g['add']:.3f} | {g['sub']:.3f} | {g['all']:.3f} | {s['add']:.3f} | {s['sub']:.3f} "
+            f"| {s['all']:.3f} | {m['consistency']:.3f} |"
+        )
+    lines += [
+        "",
+        "| task-vector fact | value |",
+        "|---|---|",
+        f"| ‖τ_SFT‖ / ‖τ_RLVR‖ | {f['norm_ratio']:.2f} ({f['norm_sft']:.3f} / {f['norm_rlvr']:.4f}) |",
+        f"| entries changed, SFT (stored dtype) | {f['changed_sft']:.1%} |",
+        f"| entries changed, RLVR (stored dtype) | {f['changed_rlvr']:.1%} |",
+        f"| sign conflict where both changed, dense | {f['conflict_dense']:.1%} "
+        f"(on {f['overlap_dense']:.1%} of entries) |",
+        f"| sign conflict where both kept, top-30% | {f['conflict_sparse']:.1%} "
+        f"(on {f['overlap_sparse']:.1%} of entries) |",
+        f"| cosine(τ_SFT, τ_RLVR) | {f['cosine']:.3f} |",
+    ]
     if "grid" in res:
-        lines += ["", f"Grid: {res['grid_problems']} test problems (half A, half B), T=0.6 columns avg@{res['samples']}."]
+        lines += [
+            "",
+            f"Grid: {res['grid_problems']} test problems (half A, half B), T=0.6 columns avg@{res['samples']}.",
+        ]
         for vname in ("dense", "sparse"):
-            for metric, label in (("greedy", "A∪B greedy accuracy (A/B)"), ("t06", "A∪B T=0.6 accuracy (A/B)"),
-                                  ("consistency", "mean consistency (T=0.6)")):
-                lines += ["", f"{label}, {vname} task vectors (rows λ_SFT, columns λ_RLVR):", "",
-                          "| λ_SFT \\ λ_RLVR | " + " | ".join(f"{x:g}" for x in LAMBDAS) + " |",
-                          "|---" * (len(LAMBDAS) + 1) + "|"]
+            for metric, label in (
+                ("greedy", "A∪B greedy accuracy (A/B)"),
+                ("t06", "A∪B T=0.6 accuracy (A/B)"),
+                ("consistency", "mean consistency (T=0.6)"),
+            ):
+                lines += [
+                    "",
+                    f"{label}, {vname} task vectors (rows λ_SFT, columns λ_RLVR):",
+                    "",
+                    "| λ_SFT \\ λ_RLVR | " + " | ".join(f"{x:g}" for x in LAMBDAS) + " |",
+                    "|---" * (len(LAMBDAS) + 1) + "|",
+                ]
                 for ls in LAMBDAS:
                     cells = []
                     for lr in LAMBDAS:
@@ -169,9 +202,12 @@ def markdown(res: dict) -> str:
             grid = {k: v for k, v in res["grid"].items() if k.startswith(vname)}
             best = max(grid, key=lambda k: grid[k]["greedy"]["all"])
             pick = max(grid, key=lambda k: (grid[k]["consistency"], grid[k]["greedy"]["all"]))
-            fmt = lambda k: f"λ=({k.split(',')[1]}, {k.split(',')[2]}) greedy {grid[k]['greedy']['all']:.3f}"  # noqa: E731
-            lines += ["", f"{vname}: best merge {fmt(best)}; max-consistency merge {fmt(pick)} "
-                          f"(consistency {grid[pick]['consistency']:.3f})."]
+            fmt = lambda k, grid=grid: f"λ=({k.split(',')[1]}, {k.split(',')[2]}) greedy {grid[k]['greedy']['all']:.3f}"  # noqa: E731
+            lines += [
+                "",
+                f"{vname}: best merge {fmt(best)}; max-consistency merge {fmt(pick)} "
+                f"(consistency {grid[pick]['consistency']:.3f}).",
+            ]
     return "\n".join(lines)
 
 

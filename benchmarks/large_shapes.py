@@ -44,6 +44,7 @@ RSS or when MemAvailable falls below `--min-available-gib`; recorded as stopped)
 `--record` appends a dated section per subcommand to benchmarks/RESULTS.md; `--out`
 gets the raw numbers (JSON).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,23 +70,57 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from merge_memory import TIME, mem_available_gib, parse_time_v, run_guarded  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
-METHODS = ("task_arithmetic", "ties", "dare_ties", "dare_linear", "dare", "linear", "ram", "ram_plus", "sar",
-           "dots_fixed")
+METHODS = (
+    "task_arithmetic",
+    "ties",
+    "dare_ties",
+    "dare_linear",
+    "dare",
+    "linear",
+    "ram",
+    "ram_plus",
+    "sar",
+    "dots_fixed",
+)
 SAR_OPTIONS = "method.calibration_size=8 method.fisher_dtype=float32"
 SOURCES = ("sft", "rlvr")
-CLASSES = ("embedding", "lm_head", "attention q", "attention k", "attention v", "attention q/k/v (fused)",
-           "attention o", "MLP gate", "MLP up", "MLP gate/up (fused)", "MLP down", "norms", "biases")
+CLASSES = (
+    "embedding",
+    "lm_head",
+    "attention q",
+    "attention k",
+    "attention v",
+    "attention q/k/v (fused)",
+    "attention o",
+    "MLP gate",
+    "MLP up",
+    "MLP gate/up (fused)",
+    "MLP down",
+    "norms",
+    "biases",
+)
 
 
 # --- shared -----------------------------------------------------------------------------
 
+
 def tensor_class(name: str) -> str:
     if name.endswith(".bias"):
         return "biases"
-    for key, label in (("embed_tokens", "embedding"), ("lm_head", "lm_head"), ("qkv_proj", "attention q/k/v (fused)"),
-                       ("gate_up_proj", "MLP gate/up (fused)"), ("q_proj", "attention q"),
-                       ("k_proj", "attention k"), ("v_proj", "attention v"), ("o_proj", "attention o"),
-                       ("gate_proj", "MLP gate"), ("up_proj", "MLP up"), ("down_proj", "MLP down"), ("norm", "norms")):
+    for key, label in (
+        ("embed_tokens", "embedding"),
+        ("lm_head", "lm_head"),
+        ("qkv_proj", "attention q/k/v (fused)"),
+        ("gate_up_proj", "MLP gate/up (fused)"),
+        ("q_proj", "attention q"),
+        ("k_proj", "attention k"),
+        ("v_proj", "attention v"),
+        ("o_proj", "attention o"),
+        ("gate_proj", "MLP gate"),
+        ("up_proj", "MLP up"),
+        ("down_proj", "MLP down"),
+        ("norm", "norms"),
+    ):
         if key in name:
             return label
     return "other"
@@ -95,8 +130,21 @@ def generate(args: argparse.Namespace) -> Path:
     """The trio under --root (generated unless a complete one is there)."""
     root = args.root
     marker = root / ".complete"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "gen_checkpoints.py"), "--shape", args.shape, "--layers",
-           str(args.layers), "--dtype", "bfloat16", "--noise", "finetune", "--tokenizer", "--out", str(root)]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "gen_checkpoints.py"),
+        "--shape",
+        args.shape,
+        "--layers",
+        str(args.layers),
+        "--dtype",
+        "bfloat16",
+        "--noise",
+        "finetune",
+        "--tokenizer",
+        "--out",
+        str(root),
+    ]
     cmd += ["--vocab", str(args.vocab)] if args.vocab else []
     if marker.exists() and json.loads(marker.read_text()) == cmd[2:]:
         return root
@@ -114,27 +162,44 @@ def trio_facts(root: Path) -> dict[str, Any]:
     ckpt = Checkpoint(root / "base")
     sizes = {n: ckpt.info(n).numel for n in ckpt.names}
     largest = max(sizes, key=sizes.get)  # type: ignore[arg-type]
-    return {"params": sum(sizes.values()), "largest": largest, "largest_numel": sizes[largest],
-            "checkpoint_gb": ckpt.total_bytes / 1e9}
+    return {
+        "params": sum(sizes.values()),
+        "largest": largest,
+        "largest_numel": sizes[largest],
+        "checkpoint_gb": ckpt.total_bytes / 1e9,
+    }
 
 
 def env_for(root: Path) -> dict[str, str]:
-    return {**os.environ, "DOTS_PROGRESS": "0", "HF_HUB_OFFLINE": "1", "DOTS_OUTPUTS": str(root / "outputs"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "DOTS_PROGRESS": "0",
+        "HF_HUB_OFFLINE": "1",
+        "DOTS_OUTPUTS": str(root / "outputs"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def guarded(cmd: list[str], args: argparse.Namespace, env: dict[str, str], cwd: Path) -> dict[str, Any]:
     """One command under GNU time and the memory guard: wall, peak RSS, peak anon sum, load, failure."""
     load = os.getloadavg()[0]
     available = mem_available_gib()
-    proc = run_guarded([TIME, "-v", *cmd], env=env, cwd=cwd, limit_gib=args.mem_limit_gib,
-                       min_available_gib=args.min_available_gib)
+    proc = run_guarded(
+        [TIME, "-v", *cmd], env=env, cwd=cwd, limit_gib=args.mem_limit_gib, min_available_gib=args.min_available_gib
+    )
     wall, rss = parse_time_v(proc.stderr) if "Maximum resident set size" in proc.stderr else (float("nan"),) * 2
     failed = proc.stopped or ("" if proc.returncode == 0 else f"exit code {proc.returncode}")
     if failed:
         print(f"FAILED ({failed}): {shlex.join(cmd)}\n{proc.stderr[-2500:]}", flush=True)
-    return {"wall_s": wall, "rss_gib": rss, "anon_gib": proc.peak_anon_gib, "load1": load,
-            "available_gib": available, "failed": failed, "stdout": proc.stdout[-4000:]}
+    return {
+        "wall_s": wall,
+        "rss_gib": rss,
+        "anon_gib": proc.peak_anon_gib,
+        "load1": load,
+        "available_gib": available,
+        "failed": failed,
+        "stdout": proc.stdout[-4000:],
+    }
 
 
 def append(lines: list[str], record: bool) -> None:
@@ -150,26 +215,40 @@ def header(title: str, args: argparse.Namespace, facts: dict[str, Any], loads: l
     import torch
 
     vocab = f" --vocab {args.vocab}" if args.vocab else ""
-    return [f"## {title} — {date}", "",
-            f"Command: `{shlex.join(['python', 'benchmarks/large_shapes.py', *sys.argv[1:]])}`.",
-            f"Machine: {args.machine}; torch {torch.__version__}; 1-min load average at the start of the runs: "
-            f"{min(loads):.1f}–{max(loads):.1f}. No GPU was lent to this session: everything ran on the CPU.",
-            f"Trio: benchmarks/gen_checkpoints.py `--shape {args.shape} --layers {args.layers} --dtype bfloat16 "
-            f"--noise finetune --tokenizer{vocab}` — {facts['params'] / 1e9:.2f} B parameters, "
-            f"{facts['checkpoint_gb']:.2f} GB per checkpoint, largest tensor {facts['largest']} "
-            f"({facts['largest_numel'] / 1e6:.0f} M entries, {4 * facts['largest_numel'] / 2**30:.2f} GiB in "
-            "float32); sft = dense small noise (~90% of entries change in bf16), rlvr = sparse (~8%).",
-            f"Memory guard: stop at {args.mem_limit_gib:g} GiB of anonymous RSS or MemAvailable < "
-            f"{args.min_available_gib:g} GiB.", ""]
+    return [
+        f"## {title} — {date}",
+        "",
+        f"Command: `{shlex.join(['python', 'benchmarks/large_shapes.py', *sys.argv[1:]])}`.",
+        f"Machine: {args.machine}; torch {torch.__version__}; 1-min load average at the start of the runs: "
+        f"{min(loads):.1f}–{max(loads):.1f}. No GPU was lent to this session: everything ran on the CPU.",
+        f"Trio: benchmarks/gen_checkpoints.py `--shape {args.shape} --layers {args.layers} --dtype bfloat16 "
+        f"--noise finetune --tokenizer{vocab}` — {facts['params'] / 1e9:.2f} B parameters, "
+        f"{facts['checkpoint_gb']:.2f} GB per checkpoint, largest tensor {facts['largest']} "
+        f"({facts['largest_numel'] / 1e6:.0f} M entries, {4 * facts['largest_numel'] / 2**30:.2f} GiB in "
+        "float32); sft = dense small noise (~90% of entries change in bf16), rlvr = sparse (~8%).",
+        f"Memory guard: stop at {args.mem_limit_gib:g} GiB of anonymous RSS or MemAvailable < "
+        f"{args.min_available_gib:g} GiB.",
+        "",
+    ]
 
 
 # --- merge ------------------------------------------------------------------------------
 
+
 def merge_command(method: str, root: Path, args: argparse.Namespace) -> list[str]:
     extra = shlex.split(args.sar_options) if method == "sar" else []
-    return [sys.executable, "-m", "dots.merge", f"method={method}", *extra, f"backbone.base={root / 'base'}",
-            *(f"+backbone.sources.{s}={root / s}" for s in SOURCES), f"output={root / 'merged'}", "overwrite=true",
-            f"cache_dir={root / 'merge-cache'}"]
+    return [
+        sys.executable,
+        "-m",
+        "dots.merge",
+        f"method={method}",
+        *extra,
+        f"backbone.base={root / 'base'}",
+        *(f"+backbone.sources.{s}={root / s}" for s in SOURCES),
+        f"output={root / 'merged'}",
+        "overwrite=true",
+        f"cache_dir={root / 'merge-cache'}",
+    ]
 
 
 def cmd_merge(args: argparse.Namespace) -> dict[str, Any]:
@@ -188,71 +267,113 @@ def cmd_merge(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(root / "merged", ignore_errors=True)
             res["repeat"] = repeat
             runs[method].append(res)
-            print(f"  {method:<16} repeat {repeat + 1}: wall {res['wall_s']:7.1f} s  peak RSS {res['rss_gib']:5.2f} GiB"
-                  f" (anonymous {res['anon_gib']:5.2f})  load {res['load1']:.1f}"
-                  f"{'  FAILED: ' + res['failed'] if res['failed'] else ''}", flush=True)
+            print(
+                f"  {method:<16} repeat {repeat + 1}: wall {res['wall_s']:7.1f} s  peak RSS {res['rss_gib']:5.2f} GiB"
+                f" (anonymous {res['anon_gib']:5.2f})  load {res['load1']:.1f}"
+                f"{'  FAILED: ' + res['failed'] if res['failed'] else ''}",
+                flush=True,
+            )
     shutil.rmtree(root / "merge-cache", ignore_errors=True)
-    lines = header(f"Every merge method at {args.shape} tensor shapes, {args.layers} layers "
-                   "(benchmarks/large_shapes.py merge)", args, facts,
-                   [r["load1"] for rs in runs.values() for r in rs])
-    lines += [f"Each run: `/usr/bin/time -v python -m dots.merge method=M backbone.base=BASE +backbone.sources.sft=SFT "
-              f"+backbone.sources.rlvr=RLVR output=OUT overwrite=true cache_dir=EMPTY` (the method's packaged "
-              f"defaults; sar adds `{args.sar_options}`); caches emptied before every run, so sar's Fisher pass and "
-              f"dots_fixed's τ̃ build are inside its figures. Medians of {args.runs} runs"
-              f"{' (' + ', '.join(args.method_runs) + ')' if args.method_runs else ''}, the method order rotated "
-              "each repeat.", "",
-              "| method | runs | median wall (s) | median peak RSS (GiB) | RSS min–max | peak anonymous RSS (GiB) "
-              "| walls (s) |", "|---|---|---|---|---|---|---|"]
+    lines = header(
+        f"Every merge method at {args.shape} tensor shapes, {args.layers} layers (benchmarks/large_shapes.py merge)",
+        args,
+        facts,
+        [r["load1"] for rs in runs.values() for r in rs],
+    )
+    lines += [
+        f"Each run: `/usr/bin/time -v python -m dots.merge method=M backbone.base=BASE +backbone.sources.sft=SFT "
+        f"+backbone.sources.rlvr=RLVR output=OUT overwrite=true cache_dir=EMPTY` (the method's packaged "
+        f"defaults; sar adds `{args.sar_options}`); caches emptied before every run, so sar's Fisher pass and "
+        f"dots_fixed's τ̃ build are inside its figures. Medians of {args.runs} runs"
+        f"{' (' + ', '.join(args.method_runs) + ')' if args.method_runs else ''}, the method order rotated "
+        "each repeat.",
+        "",
+        "| method | runs | median wall (s) | median peak RSS (GiB) | RSS min–max | peak anonymous RSS (GiB) "
+        "| walls (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for method, rs in runs.items():
         done = [r for r in rs if not r["failed"]]
         if not done:
             r = rs[0]
-            lines.append(f"| {method} | 0 of {len(rs)} | stopped after {r['wall_s']:.1f} | ≥ {r['rss_gib']:.2f} "
-                         f"at the stop | — | {r['anon_gib']:.2f} | {r['failed']} |")
+            lines.append(
+                f"| {method} | 0 of {len(rs)} | stopped after {r['wall_s']:.1f} | ≥ {r['rss_gib']:.2f} "
+                f"at the stop | — | {r['anon_gib']:.2f} | {r['failed']} |"
+            )
             continue
         rss = [r["rss_gib"] for r in done]
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in done)
-        lines.append(f"| {method} | {len(done)} | {statistics.median(r['wall_s'] for r in done):.1f} "
-                     f"| {statistics.median(rss):.2f} | {min(rss):.2f}–{max(rss):.2f} "
-                     f"| {max(r['anon_gib'] for r in done):.2f} | {walls} |")
+        lines.append(
+            f"| {method} | {len(done)} | {statistics.median(r['wall_s'] for r in done):.1f} "
+            f"| {statistics.median(rss):.2f} | {min(rss):.2f}–{max(rss):.2f} "
+            f"| {max(r['anon_gib'] for r in done):.2f} | {walls} |"
+        )
     append(lines, args.record)
     return {"facts": facts, "runs": runs}
 
 
 # --- search -----------------------------------------------------------------------------
 
+
 def write_pool(path: Path, n: int = 8) -> Path:
-    path.write_text("\n".join(json.dumps({"question": f"What is {10 + 7 * i} + {21 + 5 * i}?",
-                                          "answer": str(31 + 12 * i)}) for i in range(n)) + "\n")
+    path.write_text(
+        "\n".join(
+            json.dumps({"question": f"What is {10 + 7 * i} + {21 + 5 * i}?", "answer": str(31 + 12 * i)})
+            for i in range(n)
+        )
+        + "\n"
+    )
     return path
 
 
 def search_command(engine: str, root: Path, args: argparse.Namespace, cache: str = "disk") -> list[str]:
-    cmd = [sys.executable, "-m", "dots.search", f"engine={engine}", "engine.dtype=bfloat16",
-           f"engine.synth_cache={cache}",
-           "backbone=custom", "backbone.name=gen", f"backbone.base={root / 'base'}",
-           *(f"+backbone.sources.{s}={root / s}" for s in SOURCES), "backbone.prompt=plain",
-           f"backbone.max_tokens={args.max_tokens}", "pool=jsonl", f"pool.path={root / 'pool.jsonl'}",
-           "selection.n=2", "selection.m=2", "selection.threshold=1.0", f"search.n_trials={args.trials}",
-           "search.n_startup_trials=2", "search.k=2", f"run_dir={root / f'search-{engine}-{cache}'}",
-           f"cache_dir={root / 'cache'}", "export.enabled=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dots.search",
+        f"engine={engine}",
+        "engine.dtype=bfloat16",
+        f"engine.synth_cache={cache}",
+        "backbone=custom",
+        "backbone.name=gen",
+        f"backbone.base={root / 'base'}",
+        *(f"+backbone.sources.{s}={root / s}" for s in SOURCES),
+        "backbone.prompt=plain",
+        f"backbone.max_tokens={args.max_tokens}",
+        "pool=jsonl",
+        f"pool.path={root / 'pool.jsonl'}",
+        "selection.n=2",
+        "selection.m=2",
+        "selection.threshold=1.0",
+        f"search.n_trials={args.trials}",
+        "search.n_startup_trials=2",
+        "search.k=2",
+        f"run_dir={root / f'search-{engine}-{cache}'}",
+        f"cache_dir={root / 'cache'}",
+        "export.enabled=false",
+    ]
     if engine == "vllm":
         cmd += ["engine.enforce_eager=true", "engine.max_model_len=256"]
     return cmd
 
 
 def build_taskvec_command(root: Path) -> list[str]:
-    code = ("from dots.io.checkpoint import Checkpoint; from dots.vectors.cache import build_task_vectors; "
-            f"build_task_vectors(Checkpoint({str(root / 'base')!r}), "
-            f"{{k: Checkpoint({str(root)!r} + '/' + k) for k in {list(SOURCES)!r}}}, "
-            f"cache_root={str(root / 'cache' / 'taskvec')!r})")
+    code = (
+        "from dots.io.checkpoint import Checkpoint; from dots.vectors.cache import build_task_vectors; "
+        f"build_task_vectors(Checkpoint({str(root / 'base')!r}), "
+        f"{{k: Checkpoint({str(root)!r} + '/' + k) for k in {list(SOURCES)!r}}}, "
+        f"cache_root={str(root / 'cache' / 'taskvec')!r})"
+    )
     return [sys.executable, "-c", code]
 
 
 def trial_times(run_dir: Path) -> list[dict[str, float]]:
     with open(run_dir / "trials.csv") as fh:
-        return [{k[5:]: float(v) for k, v in row.items() if k.startswith("time_") and v not in ("", None)}
-                for row in csv.DictReader(fh) if row["state"] == "COMPLETE"]
+        return [
+            {k[5:]: float(v) for k, v in row.items() if k.startswith("time_") and v not in ("", None)}
+            for row in csv.DictReader(fh)
+            if row["state"] == "COMPLETE"
+        ]
 
 
 def cmd_search(args: argparse.Namespace) -> dict[str, Any]:
@@ -272,30 +393,41 @@ def cmd_search(args: argparse.Namespace) -> dict[str, Any]:
         res["trials"] = [] if res["failed"] else trial_times(root / f"search-{engine}-{cache}")
         out[f"{engine} {cache}"] = res
         swaps = [t["swap"] for t in res["trials"]]
-        print(f"  {engine} ({cache}): wall {res['wall_s']:.1f} s, peak RSS {res['rss_gib']:.2f} GiB (anonymous sum "
-              f"{res['anon_gib']:.2f}), swaps {[round(s, 2) for s in swaps]}", flush=True)
+        print(
+            f"  {engine} ({cache}): wall {res['wall_s']:.1f} s, peak RSS {res['rss_gib']:.2f} GiB (anonymous sum "
+            f"{res['anon_gib']:.2f}), swaps {[round(s, 2) for s in swaps]}",
+            flush=True,
+        )
     cache_gb = sum(f.stat().st_size for f in (root / "cache").rglob("*.safetensors")) / 1e9
-    lines = header(f"The search at {args.shape} tensor shapes, {args.layers} layers "
-                   "(benchmarks/large_shapes.py search)",
-                   args, facts, [out[f"{e} {c}"]["load1"] for e, c in runs] + [out["taskvec"]["load1"]])
+    lines = header(
+        f"The search at {args.shape} tensor shapes, {args.layers} layers (benchmarks/large_shapes.py search)",
+        args,
+        facts,
+        [out[f"{e} {c}"]["load1"] for e, c in runs] + [out["taskvec"]["load1"]],
+    )
     command = shlex.join(["python", *search_command("ENGINE", Path("ROOT"), args, "CACHE")[1:]])
-    lines += [f"Each run: `/usr/bin/time -v {command}`"
-              " (vllm adds `engine.enforce_eager=true engine.max_model_len=256`; "
-              f"`VLLM_CPU_KVCACHE_SPACE={args.kv_cache_gib}`). The τ̃ cache (density 0.3, per-tensor top-k, global γ; "
-              f"compact on disk: {cache_gb:.2f} GB for the 2 sources) is built once before the engines run "
-              f"(`dots.vectors.cache.build_task_vectors`: {out['taskvec']['wall_s']:.1f} s, peak RSS "
-              f"{out['taskvec']['rss_gib']:.2f} GiB) and shared by all runs. swap = `engine.swap_coefficients(λ)`: "
-              "`synth_cache=disk` reads θ0 and the compact τ̃ from disk at every swap, `memory` holds them resident "
-              "(≈ 2 × θ0 + the compact τ̃).", "",
-              "| engine | synth_cache | whole command (s) | peak RSS, largest process (GiB) "
-              "| peak anonymous RSS, all processes (GiB) | trials | swap, median (s) | swaps (s) "
-              "| generate, median (s) | trial, median (s) | engine start (s) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        f"Each run: `/usr/bin/time -v {command}`"
+        " (vllm adds `engine.enforce_eager=true engine.max_model_len=256`; "
+        f"`VLLM_CPU_KVCACHE_SPACE={args.kv_cache_gib}`). The τ̃ cache (density 0.3, per-tensor top-k, global γ; "
+        f"compact on disk: {cache_gb:.2f} GB for the 2 sources) is built once before the engines run "
+        f"(`dots.vectors.cache.build_task_vectors`: {out['taskvec']['wall_s']:.1f} s, peak RSS "
+        f"{out['taskvec']['rss_gib']:.2f} GiB) and shared by all runs. swap = `engine.swap_coefficients(λ)`: "
+        "`synth_cache=disk` reads θ0 and the compact τ̃ from disk at every swap, `memory` holds them resident "
+        "(≈ 2 × θ0 + the compact τ̃).",
+        "",
+        "| engine | synth_cache | whole command (s) | peak RSS, largest process (GiB) "
+        "| peak anonymous RSS, all processes (GiB) | trials | swap, median (s) | swaps (s) "
+        "| generate, median (s) | trial, median (s) | engine start (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for engine, cache in runs:
         r = out[f"{engine} {cache}"]
         if r["failed"]:
-            lines.append(f"| {engine} | {cache} | stopped after {r['wall_s']:.1f} | ≥ {r['rss_gib']:.2f} "
-                         f"| {r['anon_gib']:.2f} | {r['failed']} | | | | | |")
+            lines.append(
+                f"| {engine} | {cache} | stopped after {r['wall_s']:.1f} | ≥ {r['rss_gib']:.2f} "
+                f"| {r['anon_gib']:.2f} | {r['failed']} | | | | | |"
+            )
             continue
         t = r["trials"]
 
@@ -305,14 +437,17 @@ def cmd_search(args: argparse.Namespace) -> dict[str, Any]:
 
         start = max((x.get("engine_start", 0.0) for x in t), default=0.0)
         swaps = ", ".join(f"{x['swap']:.2f}" for x in t)
-        lines.append(f"| {engine} | {cache} | {r['wall_s']:.1f} | {r['rss_gib']:.2f} | {r['anon_gib']:.2f} | {len(t)} "
-                     f"| **{med('swap')}** | {swaps} | {med('generate')} "
-                     f"| {med('total')} | {start:.1f} |")
+        lines.append(
+            f"| {engine} | {cache} | {r['wall_s']:.1f} | {r['rss_gib']:.2f} | {r['anon_gib']:.2f} | {len(t)} "
+            f"| **{med('swap')}** | {swaps} | {med('generate')} "
+            f"| {med('total')} | {start:.1f} |"
+        )
     append(lines, args.record)
     return out
 
 
 # --- classes ----------------------------------------------------------------------------
+
 
 def _status_kb(field: str) -> int:
     with open("/proc/self/status") as fh:
@@ -392,15 +527,19 @@ def patch_sharded(timer: StreamTimer, info: dict[str, tuple[int, int, int]]) -> 
         name = r.unit.name
         timer.synth[name].append(time.perf_counter() - t0)
         timer.consume[name].append(0.0)
-        info[name] = (r.theta0.numel(), r.theta0.numel() * r.theta0.element_size(),
-                      sum(ct.nbytes for ct in r.taus if ct is not None))
+        info[name] = (
+            r.theta0.numel(),
+            r.theta0.numel() * r.theta0.element_size(),
+            sum(ct.nbytes for ct in r.taus if ct is not None),
+        )
         return result
 
     ShardedResident._combine = combine  # type: ignore[method-assign]
 
 
-def class_table(timer: StreamTimer, info: dict[str, tuple[int, int, int]], swaps: list[float], consumer: str,
-                k: int) -> list[str]:
+def class_table(
+    timer: StreamTimer, info: dict[str, tuple[int, int, int]], swaps: list[float], consumer: str, k: int
+) -> list[str]:
     """Medians over swaps of the per-class sums; `info`: name -> (entries, bytes of the base tensor,
     bytes of the K compact τ̃)."""
     per_swap: dict[str, list[list[float]]] = defaultdict(lambda: [[], []])
@@ -408,9 +547,11 @@ def class_table(timer: StreamTimer, info: dict[str, tuple[int, int, int]], swaps
     groups: dict[str, list[str]] = defaultdict(list)
     for name in info:
         groups[tensor_class(name)].append(name)
-    lines = [f"| class | tensors | entries (M) | θ0 + {k} compact τ̃ (GB) | synthesis (s) | {consumer} (s) "
-             "| class total (s) | share of the swap | peak RSS above idle while built (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| class | tensors | entries (M) | θ0 + {k} compact τ̃ (GB) | synthesis (s) | {consumer} (s) "
+        "| class total (s) | share of the swap | peak RSS above idle while built (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     total_synth = total_consume = 0.0
     swap = statistics.median(swaps)
     for label in [*CLASSES, "other"]:
@@ -425,14 +566,18 @@ def class_table(timer: StreamTimer, info: dict[str, tuple[int, int, int]], swaps
         entries = sum(info[nm][0] for nm in names)
         read = sum(info[nm][1] + info[nm][2] for nm in names) / 1e9
         peak = max((max(timer.peak_mib[nm]) for nm in names if timer.peak_mib.get(nm)), default=None)
-        lines.append(f"| {label} | {len(names)} | {entries / 1e6:.1f} | {read:.2f} | {synth:.3f} | {consume:.3f} "
-                     f"| {synth + consume:.3f} | {(synth + consume) / swap:.0%} "
-                     f"| {'—' if peak is None else f'{peak:.0f}'} |")
+        lines.append(
+            f"| {label} | {len(names)} | {entries / 1e6:.1f} | {read:.2f} | {synth:.3f} | {consume:.3f} "
+            f"| {synth + consume:.3f} | {(synth + consume) / swap:.0%} "
+            f"| {'—' if peak is None else f'{peak:.0f}'} |"
+        )
         per_swap[label]  # keep the order
     rest = swap - total_synth - total_consume
     lines.append(f"| after the last tensor (engine's own) | | | | | | {rest:.3f} | {rest / swap:.0%} | |")
-    lines.append(f"| **whole swap** (median of {n}) | | | | **{total_synth:.3f}** | **{total_consume:.3f}** "
-                 f"| **{swap:.3f}** | 100% | |")
+    lines.append(
+        f"| **whole swap** (median of {n}) | | | | **{total_synth:.3f}** | **{total_consume:.3f}** "
+        f"| **{swap:.3f}** | 100% | |"
+    )
     return lines
 
 
@@ -444,8 +589,11 @@ def start_watchdog(min_available_gib: float) -> None:
         while True:
             time.sleep(0.25)
             if mem_available_gib() < min_available_gib:
-                print(f"stopped by the memory guard: MemAvailable < {min_available_gib:g} GiB "
-                      f"(this process: {_status_kb('VmRSS') / 2**20:.1f} GiB)", flush=True)
+                print(
+                    f"stopped by the memory guard: MemAvailable < {min_available_gib:g} GiB "
+                    f"(this process: {_status_kb('VmRSS') / 2**20:.1f} GiB)",
+                    flush=True,
+                )
                 os._exit(3)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -455,8 +603,9 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
     start_watchdog(args.min_available_gib)
     root = generate(args)
     facts = trio_facts(root)
-    os.environ.update(DOTS_PROGRESS="0", VLLM_CPU_KVCACHE_SPACE=str(args.kv_cache_gib),
-                      VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    os.environ.update(
+        DOTS_PROGRESS="0", VLLM_CPU_KVCACHE_SPACE=str(args.kv_cache_gib), VLLM_ENABLE_V1_MULTIPROCESSING="0"
+    )
     import torch
     from swap_latency import lambdas
 
@@ -468,8 +617,14 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
     tv = build_task_vectors(base, {k: Checkpoint(root / k) for k in SOURCES}, cache_root=root / "cache" / "taskvec")
     print(f"τ̃ cache ready in {time.perf_counter() - t:.1f} s", flush=True)
     merged = set(tv.names)
-    info = {n: (base.info(n).numel, base.info(n).nbytes,
-                sum(e.tau_bytes([n]) for e in tv.entries.values()) if n in merged else 0) for n in base.names}
+    info = {
+        n: (
+            base.info(n).numel,
+            base.info(n).nbytes,
+            sum(e.tau_bytes([n]) for e in tv.entries.values()) if n in merged else 0,
+        )
+        for n in base.names
+    }
     lams = lambdas(args.repeats)
     warm = lambdas(1, seed=1)[0]
     out: dict[str, Any] = {"facts": facts, "lambdas": lams}
@@ -493,10 +648,16 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
             d[name] = d[name][1:]  # drop the warm-up pass
     out["synthesis"] = {"walls": walls, "synth": timer.synth, "peak_mib": timer.peak_mib}
     print(f"synthesis alone: {[round(w, 2) for w in walls]}", flush=True)
-    sections.append([f"**Synthesis alone** (`dots.vectors.synth.synthesize`, τ̃ read from the cache; one warm-up "
-                     f"pass, then {args.repeats}): {statistics.median(walls[1:]):.2f} s per model "
-                     f"(passes: {', '.join(f'{w:.2f}' for w in walls[1:])}).", "",
-                     *class_table(timer, info, walls[1:], "consumer", len(SOURCES)), ""])
+    sections.append(
+        [
+            f"**Synthesis alone** (`dots.vectors.synth.synthesize`, τ̃ read from the cache; one warm-up "
+            f"pass, then {args.repeats}): {statistics.median(walls[1:]):.2f} s per model "
+            f"(passes: {', '.join(f'{w:.2f}' for w in walls[1:])}).",
+            "",
+            *class_table(timer, info, walls[1:], "consumer", len(SOURCES)),
+            "",
+        ]
+    )
 
     for kind in args.engines:
         loads.append(os.getloadavg()[0])
@@ -514,8 +675,14 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
         else:
             from dots.engines.vllm import VLLMEngine
 
-            engine = VLLMEngine(root / "base", task_vectors=tv, dtype="bfloat16", max_model_len=256,
-                                synth_cache=first, enforce_eager=True)
+            engine = VLLMEngine(
+                root / "base",
+                task_vectors=tv,
+                dtype="bfloat16",
+                max_model_len=256,
+                synth_cache=first,
+                enforce_eager=True,
+            )
             consumer = "vLLM reload_weights consuming it"
         start = time.perf_counter() - t
         for cache in args.synth_caches:
@@ -529,18 +696,31 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
                 t = time.perf_counter()
                 engine.swap_coefficients(lam)
                 swaps.append(time.perf_counter() - t)
-                print(f"[{kind} {cache}] swap {lam}: {swaps[-1]:.2f} s  (RSS {_status_kb('VmRSS') / 2**20:.2f} GiB)",
-                      flush=True)
-            out[f"{kind} {cache}"] = {"start": start, "swaps": swaps, "synth": dict(timer.synth),
-                                      "consume": dict(timer.consume), "rss_gib": _status_kb("VmRSS") / 2**20}
+                print(
+                    f"[{kind} {cache}] swap {lam}: {swaps[-1]:.2f} s  (RSS {_status_kb('VmRSS') / 2**20:.2f} GiB)",
+                    flush=True,
+                )
+            out[f"{kind} {cache}"] = {
+                "start": start,
+                "swaps": swaps,
+                "synth": dict(timer.synth),
+                "consume": dict(timer.consume),
+                "rss_gib": _status_kb("VmRSS") / 2**20,
+            }
             listed = ", ".join(f"{s:.2f}" for s in swaps)
             layout = sharded or info  # the patched `_combine` ran: τ̃ held in vLLM's parameters' layout
             written = "written in place (vLLM's parameters)" if sharded else consumer
-            sections.append([f"**{kind} engine swap, `synth_cache={cache}`** (`engine.swap_coefficients(λ)`; engine "
-                             f"start {start:.1f} s, one warm-up swap, then {args.repeats}; this process's RSS after "
-                             f"them {_status_kb('VmRSS') / 2**20:.2f} GiB): median "
-                             f"{statistics.median(swaps):.2f} s (swaps: {listed}).", "",
-                             *class_table(timer, layout, swaps, written, len(SOURCES)), ""])
+            sections.append(
+                [
+                    f"**{kind} engine swap, `synth_cache={cache}`** (`engine.swap_coefficients(λ)`; engine "
+                    f"start {start:.1f} s, one warm-up swap, then {args.repeats}; this process's RSS after "
+                    f"them {_status_kb('VmRSS') / 2**20:.2f} GiB): median "
+                    f"{statistics.median(swaps):.2f} s (swaps: {listed}).",
+                    "",
+                    *class_table(timer, layout, swaps, written, len(SOURCES)),
+                    "",
+                ]
+            )
             sharded.clear()
             timer.synth.clear()
             timer.consume.clear()
@@ -548,14 +728,21 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
         del engine
         gc.collect()
     del torch
-    lines = header(f"Weight swap per tensor class at {args.shape} tensor shapes, {args.layers} layers "
-                   "(benchmarks/large_shapes.py classes)", args, facts, loads)
-    lines += [f"λ: {lams} (warm-up {warm}). Per class: the tensors' summed seconds per swap (median over the swaps); "
-              "\"θ0 + compact τ̃\" is what `synth_cache=disk` reads per swap (θ0 in bf16, each source's compact "
-              "τ̃); \"peak RSS "
-              "above idle\" is the largest VmHWM − idle RSS while one tensor of the class was built (reset before each "
-              "tensor), i.e. the working set of building it (θ0, the τ̃ read, the float32 scratch block, the output).",
-              ""]
+    lines = header(
+        f"Weight swap per tensor class at {args.shape} tensor shapes, {args.layers} layers "
+        "(benchmarks/large_shapes.py classes)",
+        args,
+        facts,
+        loads,
+    )
+    lines += [
+        f"λ: {lams} (warm-up {warm}). Per class: the tensors' summed seconds per swap (median over the swaps); "
+        '"θ0 + compact τ̃" is what `synth_cache=disk` reads per swap (θ0 in bf16, each source\'s compact '
+        'τ̃); "peak RSS '
+        'above idle" is the largest VmHWM − idle RSS while one tensor of the class was built (reset before each '
+        "tensor), i.e. the working set of building it (θ0, the τ̃ read, the float32 scratch block, the output).",
+        "",
+    ]
     for section in sections:
         lines += section
     append(lines, args.record)
@@ -563,6 +750,7 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- main -------------------------------------------------------------------------------
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -573,12 +761,22 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/dots-large"))
     parser.add_argument("--runs", type=int, default=3, help="merge: repeats per method")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--method-runs", nargs="*", default=[], metavar="METHOD=N",
-                        help="merge: fewer runs for some methods (e.g. sar=1: its Fisher pass is slow on a CPU)")
+    parser.add_argument(
+        "--method-runs",
+        nargs="*",
+        default=[],
+        metavar="METHOD=N",
+        help="merge: fewer runs for some methods (e.g. sar=1: its Fisher pass is slow on a CPU)",
+    )
     parser.add_argument("--sar-options", default=SAR_OPTIONS, help="merge: extra overrides of the sar runs")
     parser.add_argument("--engines", nargs="+", choices=("hf", "vllm"), default=["hf", "vllm"])
-    parser.add_argument("--synth-caches", nargs="+", choices=("disk", "memory", "auto"), default=["disk", "memory"],
-                        help="search, classes: engine.synth_cache modes to measure")
+    parser.add_argument(
+        "--synth-caches",
+        nargs="+",
+        choices=("disk", "memory", "auto"),
+        default=["disk", "memory"],
+        help="search, classes: engine.synth_cache modes to measure",
+    )
     parser.add_argument("--trials", type=int, default=4, help="search: trials per engine")
     parser.add_argument("--max-tokens", type=int, default=4, help="search: tokens per sample")
     parser.add_argument("--repeats", type=int, default=3, help="classes: timed swaps per engine")

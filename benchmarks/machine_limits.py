@@ -20,6 +20,7 @@ start-up), warm and — when caches can be dropped — cold. Medians of `--runs`
 
     python benchmarks/machine_limits.py --root /tmp/dots-limits --shape qwen2.5-0.5b --runs 5 --record
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,8 +92,14 @@ def memory_gbps(runs: int) -> float:
 
 
 def merge_args(method: str, root: Path, out: Path) -> list[str]:
-    return [f"method={method}", f"backbone.base={root / 'base'}", f"+backbone.sources.sft={root / 'sft'}",
-            f"+backbone.sources.rlvr={root / 'rlvr'}", f"output={out}", "overwrite=true"]
+    return [
+        f"method={method}",
+        f"backbone.base={root / 'base'}",
+        f"+backbone.sources.sft={root / 'sft'}",
+        f"+backbone.sources.rlvr={root / 'rlvr'}",
+        f"output={out}",
+        "overwrite=true",
+    ]
 
 
 IN_PROCESS = """
@@ -112,15 +119,33 @@ def time_merge(method: str, root: Path, cold: bool, env: dict[str, str]) -> tupl
     out = root / "merged"
     if cold:
         drop_caches()
-    proc = subprocess.run([TIME, "-v", sys.executable, "-m", "dots.merge", *merge_args(method, root, out),
-                           f"hydra.run.dir={root / 'hydra'}"], capture_output=True, text=True, env=env, cwd=REPO)
+    proc = subprocess.run(
+        [
+            TIME,
+            "-v",
+            sys.executable,
+            "-m",
+            "dots.merge",
+            *merge_args(method, root, out),
+            f"hydra.run.dir={root / 'hydra'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     if proc.returncode:
         raise SystemExit(f"merge failed:\n{proc.stderr[-2000:]}")
     wall = parse_time_v(proc.stderr)[0]
     if cold:
         drop_caches()
-    proc = subprocess.run([sys.executable, "-c", IN_PROCESS, str(root), str(out), method],
-                          capture_output=True, text=True, env=env, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS, str(root), str(out), method],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     if proc.returncode:
         raise SystemExit(f"in-process merge failed:\n{proc.stderr[-2000:]}")
     shutil.rmtree(out, ignore_errors=True)
@@ -140,8 +165,21 @@ def main() -> None:
 
     root = args.root / args.shape
     if not (root / "rlvr" / "config.json").exists():
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_checkpoints.py"), "--shape", args.shape,
-                        "--dtype", "bfloat16", "--noise", "finetune", "--out", str(root)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "benchmarks" / "gen_checkpoints.py"),
+                "--shape",
+                args.shape,
+                "--dtype",
+                "bfloat16",
+                "--noise",
+                "finetune",
+                "--out",
+                str(root),
+            ],
+            check=True,
+        )
     inputs = sorted(p for key in ("base", "sft", "rlvr") for p in (root / key).glob("*.safetensors"))
     read_bytes = sum(p.stat().st_size for p in inputs)
     write_bytes = sum(p.stat().st_size for p in (root / "base").glob("*.safetensors"))
@@ -154,8 +192,13 @@ def main() -> None:
     buffered = [write_bytes / write_seconds(scratch, write_bytes, sync=False) / GB for _ in range(args.runs)]
     synced = [write_bytes / write_seconds(scratch, write_bytes, sync=True) / GB for _ in range(args.runs)]
     memory = memory_gbps(args.runs)
-    bw = {"cold_read": statistics.median(cold) if cold else None, "warm_read": statistics.median(warm),
-          "buffered_write": statistics.median(buffered), "synced_write": statistics.median(synced), "memory": memory}
+    bw = {
+        "cold_read": statistics.median(cold) if cold else None,
+        "warm_read": statistics.median(warm),
+        "buffered_write": statistics.median(buffered),
+        "synced_write": statistics.median(synced),
+        "memory": memory,
+    }
     print(json.dumps({k: (round(v, 2) if v else v) for k, v in bw.items()}), flush=True)
     floor_warm = read_bytes / GB / bw["warm_read"] + write_bytes / GB / bw["buffered_write"]
     floor_disk = max(read_bytes / GB / bw["cold_read"] if cold else 0.0, write_bytes / GB / bw["synced_write"])
@@ -164,7 +207,7 @@ def main() -> None:
     env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO)}
     rows = []
     for method in args.methods:
-        for state in (["warm", "cold"] if can_drop else ["warm"]):
+        for state in ["warm", "cold"] if can_drop else ["warm"]:
             runs = [time_merge(method, root, state == "cold", env) for _ in range(args.runs)]
             wall = statistics.median(r[0] for r in runs)
             inner = statistics.median(r[1] for r in runs)
@@ -175,23 +218,29 @@ def main() -> None:
     machine = args.machine or f"{os.cpu_count()} CPU cores ({platform.machine()}), {platform.system()}"
     fmt = lambda v: f"{v:.2f}" if v else "not measured"  # noqa: E731
     lines = [
-        "", f"## Merge vs the machine's limit (benchmarks/machine_limits.py) — {date}", "",
+        "",
+        f"## Merge vs the machine's limit (benchmarks/machine_limits.py) — {date}",
+        "",
         f"Command: `python {' '.join(sys.argv)}`.",
         f"Machine: {machine}. Checkpoints: gen_checkpoints.py `--shape {args.shape} --dtype bfloat16 --noise finetune`;"
         f" the merge reads {read_bytes / GB:.2f} GB (base + 2 sources) and writes {write_bytes / GB:.2f} GB."
-        f" Medians of {args.runs}.", "",
+        f" Medians of {args.runs}.",
+        "",
         "| bandwidth (GB/s) | cold disk read | page-cache read | buffered write | synced write | memory copy (r+w) |",
         "|---|---|---|---|---|---|",
         f"| measured | {fmt(bw['cold_read'])} | {fmt(bw['warm_read'])} | {fmt(bw['buffered_write'])} | "
-        f"{fmt(bw['synced_write'])} | {fmt(bw['memory'])} |", "",
+        f"{fmt(bw['synced_write'])} | {fmt(bw['memory'])} |",
+        "",
         f"Floors: warm I/O {floor_warm:.2f} s; disk (cold read ‖ synced write) {floor_disk:.2f} s;"
-        f" memory (every byte once) {floor_memory:.2f} s.", "",
+        f" memory (every byte once) {floor_memory:.2f} s.",
+        "",
         "| method | page cache | process wall (s) | merge_checkpoints (s) | ÷ warm I/O floor | ÷ disk floor |",
         "|---|---|---|---|---|---|",
     ]
     for method, state, wall, inner in rows:
-        lines.append(f"| {method} | {state} | {wall:.2f} | {inner:.2f} | {inner / floor_warm:.1f}× | "
-                     f"{inner / floor_disk:.1f}× |")
+        lines.append(
+            f"| {method} | {state} | {wall:.2f} | {inner:.2f} | {inner / floor_warm:.1f}× | {inner / floor_disk:.1f}× |"
+        )
     report(lines, args.record)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)

@@ -9,6 +9,7 @@ grow with depth). Generated checkpoints and outputs are deleted at the end.
 
     python benchmarks/merge_memory.py --sizes 1 4 --runs 5 --root /tmp/dots-bench --record
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,9 +86,14 @@ class Guarded:
     stopped: str = ""  # why the guard killed it ("" when it did not)
 
 
-def run_guarded(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
-                limit_gib: float | None = None, min_available_gib: float | None = None,
-                interval: float = 0.25) -> Guarded:
+def run_guarded(
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    limit_gib: float | None = None,
+    min_available_gib: float | None = None,
+    interval: float = 0.25,
+) -> Guarded:
     """Run `cmd` (typically `/usr/bin/time -v ...`) while a watchdog sums the anonymous resident
     memory (RssAnon: what the kernel cannot drop, unlike mmapped file pages) of all its
     descendants every `interval` s, and SIGKILLs them — not `cmd` itself, so GNU time still
@@ -108,8 +114,10 @@ def run_guarded(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | N
                 if limit_gib is not None and anon > limit_gib:
                     why = f"stopped by the memory guard: anonymous RSS {anon:.1f} GiB > {limit_gib:g} GiB"
                 elif min_available_gib is not None and mem_available_gib() < min_available_gib:
-                    why = (f"stopped by the memory guard: MemAvailable < {min_available_gib:g} GiB "
-                           f"(its anonymous RSS {anon:.1f} GiB)")
+                    why = (
+                        f"stopped by the memory guard: MemAvailable < {min_available_gib:g} GiB "
+                        f"(its anonymous RSS {anon:.1f} GiB)"
+                    )
                 if why:
                     stopped = why
                     for pid in reversed(pids):
@@ -139,9 +147,17 @@ def report(lines: list[str], record: bool) -> None:
 
 
 def merge_command(root: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "dots.merge", "method=ties", f"backbone.base={root / 'base'}",
-            f"+backbone.sources.sft={root / 'sft'}", f"+backbone.sources.rlvr={root / 'rlvr'}",
-            f"output={out}", "overwrite=true"]
+    return [
+        sys.executable,
+        "-m",
+        "dots.merge",
+        "method=ties",
+        f"backbone.base={root / 'base'}",
+        f"+backbone.sources.sft={root / 'sft'}",
+        f"+backbone.sources.rlvr={root / 'rlvr'}",
+        f"output={out}",
+        "overwrite=true",
+    ]
 
 
 def measure(root: Path, runs: int) -> list[tuple[float, float]]:
@@ -149,8 +165,9 @@ def measure(root: Path, runs: int) -> list[tuple[float, float]]:
     results = []
     for i in range(runs):
         out = root / "merged"
-        proc = subprocess.run([TIME, "-v", *merge_command(root, out)], capture_output=True, text=True, env=env,
-                              cwd=root)
+        proc = subprocess.run(
+            [TIME, "-v", *merge_command(root, out)], capture_output=True, text=True, env=env, cwd=root
+        )
         if proc.returncode != 0:
             raise SystemExit(f"merge failed:\n{proc.stderr[-3000:]}")
         wall, rss = parse_time_v(proc.stderr)
@@ -177,8 +194,17 @@ def main() -> None:
         for size in args.sizes:
             root = args.root / f"{size:g}gb"
             print(f"generating {size:g} GB checkpoints under {root}", flush=True)
-            subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_checkpoints.py"), "--size-gb", str(size),
-                            "--out", str(root)], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(REPO / "benchmarks" / "gen_checkpoints.py"),
+                    "--size-gb",
+                    str(size),
+                    "--out",
+                    str(root),
+                ],
+                check=True,
+            )
             results = measure(root, args.runs)
             walls, rss = [r[0] for r in results], [r[1] for r in results]
             rows.append((size, statistics.median(walls), statistics.median(rss), min(rss), max(rss)))
@@ -187,8 +213,10 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(args.root, ignore_errors=True)
-    lines = ["| checkpoint size (each of base + 2 sources, fp32) | median wall (s) | median peak RSS (GiB) | RSS min–max |",
-             "|---|---|---|---|"]
+    lines = [
+        "| checkpoint size (each of base + 2 sources, fp32) | median wall (s) | median peak RSS (GiB) | RSS min–max |",
+        "|---|---|---|---|",
+    ]
     for size, wall, rss, lo, hi in rows:
         lines.append(f"| {size:g} GB | {wall:.1f} | {rss:.2f} | {lo:.2f}–{hi:.2f} |")
     ratio = rows[-1][2] / rows[0][2] if len(rows) > 1 else float("nan")
@@ -200,15 +228,21 @@ def main() -> None:
         date = args.date or datetime.date.today().isoformat()
         sizes = " ".join(f"{s:g}" for s in args.sizes)
         text = [
-            "", f"## Streaming merge memory (ties, K=2) — {date}", "",
+            "",
+            f"## Streaming merge memory (ties, K=2) — {date}",
+            "",
             f"Command: `python benchmarks/merge_memory.py --sizes {sizes} --runs {args.runs} --record` "
             "(each run: `/usr/bin/time -v python -m dots.merge method=ties backbone.base=BASE "
             "+backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT overwrite=true`).",
             f"Machine: {args.machine}. Checkpoints: benchmarks/gen_checkpoints.py, Qwen2-0.5B-shaped float32, "
             "size set by depth (largest tensor = the 151936×896 embedding, 545 MB, at every size). "
-            f"Medians of {args.runs} runs.", "", *lines, "",
+            f"Medians of {args.runs} runs.",
+            "",
+            *lines,
+            "",
             f"Peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3). "
-            "Bound (K+4)×largest fp32 tensor = 6 × 0.51 GiB = 3.04 GiB + interpreter/torch overhead.", "",
+            "Bound (K+4)×largest fp32 tensor = 6 × 0.51 GiB = 3.04 GiB + interpreter/torch overhead.",
+            "",
         ]
         with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
             fh.write("\n".join(text))

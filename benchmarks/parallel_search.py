@@ -18,6 +18,7 @@ medians over `--runs` repeats are appended to benchmarks/RESULTS.md.
 
 Needs a running cluster (scripts/slurm/start.sh).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,10 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 @dataclass
 class Measurement:
     workers: int
-    cpus: int              # per worker (= its torch threads)
-    wall_s: float          # the multirun command, submission to the end of its last job
-    study_s: float         # first trial start → last trial complete (journal timestamps)
-    trial_s: float         # median start → complete of one trial
+    cpus: int  # per worker (= its torch threads)
+    wall_s: float  # the multirun command, submission to the end of its last job
+    study_s: float  # first trial start → last trial complete (journal timestamps)
+    trial_s: float  # median start → complete of one trial
     trials_per_worker: list[int]
 
 
@@ -57,10 +58,18 @@ def trio(args: argparse.Namespace) -> dict[str, Path]:
 def search_args(models: dict[str, Path], args: argparse.Namespace, run_dir: Path, trials: int) -> list[str]:
     """The lab backbone with its checkpoints pinned, and the search settings pinned too."""
     return [
-        "backbone=lab", f"engine={args.engine}", f"backbone.base={models['base']}",
-        f"backbone.sources.sft={models['sft']}", f"backbone.sources.rlvr={models['rlvr']}",
-        f"backbone.max_tokens={args.max_tokens}", f"search.n_trials={trials}", f"search.k={args.k}",
-        f"selection.n={args.selection}", f"pool.size={args.pool}", f"run_dir={run_dir}", f"cache_dir={args.root / 'cache'}",
+        "backbone=lab",
+        f"engine={args.engine}",
+        f"backbone.base={models['base']}",
+        f"backbone.sources.sft={models['sft']}",
+        f"backbone.sources.rlvr={models['rlvr']}",
+        f"backbone.max_tokens={args.max_tokens}",
+        f"search.n_trials={trials}",
+        f"search.k={args.k}",
+        f"selection.n={args.selection}",
+        f"pool.size={args.pool}",
+        f"run_dir={run_dir}",
+        f"cache_dir={args.root / 'cache'}",
     ]
 
 
@@ -69,8 +78,14 @@ def prepare(models: dict[str, Path], args: argparse.Namespace, env: dict) -> Pat
     prep = args.root / "prep"
     if not (prep / "selection.jsonl").exists():
         print(f"prep: task vectors and selection in {prep}", flush=True)
-        cmd = [sys.executable, "-m", "dots.search", *search_args(models, args, prep, trials=1),
-               f"search.storage={prep / 'study.journal'}", "export.enabled=false"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dots.search",
+            *search_args(models, args, prep, trials=1),
+            f"search.storage={prep / 'study.journal'}",
+            "export.enabled=false",
+        ]
         subprocess.run(cmd, check=True, env=env, cwd=args.root)
     return prep
 
@@ -83,8 +98,7 @@ def study_times(storage: Path) -> tuple[float, float, list]:
 
     backend = JournalStorage(JournalFileBackend(str(storage)))
     (summary,) = optuna.get_all_study_summaries(backend)
-    trials = optuna.load_study(study_name=summary.study_name, storage=backend).get_trials(
-        states=(TrialState.COMPLETE,))
+    trials = optuna.load_study(study_name=summary.study_name, storage=backend).get_trials(states=(TrialState.COMPLETE,))
     span = (max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)).total_seconds()
     per_trial = statistics.median((t.datetime_complete - t.datetime_start).total_seconds() for t in trials)
     return span, per_trial, trials
@@ -98,18 +112,29 @@ def cancel_jobs(sweep_dir: Path) -> None:
         subprocess.run(["scancel", *sorted(ids)], capture_output=True, timeout=30)
 
 
-def measure(models: dict[str, Path], args: argparse.Namespace, env: dict, prep: Path, workers: int, cpus: int,
-            repeat: int) -> Measurement:
+def measure(
+    models: dict[str, Path], args: argparse.Namespace, env: dict, prep: Path, workers: int, cpus: int, repeat: int
+) -> Measurement:
     run_dir = args.root / f"{workers}x{cpus}-r{repeat}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     shutil.copy(prep / "selection.jsonl", run_dir / "selection.jsonl")
     storage = run_dir / "study.journal"
-    cmd = [sys.executable, "-m", "dots.search", "-m", "hydra/launcher=slurm_local",
-           f"hydra.launcher.cpus_per_task={cpus}", f"hydra.launcher.array_parallelism={workers}",
-           "hydra.launcher.setup=['export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK']",
-           f"hydra.sweep.dir={run_dir / 'multirun'}", *search_args(models, args, run_dir, args.trials),
-           f"search.workers={workers}", f"search.worker=range({workers})", f"search.storage={storage}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dots.search",
+        "-m",
+        "hydra/launcher=slurm_local",
+        f"hydra.launcher.cpus_per_task={cpus}",
+        f"hydra.launcher.array_parallelism={workers}",
+        "hydra.launcher.setup=['export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK']",
+        f"hydra.sweep.dir={run_dir / 'multirun'}",
+        *search_args(models, args, run_dir, args.trials),
+        f"search.workers={workers}",
+        f"search.worker=range({workers})",
+        f"search.storage={storage}",
+    ]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, env=env, cwd=args.root, capture_output=True, text=True)
@@ -135,8 +160,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--runs", type=int, default=3, help="repeats of each worker count (medians reported)")
-    parser.add_argument("--configs", nargs="+", default=["1x2", "2x1", "1x1"],
-                        help="WxC: W workers with C CPUs (and torch threads) each")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=["1x2", "2x1", "1x1"],
+        help="WxC: W workers with C CPUs (and torch threads) each",
+    )
     parser.add_argument("--engine", default="hf")
     parser.add_argument("--k", type=int, default=4, help="samples per query and trial")
     parser.add_argument("--selection", type=int, default=16, help="adaptation queries")
@@ -161,41 +190,58 @@ def main() -> None:
     results: dict[tuple[int, int], list[Measurement]] = {c: [] for c in configs}
     loads = []
     for repeat in range(args.runs):
-        for workers, cpus in (configs if repeat % 2 == 0 else configs[::-1]):  # alternate: load drift hits all
+        for workers, cpus in configs if repeat % 2 == 0 else configs[::-1]:  # alternate: load drift hits all
             loads.append(os.getloadavg()[0])
             m = measure(models, args, env, prep, workers, cpus, repeat)
             results[(workers, cpus)].append(m)
-            print(f"run {repeat + 1}, {workers}x{cpus}: wall {m.wall_s:.1f} s, study {m.study_s:.1f} s, "
-                  f"trial {m.trial_s:.2f} s, trials per worker {m.trials_per_worker}, load {load_average()}",
-                  flush=True)
-    med = {c: {key: statistics.median(getattr(m, key) for m in ms) for key in ("wall_s", "study_s", "trial_s")}
-           for c, ms in results.items()}
-    lines = ["| workers × CPUs (threads) each | median wall (s) | median study span (s) | median trial (s) | "
-             "trials per worker (each run) |", "|---|---|---|---|---|"]
+            print(
+                f"run {repeat + 1}, {workers}x{cpus}: wall {m.wall_s:.1f} s, study {m.study_s:.1f} s, "
+                f"trial {m.trial_s:.2f} s, trials per worker {m.trials_per_worker}, load {load_average()}",
+                flush=True,
+            )
+    med = {
+        c: {key: statistics.median(getattr(m, key) for m in ms) for key in ("wall_s", "study_s", "trial_s")}
+        for c, ms in results.items()
+    }
+    lines = [
+        "| workers × CPUs (threads) each | median wall (s) | median study span (s) | median trial (s) | "
+        "trials per worker (each run) |",
+        "|---|---|---|---|---|",
+    ]
     for (w, c), ms in results.items():
         split = "; ".join("+".join(map(str, m.trials_per_worker)) for m in ms)
-        lines.append(f"| {w} × {c} | {med[(w, c)]['wall_s']:.1f} | {med[(w, c)]['study_s']:.1f} | "
-                     f"{med[(w, c)]['trial_s']:.2f} | {split} |")
+        lines.append(
+            f"| {w} × {c} | {med[(w, c)]['wall_s']:.1f} | {med[(w, c)]['study_s']:.1f} | "
+            f"{med[(w, c)]['trial_s']:.2f} | {split} |"
+        )
     ratios = []
     for one in (c for c in configs if c[0] == 1):
         for two in (c for c in configs if c[0] == 2):
-            paired = {key: sorted(b.__dict__[key] / a.__dict__[key] for a, b in zip(results[one], results[two]))
-                      for key in ("wall_s", "study_s")}  # same repeat, adjacent in time: similar load
+            paired = {
+                key: sorted(b.__dict__[key] / a.__dict__[key] for a, b in zip(results[one], results[two]))
+                for key in ("wall_s", "study_s")
+            }  # same repeat, adjacent in time: similar load
             ratios.append(
                 f"{two[0]}×{two[1]} / {one[0]}×{one[1]}: wall {med[two]['wall_s'] / med[one]['wall_s']:.2f} "
-                f"(paired {statistics.median(paired['wall_s']):.2f}, {paired['wall_s'][0]:.2f}–{paired['wall_s'][-1]:.2f}), "
+                f"(paired {statistics.median(paired['wall_s']):.2f}, "
+                f"{paired['wall_s'][0]:.2f}–{paired['wall_s'][-1]:.2f}), "
                 f"study span {med[two]['study_s'] / med[one]['study_s']:.2f} "
                 f"(paired {statistics.median(paired['study_s']):.2f}, "
-                f"{paired['study_s'][0]:.2f}–{paired['study_s'][-1]:.2f})")
-    summary = (f"Ratios of medians (and median, range of the per-repeat ratios) — {'; '.join(ratios)} "
-               f"(1-min load average at the start of each run: "
-               f"{min(loads):.1f}–{max(loads):.1f})")
+                f"{paired['study_s'][0]:.2f}–{paired['study_s'][-1]:.2f})"
+            )
+    summary = (
+        f"Ratios of medians (and median, range of the per-repeat ratios) — {'; '.join(ratios)} "
+        f"(1-min load average at the start of each run: "
+        f"{min(loads):.1f}–{max(loads):.1f})"
+    )
     print("\n".join(lines))
     print(summary)
     if args.record:
         date = args.date or datetime.date.today().isoformat()
         text = [
-            "", f"## Parallel search: 2 workers vs 1 on the local SLURM cluster — {date}", "",
+            "",
+            f"## Parallel search: 2 workers vs 1 on the local SLURM cluster — {date}",
+            "",
             f"Command: `python benchmarks/parallel_search.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}` "
             "(each run: `python -m dots.search -m hydra/launcher=slurm_local hydra.launcher.cpus_per_task=C "
             "\"hydra.launcher.setup=['export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK']\" "
@@ -206,8 +252,12 @@ def main() -> None:
             f"Machine: {args.machine}; the one-node cluster of scripts/slurm/start.sh ({os.cpu_count()} CPUs). "
             f"Medians of {args.runs} runs per configuration, in alternating order. Wall: the whole command "
             "(submission, job start, imports, engine start, study, pick, export, submitit polling); study "
-            "span: first trial start to last trial end; trial: start to end of one trial.", "",
-            *lines, "", summary + ".", "",
+            "span: first trial start to last trial end; trial: start to end of one trial.",
+            "",
+            *lines,
+            "",
+            summary + ".",
+            "",
         ]
         with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
             fh.write("\n".join(text))

@@ -21,6 +21,7 @@ were introduced; same bits) and with the float32 accumulator worked in blocks of
 `dots.vectors.synth.CPU_BLOCK_ENTRIES` (the default), in the order A B B A, and the medians of
 the unprofiled swaps of both passes are compared.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,9 +73,14 @@ def profile_swaps(engine, lams: list[dict[str, float]], trace: Path | None) -> d
 
 
 def report(kind: str, cache: str, blocks: str, res: dict) -> str:
-    lines = [f"**{kind}, `synth_cache={cache}`, {blocks}**: swap {res['wall']:.3f} s (median of {len(res['walls'])} unprofiled; "
-             f"{res['profiled']:.3f} s per swap under the profiler)", "",
-             "| phase (inclusive, per swap) | s | share of the profiled swap |", "|---|---|---|"]
+    lines = [
+        f"**{kind}, `synth_cache={cache}`, {blocks}**: swap {res['wall']:.3f} s "
+        f"(median of {len(res['walls'])} unprofiled; "
+        f"{res['profiled']:.3f} s per swap under the profiler)",
+        "",
+        "| phase (inclusive, per swap) | s | share of the profiled swap |",
+        "|---|---|---|",
+    ]
     labels = dict(res["labels"])
     if "dots.vllm.reload_weights" in labels:
         synth = labels.get("dots.vectors.synth.read", 0.0) + labels.get("dots.vectors.synth.combine", 0.0)
@@ -129,17 +135,22 @@ def main() -> None:
         del engine
         gc.collect()
     dots.vectors.synth.CPU_BLOCK_ENTRIES = blocked
-    table = ("| engine | synth_cache | swap, whole tensors (s) | swap, blocks (s) | whole / blocks |\n"
-             "|---|---|---|---|---|\n" + "\n".join(summary) + "\n")
+    table = (
+        "| engine | synth_cache | swap, whole tensors (s) | swap, blocks (s) | whole / blocks |\n"
+        "|---|---|---|---|---|\n" + "\n".join(summary) + "\n"
+    )
     print(table)
-    sections.insert(0, "Unprofiled swaps, medians of 2 × repeats (order A B B A), both settings in the same engine:\n\n"
-                    + table)
+    sections.insert(
+        0, "Unprofiled swaps, medians of 2 × repeats (order A B B A), both settings in the same engine:\n\n" + table
+    )
     if args.record:
         machine = args.machine or f"{platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
         command = "python benchmarks/profile_swap.py " + " ".join(sys.argv[1:])
-        head = (f"\n## Profile of a weight swap (benchmarks/profile_swap.py, torch.profiler) — {date.today()}\n\n"
-                f"Command: `{command}`. Machine: {machine}. Model: generated Qwen2.5-0.5B shapes "
-                f"({args.layers} layers, bf16), τ̃ of two sources at density 0.3; λ: {lams}.\n\n")
+        head = (
+            f"\n## Profile of a weight swap (benchmarks/profile_swap.py, torch.profiler) — {date.today()}\n\n"
+            f"Command: `{command}`. Machine: {machine}. Model: generated Qwen2.5-0.5B shapes "
+            f"({args.layers} layers, bf16), τ̃ of two sources at density 0.3; λ: {lams}.\n\n"
+        )
         with RESULTS.open("a") as fh:
             fh.write(head + "\n".join(sections))
 

@@ -48,6 +48,7 @@ benchmarks/RESULTS.md, `--out FILE` writes every raw number as JSON.
 `--trials 2 --repeats 1` is a smoke run. Any dots option goes to every dots run with
 `--set key=value` (e.g. `--set engine.enforce_eager=true --set search.k=4`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,25 +85,32 @@ TARGET = 5.0
 class SideRun:
     """One side of one repeat."""
 
-    side: str                 # dots | restart
+    side: str  # dots | restart
     repeat: int
-    position: int             # 0: ran first in its repeat
-    load1: float              # 1-min load average at its start
-    wall_s: float             # the whole process (GNU time)
-    rss_gib: float            # its peak RSS (GNU time; the largest process of the tree)
-    trials_s: float           # dots: study span (incl. its engine start); restart: Σ per-trial totals
+    position: int  # 0: ran first in its repeat
+    load1: float  # 1-min load average at its start
+    wall_s: float  # the whole process (GNU time)
+    rss_gib: float  # its peak RSS (GNU time; the largest process of the tree)
+    trials_s: float  # dots: study span (incl. its engine start); restart: Σ per-trial totals
     trials: list[dict[str, Any]] = field(default_factory=list)  # per trial: number, λ, objectives, times
 
 
 # --- the dots side ----------------------------------------------------------------------------
 
+
 def search_args(models: Mapping[str, Path], args: argparse.Namespace, run_dir: Path, trials: int) -> list[str]:
     """The lab backbone with its trio pinned, a given run dir and cache, no export."""
     return [
-        "backbone=lab", f"engine={args.engine}", f"backbone.base={models['base']}",
-        f"backbone.sources.sft={models['sft']}", f"backbone.sources.rlvr={models['rlvr']}",
-        f"search.n_trials={trials}", "export.enabled=false", f"run_dir={run_dir}",
-        f"cache_dir={args.root / 'cache'}", *args.set,
+        "backbone=lab",
+        f"engine={args.engine}",
+        f"backbone.base={models['base']}",
+        f"backbone.sources.sft={models['sft']}",
+        f"backbone.sources.rlvr={models['rlvr']}",
+        f"search.n_trials={trials}",
+        "export.enabled=false",
+        f"run_dir={run_dir}",
+        f"cache_dir={args.root / 'cache'}",
+        *args.set,
     ]
 
 
@@ -110,8 +118,14 @@ def run_timed(cmd: list[str], env: Mapping[str, str], log: Path, cwd: Path) -> t
     """(wall s, peak RSS GiB) of one command under GNU time -v; its output goes to `log`."""
     timing = log.with_suffix(".time")
     with open(log, "w") as fh:
-        proc = subprocess.Popen([TIME, "-v", "-o", str(timing), *cmd], stdout=fh, stderr=subprocess.STDOUT,
-                                env=dict(env), cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(
+            [TIME, "-v", "-o", str(timing), *cmd],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
         try:
             code = proc.wait()
         except BaseException:  # interrupted: stop its whole process group (vLLM's engine processes too)
@@ -126,6 +140,7 @@ def run_timed(cmd: list[str], env: Mapping[str, str], log: Path, cwd: Path) -> t
 
 def read_trials(run_dir: Path) -> list[dict[str, Any]]:
     """The complete trials of trials.csv in trial order, numbers parsed."""
+
     def value(text: str) -> Any:
         try:
             return float(text) if text else None
@@ -150,7 +165,8 @@ def study_span(run_dir: Path) -> float:
     storage = open_storage(None, run_dir)
     (summary,) = optuna.get_all_study_summaries(storage)
     trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials(
-        deepcopy=False, states=(TrialState.COMPLETE,))
+        deepcopy=False, states=(TrialState.COMPLETE,)
+    )
     return (max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)).total_seconds()
 
 
@@ -161,20 +177,28 @@ def prepare(models: Mapping[str, Path], args: argparse.Namespace, env: Mapping[s
     if not (prep / "trials.csv").exists():
         print(f"prep: task vectors and selection in {prep}", flush=True)
         prep.mkdir(parents=True, exist_ok=True)
-        run_timed([sys.executable, "-m", "dots.search", *search_args(models, args, prep, trials=1)], env,
-                  prep / "dots.log", args.root)
+        run_timed(
+            [sys.executable, "-m", "dots.search", *search_args(models, args, prep, trials=1)],
+            env,
+            prep / "dots.log",
+            args.root,
+        )
     if not (prep / "restart-warm.json").exists():
-        print("prep: one untimed restart of that trial (with vLLM: warms its compile cache for the restart "
-              "directory)", flush=True)
-        run_timed(restart_command(prep, prep / "restart-warm.json", args.root), env, prep / "restart-warm.log",
-                  args.root)
+        print(
+            "prep: one untimed restart of that trial (with vLLM: warms its compile cache for the restart directory)",
+            flush=True,
+        )
+        run_timed(
+            restart_command(prep, prep / "restart-warm.json", args.root), env, prep / "restart-warm.log", args.root
+        )
     warm = json.loads((prep / "restart-warm.json").read_text())["trials"]
     print(f"prep: restart vs dots on the prep trial: {objective_check(read_trials(prep), warm)}", flush=True)
     return prep
 
 
-def run_dots(models: Mapping[str, Path], args: argparse.Namespace, env: Mapping[str, str], prep: Path,
-             repeat: int, position: int) -> tuple[SideRun, Path]:
+def run_dots(
+    models: Mapping[str, Path], args: argparse.Namespace, env: Mapping[str, str], prep: Path, repeat: int, position: int
+) -> tuple[SideRun, Path]:
     run_dir = args.root / f"{args.engine}-r{repeat}-dots"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -192,9 +216,18 @@ def run_dots(models: Mapping[str, Path], args: argparse.Namespace, env: Mapping[
 
 # --- the restart side -------------------------------------------------------------------------
 
+
 def restart_command(run_dir: Path, out: Path, root: Path) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--restart-job", str(run_dir), "--job-out", str(out),
-            "--root", str(root)]
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--restart-job",
+        str(run_dir),
+        "--job-out",
+        str(out),
+        "--root",
+        str(root),
+    ]
 
 
 class LoadedEngine:
@@ -232,13 +265,15 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
         import vllm  # noqa: F401  (imported once, as the official script does at its top)
     base = Checkpoint(str(cfg.backbone.base))
     sources = {str(k): Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()}
-    tv = build_task_vectors(base, sources, SparsifyConfig(**plain(cfg.sparsify)), cfg.cache_dir,
-                            alignment=align(base, sources))
+    tv = build_task_vectors(
+        base, sources, SparsifyConfig(**plain(cfg.sparsify)), cfg.cache_dir, alignment=align(base, sources)
+    )
     tokenizer = AutoTokenizer.from_pretrained(str(base.path))
     selection_file = run_dir / "selection.jsonl"
     key = json.loads(selection_file.read_text().splitlines()[0])["key"]
-    prompts = [format_prompt(q.question, cfg.backbone.prompt, tokenizer)
-               for q in load_selection(selection_file, key).queries]
+    prompts = [
+        format_prompt(q.question, cfg.backbone.prompt, tokenizer) for q in load_selection(selection_file, key).queries
+    ]
     model_dir = scratch / "restart-model"  # one fixed path, as a script that overwrites its output
     results = []
     for row in read_trials(run_dir):
@@ -256,18 +291,36 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
         t4 = time.perf_counter()
         shutil.rmtree(model_dir)
         t5 = time.perf_counter()
-        times = {"write": t1 - t0, "start": t2 - t1, **{k: res.times[k] for k in SCORE_PARTS}, "close": t4 - t3,
-                 "cleanup": t5 - t4, "total": t5 - t0}
-        results.append({"number": row["number"], "lambda": lam, "consistency": res.consistency,
-                        "perplexity": res.perplexity, "tokens_generated": res.tokens, "time": times})
-        print(f"restart trial {row['number']}: write {times['write']:.2f} s, start {times['start']:.2f} s, "
-              f"score {t3 - t2:.2f} s, close {times['close']:.2f} s → C={res.consistency:.4f} "
-              f"PPL={res.perplexity:.4f}", flush=True)
+        times = {
+            "write": t1 - t0,
+            "start": t2 - t1,
+            **{k: res.times[k] for k in SCORE_PARTS},
+            "close": t4 - t3,
+            "cleanup": t5 - t4,
+            "total": t5 - t0,
+        }
+        results.append(
+            {
+                "number": row["number"],
+                "lambda": lam,
+                "consistency": res.consistency,
+                "perplexity": res.perplexity,
+                "tokens_generated": res.tokens,
+                "time": times,
+            }
+        )
+        print(
+            f"restart trial {row['number']}: write {times['write']:.2f} s, start {times['start']:.2f} s, "
+            f"score {t3 - t2:.2f} s, close {times['close']:.2f} s → C={res.consistency:.4f} "
+            f"PPL={res.perplexity:.4f}",
+            flush=True,
+        )
     out.write_text(json.dumps({"engine": plain(cfg.engine), "trials": results}, indent=1))
 
 
-def run_restart(args: argparse.Namespace, env: Mapping[str, str], reference: Path, repeat: int,
-                position: int) -> SideRun:
+def run_restart(
+    args: argparse.Namespace, env: Mapping[str, str], reference: Path, repeat: int, position: int
+) -> SideRun:
     out = args.root / f"{args.engine}-r{repeat}-restart.json"
     load = os.getloadavg()[0]
     wall, rss = run_timed(restart_command(reference, out, args.root), env, out.with_suffix(".log"), args.root)
@@ -277,15 +330,24 @@ def run_restart(args: argparse.Namespace, env: Mapping[str, str], reference: Pat
 
 # --- checks and report ------------------------------------------------------------------------
 
+
 def objective_check(dots_trials: list[dict], restart_trials: list[dict]) -> dict[str, Any]:
     """Restart vs dots objectives for the same trial numbers."""
     stored = {t["number"]: t for t in dots_trials}
     pairs = [(stored[r["number"]], r) for r in restart_trials]
     d_c = [abs(a["consistency"] - b["consistency"]) for a, b in pairs]
     d_p = [abs(a["perplexity"] - b["perplexity"]) for a, b in pairs]
-    return {"trials": len(pairs), "max_abs_consistency": max(d_c), "max_abs_perplexity": max(d_p),
-            "identical": sum(a["consistency"] == b["consistency"] and a["perplexity"] == b["perplexity"]
-                             and int(a["tokens_generated"]) == b["tokens_generated"] for a, b in pairs)}
+    return {
+        "trials": len(pairs),
+        "max_abs_consistency": max(d_c),
+        "max_abs_perplexity": max(d_p),
+        "identical": sum(
+            a["consistency"] == b["consistency"]
+            and a["perplexity"] == b["perplexity"]
+            and int(a["tokens_generated"]) == b["tokens_generated"]
+            for a, b in pairs
+        ),
+    }
 
 
 def same_lambdas(a: list[dict], b: list[dict]) -> bool:
@@ -326,25 +388,39 @@ def spread(values: list[float], fmt: str = ".1f") -> str:
 def table(dots: list[SideRun], restart: list[SideRun], n: int) -> list[str]:
     """Medians over repeats of per-run values (per-trial parts: median over that run's trials,
     dots' trial 0 left out: its swap holds the engine start, which has a row of its own)."""
+
     def both(d: float | None, r: float | None, fmt: str = ".3f") -> str:
         return " | ".join("—" if v is None else f"{v:{fmt}}" for v in (d, r))
 
     rows = [
         ("write merged model", None, med([restart_part(r, "write") for r in restart])),
-        ("engine start (dots: once, estimate from trial 0; restart: per trial)",
-         med([engine_start_estimate(r) for r in dots]), med([restart_part(r, "start") for r in restart])),
+        (
+            "engine start (dots: once, estimate from trial 0; restart: per trial)",
+            med([engine_start_estimate(r) for r in dots]),
+            med([restart_part(r, "start") for r in restart]),
+        ),
         ("swap λ", med([dots_part(r, "swap") for r in dots]), None),
-        *[(p, med([dots_part(r, p) for r in dots]), med([restart_part(r, p) for r in restart]))
-          for p in SCORE_PARTS[1:]],
-        ("engine shutdown + delete dir", None,
-         med([restart_part(r, "close") + restart_part(r, "cleanup") for r in restart])),
-        ("one trial, total", med([dots_part(r, "total") for r in dots]),
-         med([restart_part(r, "total") for r in restart])),
+        *[
+            (p, med([dots_part(r, p) for r in dots]), med([restart_part(r, p) for r in restart]))
+            for p in SCORE_PARTS[1:]
+        ],
+        (
+            "engine shutdown + delete dir",
+            None,
+            med([restart_part(r, "close") + restart_part(r, "cleanup") for r in restart]),
+        ),
+        (
+            "one trial, total",
+            med([dots_part(r, "total") for r in dots]),
+            med([restart_part(r, "total") for r in restart]),
+        ),
     ]
     lines = ["| part (per trial: median; dots without trial 0) | dots (s) | save + restart (s) |", "|---|---|---|"]
     lines += [f"| {name} | {both(d, r)} |" for name, d, r in rows]
-    lines.append(f"| **{n} trials** (dots: study span incl. engine start; restart: Σ trials) | "
-                 f"**{med_of(dots, 'trials_s'):.1f}** | **{med_of(restart, 'trials_s'):.1f}** |")
+    lines.append(
+        f"| **{n} trials** (dots: study span incl. engine start; restart: Σ trials) | "
+        f"**{med_of(dots, 'trials_s'):.1f}** | **{med_of(restart, 'trials_s'):.1f}** |"
+    )
     for name, key, fmt in (("whole process wall", "wall_s", ".1f"), ("peak RSS (GiB)", "rss_gib", ".2f")):
         lines.append(f"| {name} | {both(med_of(dots, key), med_of(restart, key), fmt)} |")
     return lines
@@ -354,10 +430,12 @@ def summary(dots: list[SideRun], restart: list[SideRun], checks: list[dict], lam
     paired = {key: [getattr(r, key) / getattr(d, key) for d, r in zip(dots, restart)] for key in ("trials_s", "wall_s")}
     of_medians = {key: med_of(restart, key) / med_of(dots, key) for key in ("trials_s", "wall_s")}
     verdict = "met" if med(paired["trials_s"]) >= TARGET else "NOT met"
-    diffs = (f"max |ΔC| = {max(c['max_abs_consistency'] for c in checks):.3g}, "
-             f"max |ΔPPL| = {max(c['max_abs_perplexity'] for c in checks):.3g}; "
-             f"{sum(c['identical'] for c in checks)} of {sum(c['trials'] for c in checks)} restarted trials "
-             "identical to dots' (C, PPL, tokens generated)")
+    diffs = (
+        f"max |ΔC| = {max(c['max_abs_consistency'] for c in checks):.3g}, "
+        f"max |ΔPPL| = {max(c['max_abs_perplexity'] for c in checks):.3g}; "
+        f"{sum(c['identical'] for c in checks)} of {sum(c['trials'] for c in checks)} restarted trials "
+        "identical to dots' (C, PPL, tokens generated)"
+    )
     return [
         f"Speed-up restart / dots — N trials: **{med(paired['trials_s']):.1f}×** median of the per-repeat "
         f"ratios ({', '.join(f'{x:.1f}' for x in paired['trials_s'])}), {of_medians['trials_s']:.1f}× ratio of "
@@ -383,25 +461,44 @@ def versions() -> str:
 def record(args: argparse.Namespace, models: Mapping[str, Path], engine: Mapping[str, Any], lines: list[str]) -> None:
     date = args.date or datetime.date.today().isoformat()
     command = shlex.join(["python", "benchmarks/search_vs_restart.py", *sys.argv[1:]])
-    dots_cmd = shlex.join([TIME, "-v", "python", "-m", "dots.search", "backbone=lab", f"engine={args.engine}",
-                           f"search.n_trials={args.trials}", "export.enabled=false", "run_dir=RUN",
-                           "cache_dir=CACHE", *args.set])
+    dots_cmd = shlex.join(
+        [
+            TIME,
+            "-v",
+            "python",
+            "-m",
+            "dots.search",
+            "backbone=lab",
+            f"engine={args.engine}",
+            f"search.n_trials={args.trials}",
+            "export.enabled=false",
+            "run_dir=RUN",
+            "cache_dir=CACHE",
+            *args.set,
+        ]
+    )
     text = [
-        "", f"## Whole lab search: dots vs save-and-restart per trial (benchmarks/search_vs_restart.py) — {date}", "",
+        "",
+        f"## Whole lab search: dots vs save-and-restart per trial (benchmarks/search_vs_restart.py) — {date}",
+        "",
         f"Command: `{command}` (dots: `{dots_cmd}`; restart: the same trials replayed from RUN by `--restart-job`, "
         f"one process). Lab trio: {', '.join(str(p) for p in models.values())}. Engine options (both sides, from "
         f"the run's config.yaml): `{json.dumps(dict(engine), sort_keys=True)}`.",
         f"Machine: {args.machine}; {versions()}. {args.repeats} repeat(s), alternating which side goes first; "
         "medians. τ̃ cache and selection prepared once outside the timing. dots N trials = study span (trial 0 "
         "start → last trial end; holds the one lazy engine start); restart N trials = Σ per trial of write + "
-        "start + score + shutdown + delete. Whole process = GNU time wall of each side's process.", "",
-        *lines, "", *([args.note, ""] if args.note else []),
+        "start + score + shutdown + delete. Whole process = GNU time wall of each side's process.",
+        "",
+        *lines,
+        "",
+        *([args.note, ""] if args.note else []),
     ]
     with open(RESULTS, "a") as fh:
         fh.write("\n".join(text))
 
 
 # --- main -------------------------------------------------------------------------------------
+
 
 def trio() -> dict[str, Path]:
     from dots.lab import ensure_trio
@@ -421,8 +518,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=10, help="N: trials of the search (both sides)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of both sides (5 for the standard)")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a dots.search override for every dots run (and so for the restart side)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dots.search override for every dots run (and so for the restart side)",
+    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/dots-svr"))
     parser.add_argument("--record", action="store_true", help="append a section to benchmarks/RESULTS.md")
     parser.add_argument("--out", type=Path, help="every raw number as JSON")
@@ -459,16 +561,28 @@ def main() -> None:
                 run = run_restart(args, env, latest, repeat, position)
                 checks.append(objective_check(read_trials(latest), run.trials))
                 restart.append(run)
-            print(f"repeat {repeat + 1}, {side}: wall {run.wall_s:.1f} s, {args.trials} trials {run.trials_s:.1f} s, "
-                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"repeat {repeat + 1}, {side}: wall {run.wall_s:.1f} s, {args.trials} trials {run.trials_s:.1f} s, "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     lambdas_stable = all(same_lambdas(dots[0].trials, run.trials) for run in dots)
     engine = json.loads((args.root / f"{args.engine}-r0-restart.json").read_text())["engine"]
     lines = [*table(dots, restart, args.trials), "", *summary(dots, restart, checks, lambdas_stable)]
     print("\n" + "\n".join(lines))
     if args.out:
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "engine": engine,
-                                        "models": {k: str(v) for k, v in models.items()}, "checks": checks,
-                                        "runs": [asdict(r) for r in dots + restart]}, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "engine": engine,
+                    "models": {k: str(v) for k, v in models.items()},
+                    "checks": checks,
+                    "runs": [asdict(r) for r in dots + restart],
+                },
+                indent=1,
+            )
+        )
     if args.record:
         record(args, models, engine, lines)
 

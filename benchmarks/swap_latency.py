@@ -27,7 +27,8 @@ an "SFT" (dense noise) and an "RLVR" (sparse, smaller noise) source and their τ
 
 `--layers 2` gives a quick smoke run. `--tp2` also starts a vLLM engine with
 tensor_parallel_size 2 (τ̃ in memory) and reports each rank's resident bytes beside the TP=1
-worker's, its swap time, and whether its greedy outputs equal the TP=1 swaps'. Results go to stdout as a Markdown table. Before the
+worker's, its swap time, and whether its greedy outputs equal the TP=1 swaps'. Results go to
+stdout as a Markdown table. Before the
 timed swaps of each τ̃ mode, `--warmup` swaps (default 1, other λ) touch the buffers a swap
 allocates for the first time — a cost a search pays in its first trial only; they are
 reported apart.
@@ -39,6 +40,7 @@ machine's memory-copy bandwidth (`machine_limits.memory_gbps`); with `synth_cach
 same plus θ0 and τ̃ read from the page cache at its measured rate (`machine_limits.read_seconds`).
 Both for the compact τ̃ and for the dense float32 τ̃ of cache version 1 (4 bytes per parameter).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,8 +93,14 @@ def write_tokenizer(out: Path) -> None:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>", clean_up_tokenization_spaces=False)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
     fast.save_pretrained(out)
 
 
@@ -116,12 +124,25 @@ def write_model(out: Path, layers: int, source_seed: int | None, scale: float, d
                 t.add_(noise)
             writer.write(name, t)
         config = {
-            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": HIDDEN,
-            "intermediate_size": MLP, "num_hidden_layers": layers, "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB, "max_position_embeddings": 4096,
-            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
-            "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
-            "use_sliding_window": False, "max_window_layers": layers,
+            "architectures": ["Qwen2ForCausalLM"],
+            "model_type": "qwen2",
+            "hidden_size": HIDDEN,
+            "intermediate_size": MLP,
+            "num_hidden_layers": layers,
+            "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS,
+            "vocab_size": VOCAB,
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0,
+            "tie_word_embeddings": True,
+            "torch_dtype": "bfloat16",
+            "hidden_act": "silu",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+            "use_sliding_window": False,
+            "max_window_layers": layers,
         }
         writer.add_file("config.json", json.dumps(config, indent=2))
         writer.add_file("generation_config.json", json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
@@ -140,8 +161,12 @@ def build(workdir: Path, layers: int):
     for path in (base, sft, rl):
         if not (path / "tokenizer.json").exists():  # an earlier run stopped right after commit
             write_tokenizer(path)
-    tv = build_task_vectors(Checkpoint(base), {"sft": Checkpoint(sft), "rlvr": Checkpoint(rl)},
-                            SparsifyConfig(density=0.3), workdir / "cache")
+    tv = build_task_vectors(
+        Checkpoint(base),
+        {"sft": Checkpoint(sft), "rlvr": Checkpoint(rl)},
+        SparsifyConfig(density=0.3),
+        workdir / "cache",
+    )
     return base, tv
 
 
@@ -154,7 +179,9 @@ def save_merged(tv, coefficients, base: Path, out: Path) -> Path:
     from dots.vectors.synth import synthesize
 
     ckpt = Checkpoint(base)
-    with CheckpointWriter(out, {n: ckpt.info(n) for n in ckpt.names}, max_shard_bytes=2 * 2**30, overwrite=True) as writer:
+    with CheckpointWriter(
+        out, {n: ckpt.info(n) for n in ckpt.names}, max_shard_bytes=2 * 2**30, overwrite=True
+    ) as writer:
         writer.write_all(synthesize(tv, coefficients, device="cpu", base=ckpt))
         return writer.commit(copy_from=ckpt)
 
@@ -163,8 +190,15 @@ def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "
     if kind == "vllm":
         from dots.engines.vllm import VLLMEngine
 
-        return VLLMEngine(model, task_vectors=tv, dtype="bfloat16", max_model_len=512, synth_cache=synth_cache,
-                          enforce_eager=args.enforce_eager, gpu_memory_utilization=args.memory_utilization)
+        return VLLMEngine(
+            model,
+            task_vectors=tv,
+            dtype="bfloat16",
+            max_model_len=512,
+            synth_cache=synth_cache,
+            enforce_eager=args.enforce_eager,
+            gpu_memory_utilization=args.memory_utilization,
+        )
     from dots.engines.hf import HFEngine
 
     return HFEngine(model, task_vectors=tv, dtype="bfloat16", synth_cache=synth_cache)
@@ -196,8 +230,11 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
             t = time.perf_counter()
             engine.set_task_vectors(tv, synth_cache="memory", layout="checkpoint")
             out["resident_checkpoint"] = engine.resident_info()
-            print(f"[vllm] checkpoint-layout resident: {out['resident_checkpoint']} "
-                  f"(set-up {time.perf_counter() - t:.1f} s)", flush=True)
+            print(
+                f"[vllm] checkpoint-layout resident: {out['resident_checkpoint']} "
+                f"(set-up {time.perf_counter() - t:.1f} s)",
+                flush=True,
+            )
         if cache == "disk":
             engine.set_task_vectors(tv, synth_cache="disk")  # frees the resident copy
         for lam in lambdas(args.warmup, seed=1):  # first touches of fresh buffers: once per run, not per trial
@@ -233,8 +270,11 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
         fresh.close()
         del fresh
         gc.collect()
-        print(f"[{kind}] restart {lam}: write {t_write:.2f} s + start {total - t_write:.2f} s, "
-              f"same output as swap: {out['match'][-1]}", flush=True)
+        print(
+            f"[{kind}] restart {lam}: write {t_write:.2f} s + start {total - t_write:.2f} s, "
+            f"same output as swap: {out['match'][-1]}",
+            flush=True,
+        )
     return out
 
 
@@ -243,9 +283,16 @@ def measure_tp2(base: Path, tv, lams, expected: list[str], args) -> dict:
     from dots.engines.vllm import VLLMEngine
 
     t = time.perf_counter()
-    engine = VLLMEngine(base, task_vectors=tv, dtype="bfloat16", max_model_len=512, synth_cache="memory",
-                        tensor_parallel_size=2, enforce_eager=args.enforce_eager,
-                        gpu_memory_utilization=args.memory_utilization)
+    engine = VLLMEngine(
+        base,
+        task_vectors=tv,
+        dtype="bfloat16",
+        max_model_len=512,
+        synth_cache="memory",
+        tensor_parallel_size=2,
+        enforce_eager=args.enforce_eager,
+        gpu_memory_utilization=args.memory_utilization,
+    )
     out: dict = {"startup": time.perf_counter() - t, "resident": engine.resident_info(), "swap": [], "match": []}
     print(f"[vllm TP=2] resident: {out['resident']}", flush=True)
     try:
@@ -291,15 +338,30 @@ def floors(base: Path, tv) -> list[tuple[str, float, None, None]]:
     read_seconds(files)
     warm_read = (compact + theta0) / min(read_seconds(files) for _ in range(3)) / GB  # page cache GB/s
     memory = memory_gbps(3)
-    print(f"τ̃ cache: {compact / GB:.3f} GB compact (dense float32: {dense / GB:.3f} GB); "
-          f"memory copy {memory:.1f} GB/s, page-cache read {warm_read:.1f} GB/s", flush=True)
+    print(
+        f"τ̃ cache: {compact / GB:.3f} GB compact (dense float32: {dense / GB:.3f} GB); "
+        f"memory copy {memory:.1f} GB/s, page-cache read {warm_read:.1f} GB/s",
+        flush=True,
+    )
     rows = []
     for label, tau in (("compact τ̃", compact), ("dense float32 τ̃ (cache v1)", dense)):
         traffic = theta0 + tau + merged
-        rows.append((f"floor, τ̃ in memory, {label}: {traffic / GB:.2f} GB moved at {memory:.1f} GB/s",
-                     traffic / GB / memory, None, None))
-        rows.append((f"floor, τ̃ from the cache, {label}: + {(theta0 + tau) / GB:.2f} GB read at {warm_read:.1f} GB/s",
-                     traffic / GB / memory + (theta0 + tau) / GB / warm_read, None, None))
+        rows.append(
+            (
+                f"floor, τ̃ in memory, {label}: {traffic / GB:.2f} GB moved at {memory:.1f} GB/s",
+                traffic / GB / memory,
+                None,
+                None,
+            )
+        )
+        rows.append(
+            (
+                f"floor, τ̃ from the cache, {label}: + {(theta0 + tau) / GB:.2f} GB read at {warm_read:.1f} GB/s",
+                traffic / GB / memory + (theta0 + tau) / GB / warm_read,
+                None,
+                None,
+            )
+        )
     rows.append((f"τ̃ cache size, GB (dense float32 would be {dense / GB:.3f})", compact / GB, None, None))
     return rows
 
@@ -315,8 +377,12 @@ def main() -> None:
     parser.add_argument("--memory-utilization", type=float, default=None)
     parser.add_argument("--synthesis", action="store_true", help="also time synthesis alone (always on CUDA)")
     parser.add_argument("--tp2", action="store_true", help="also a vLLM engine with tensor_parallel_size 2")
-    parser.add_argument("--warmup", type=int, default=1,
-                        help="untimed swaps (other λ) before the timed ones, per τ̃ mode; reported apart")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed swaps (other λ) before the timed ones, per τ̃ mode; reported apart",
+    )
     args = parser.parse_args()
     os.environ.setdefault("DOTS_PROGRESS", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default share does not fit here
@@ -329,19 +395,34 @@ def main() -> None:
     rows = floors(base, tv)
     for resident in (False, True) if args.synthesis else ():
         runs = measure_synthesis(tv, lams, "cpu", resident)
-        rows.append((f"synthesis θ0+Σλτ̃ alone, CPU, τ̃ {'in memory' if resident else 'from disk'}",
-                     statistics.median(runs), None, runs))
+        rows.append(
+            (
+                f"synthesis θ0+Σλτ̃ alone, CPU, τ̃ {'in memory' if resident else 'from disk'}",
+                statistics.median(runs),
+                None,
+                runs,
+            )
+        )
         gc.collect()
     if torch.cuda.is_available():
         for resident in (False, True):
             measure_synthesis(tv, lams[:1], "cuda", resident)  # warm-up
             runs = measure_synthesis(tv, lams, "cuda", resident)
-            rows.append((f"synthesis θ0+Σλτ̃ alone, CUDA, τ̃ {'in memory' if resident else 'from disk'}",
-                         statistics.median(runs), None, runs))
+            rows.append(
+                (
+                    f"synthesis θ0+Σλτ̃ alone, CUDA, τ̃ {'in memory' if resident else 'from disk'}",
+                    statistics.median(runs),
+                    None,
+                    runs,
+                )
+            )
     else:
         print("no CUDA device on this machine: CUDA synthesis time not measured", flush=True)
-    labels = {"memory": "synth_cache=memory", "memory_checkpoint": "synth_cache=memory (checkpoint layout, before #18)",
-              "disk": "synth_cache=disk"}
+    labels = {
+        "memory": "synth_cache=memory",
+        "memory_checkpoint": "synth_cache=memory (checkpoint layout, before #18)",
+        "disk": "synth_cache=disk",
+    }
     for kind in args.engines:
         res = measure_engine(kind, base, tv, lams, workdir, args)
         restart = statistics.median(res["restart"])
@@ -350,27 +431,55 @@ def main() -> None:
             label = labels[cache] + (" (each worker's parameters)" if kind == "vllm" and cache == "memory" else "")
             rows.append((f"{kind}: in-place swap_coefficients, {label}", swap, restart / swap, res[f"swap_{cache}"]))
         if kind == "vllm":
-            for key, what in (("resident_tp1", "parameters' layout, TP=1"),
-                              ("resident_checkpoint", "checkpoint layout (before), TP=1")):
+            for key, what in (
+                ("resident_tp1", "parameters' layout, TP=1"),
+                ("resident_checkpoint", "checkpoint layout (before), TP=1"),
+            ):
                 for rank in res[key]:
-                    rows.append((f"vllm: resident bytes, GB, {what}, rank {rank['rank']}", rank["nbytes"] / 1e9,
-                                 None, None))
+                    rows.append(
+                        (f"vllm: resident bytes, GB, {what}, rank {rank['rank']}", rank["nbytes"] / 1e9, None, None)
+                    )
         if kind == "vllm" and args.tp2:
             tp2 = measure_tp2(base, tv, lams, res["swapped"], args)
             one = res["resident_tp1"][0]["nbytes"]
             for rank in tp2["resident"]:
-                rows.append((f"vllm TP=2: resident bytes, GB, rank {rank['rank']} ({rank['nbytes'] / one:.2f} of TP=1)",
-                             rank["nbytes"] / 1e9, None, None))
-            rows.append(("vllm TP=2: in-place swap_coefficients, synth_cache=memory", statistics.median(tp2["swap"]),
-                         restart / statistics.median(tp2["swap"]), tp2["swap"]))
+                rows.append(
+                    (
+                        f"vllm TP=2: resident bytes, GB, rank {rank['rank']} ({rank['nbytes'] / one:.2f} of TP=1)",
+                        rank["nbytes"] / 1e9,
+                        None,
+                        None,
+                    )
+                )
+            rows.append(
+                (
+                    "vllm TP=2: in-place swap_coefficients, synth_cache=memory",
+                    statistics.median(tp2["swap"]),
+                    restart / statistics.median(tp2["swap"]),
+                    tp2["swap"],
+                )
+            )
             rows.append(("vllm TP=2: greedy output == TP=1 swap for every λ", float(all(tp2["match"])), None, None))
-        rows.append((f"{kind}: save + restart (write {statistics.median(res['restart_write']):.1f} s, "
-                     f"start {statistics.median(res['restart_start']):.1f} s)", restart, None, res["restart"]))
+        rows.append(
+            (
+                f"{kind}: save + restart (write {statistics.median(res['restart_write']):.1f} s, "
+                f"start {statistics.median(res['restart_start']):.1f} s)",
+                restart,
+                None,
+                res["restart"],
+            )
+        )
         rows.append((f"{kind}: engine start with τ̃ loaded (once per run)", res["startup_once"], None, None))
         for cache in modes(kind):
             if res[f"warmup_{cache}"]:
-                rows.append((f"{kind}: warm-up swap(s), synth_cache={cache} (once per run, not timed above)",
-                             statistics.median(res[f"warmup_{cache}"]), None, res[f"warmup_{cache}"]))
+                rows.append(
+                    (
+                        f"{kind}: warm-up swap(s), synth_cache={cache} (once per run, not timed above)",
+                        statistics.median(res[f"warmup_{cache}"]),
+                        None,
+                        res[f"warmup_{cache}"],
+                    )
+                )
         rows.append((f"{kind}: greedy output of swap == restart for every λ", float(all(res["match"])), None, None))
     print(f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs (shared), torch {torch.__version__}")
     print(f"repeats: {args.repeats} (median), λ: {lams}\n")

@@ -15,7 +15,8 @@ lm_head) at the depth `--layers` gives (several values: one trio after the other
 only in the first N repeats (dots in all), and every run is watched by a memory guard
 (`merge_memory.run_guarded`: `--mem-limit-gib` of anonymous RSS, `--min-available-gib`
 of MemAvailable) that stops it, recorded as failed, before the machine runs out.
-After the last repeat of each method the two outputs are compared tensor by tensor (read one row chunk at a time): max |difference|, bit-identical share, share of
+After the last repeat of each method the two outputs are compared tensor by tensor (read one
+row chunk at a time): max |difference|, bit-identical share, share of
 entries differing by more than one bf16 ulp of the larger magnitude, and — from the
 inputs — the entries where the two definitions may disagree (below) and the number of
 differing entries outside them, which must be 0. dare_ties is also run once at p = 0
@@ -93,6 +94,7 @@ Peak RSS is GNU time's maximum resident set size. mergekit reads inputs through
 safetensors' mmap, whose file pages it touches count as resident; dots reads into
 private buffers. Both run with torch's default thread count.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -187,28 +189,51 @@ def build_cases(method: str, density: float, p: float) -> list[Case]:
     if method == "task_arithmetic":
         return [Case(method, method, {"scale": 1.0}, method, {"lambda": 1.0, "normalize": False}, one)]
     if method == "ties":
-        return [Case(f"ties (density {density:g})", method, {"density": density, "scale": 1.0}, method,
-                     {"lambda": 1.0, "normalize": True, "int8_mask": True}, {**one, "density": density},
-                     rule="ties", density=density)]
+        return [
+            Case(
+                f"ties (density {density:g})",
+                method,
+                {"density": density, "scale": 1.0},
+                method,
+                {"lambda": 1.0, "normalize": True, "int8_mask": True},
+                {**one, "density": density},
+                rule="ties",
+                density=density,
+            )
+        ]
     if method == "dare_ties":
         return [dare_case(p, timed=True)] + ([dare_case(0.0, timed=False)] if p > 0 else [])
     if method == "ram":
         return [Case(method, method, {"epsilon": 1e-5}, "ram", {"epsilon": 1e-5})]
     if method == "ram_plus":
-        return [Case("ram_plus (tensor ρ) / ramplus_tl", method,
-                     {"r": 0.1, "alpha": 2.0, "epsilon": 1e-5, "scope": "tensor"}, "ramplus_tl",
-                     {"r": 0.1, "alpha": 2.0, "epsilon": 1e-5})]
+        return [
+            Case(
+                "ram_plus (tensor ρ) / ramplus_tl",
+                method,
+                {"r": 0.1, "alpha": 2.0, "epsilon": 1e-5, "scope": "tensor"},
+                "ramplus_tl",
+                {"r": 0.1, "alpha": 2.0, "epsilon": 1e-5},
+            )
+        ]
     raise ValueError(method)
 
 
 def dare_case(p: float, timed: bool) -> Case:
     keep = round(1.0 - p, 12)
-    return Case(f"dare_ties (p {p:g})", "dare_ties", {"p": p, "scale": 1.0}, "dare_ties",
-                {"lambda": round(1.0 / keep, 12), "normalize": True, "rescale": False, "int8_mask": True},
-                {"weight": 1.0, "density": keep}, timed=timed, rule="sign" if p == 0 else "random")
+    return Case(
+        f"dare_ties (p {p:g})",
+        "dare_ties",
+        {"p": p, "scale": 1.0},
+        "dare_ties",
+        {"lambda": round(1.0 / keep, 12), "normalize": True, "rescale": False, "int8_mask": True},
+        {"weight": 1.0, "density": keep},
+        timed=timed,
+        rule="sign" if p == 0 else "random",
+    )
 
 
 # --- tools -----------------------------------------------------------------------------
+
 
 def ensure_mergekit(venv: Path, spec: str) -> tuple[Path, dict[str, str]]:
     """DIR/bin/mergekit-yaml, creating the venv and installing `spec` into it when missing."""
@@ -217,25 +242,44 @@ def ensure_mergekit(venv: Path, spec: str) -> tuple[Path, dict[str, str]]:
         print(f"creating {venv} and installing {spec} into it", flush=True)
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
         subprocess.run([str(venv / "bin" / "pip"), "install", spec], check=True)
-    probe = ("import importlib.metadata as m, json; "
-             "print(json.dumps({k: m.version(k) for k in ('mergekit', 'torch', 'transformers', 'safetensors')}))")
-    versions = json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", probe], check=True,
-                                         capture_output=True, text=True).stdout)
+    probe = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({k: m.version(k) for k in ('mergekit', 'torch', 'transformers', 'safetensors')}))"
+    )
+    versions = json.loads(
+        subprocess.run([str(venv / "bin" / "python"), "-c", probe], check=True, capture_output=True, text=True).stdout
+    )
     return exe, versions
 
 
 def dots_command(case: Case, root: Path, out: Path) -> list[str]:
     options = [f"method.{k}={v}" for k, v in case.dots_options.items()]
-    return [sys.executable, "-m", "dots.merge", f"method={case.dots_method}", *options,
-            f"backbone.base={root / 'base'}", *(f"+backbone.sources.{s}={root / s}" for s in SOURCES),
-            f"output={out}", "overwrite=true"]
+    return [
+        sys.executable,
+        "-m",
+        "dots.merge",
+        f"method={case.dots_method}",
+        *options,
+        f"backbone.base={root / 'base'}",
+        *(f"+backbone.sources.{s}={root / s}" for s in SOURCES),
+        f"output={out}",
+        "overwrite=true",
+    ]
 
 
 def mergekit_config(case: Case, root: Path) -> dict[str, Any]:
-    models = [{"model": str(root / s), **({"parameters": dict(case.mk_per_model)} if case.mk_per_model else {})}
-              for s in SOURCES]
-    return {"merge_method": case.mk_method, "base_model": str(root / "base"), "models": models,
-            "parameters": dict(case.mk_shared), "dtype": "float32", "out_dtype": "bfloat16"}
+    models = [
+        {"model": str(root / s), **({"parameters": dict(case.mk_per_model)} if case.mk_per_model else {})}
+        for s in SOURCES
+    ]
+    return {
+        "merge_method": case.mk_method,
+        "base_model": str(root / "base"),
+        "models": models,
+        "parameters": dict(case.mk_shared),
+        "dtype": "float32",
+        "out_dtype": "bfloat16",
+    }
 
 
 def mergekit_command(exe: Path, config: Path, out: Path, options: list[str]) -> list[str]:
@@ -260,6 +304,7 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float,
 
 
 # --- equality --------------------------------------------------------------------------
+
 
 def bf16_ulp(magnitude: torch.Tensor) -> torch.Tensor:
     """The bf16 ulp of each float32 magnitude: 2^(e−8) for x in [2^(e−1), 2^e)."""
@@ -317,12 +362,29 @@ def compare(size: str, case: Case, dots_dir: Path, mk_dir: Path, root: Path) -> 
     sources = [Checkpoint(root / s) for s in SOURCES]
     common = [n for n in ours.names if n in theirs]
     only = sorted(set(ours.names) ^ set(theirs.names))
-    result = Comparison(size, case.label, case.rule, len(common), 0, 0, 0, 0.0, 0.0, "", 0, 0, 0,
-                        None if case.rule == "random" else 0, only)
+    result = Comparison(
+        size,
+        case.label,
+        case.rule,
+        len(common),
+        0,
+        0,
+        0,
+        0.0,
+        0.0,
+        "",
+        0,
+        0,
+        0,
+        None if case.rule == "random" else 0,
+        only,
+    )
     for name in common:
         if ours.info(name).shape != theirs.info(name).shape:
-            raise SystemExit(f"{case.label}: {name} has shape {ours.info(name).shape} in dots' output, "
-                             f"{theirs.info(name).shape} in mergekit's")
+            raise SystemExit(
+                f"{case.label}: {name} has shape {ours.info(name).shape} in dots' output, "
+                f"{theirs.info(name).shape} in mergekit's"
+            )
         thresholds = [trim_threshold(name, base, src, case.density) for src in sources] if case.rule == "ties" else []
         for start, stop in row_chunks(ours, name):
             a = ours.get_rows(name, start, stop).float()
@@ -351,19 +413,39 @@ def compare(size: str, case: Case, dots_dir: Path, mk_dir: Path, root: Path) -> 
 
 # --- measurement -----------------------------------------------------------------------
 
+
 def generate(root: Path, size: str, layers: int | None, vocab: int | None) -> None:
     if (root / "rlvr" / "config.json").exists() and (root / ".complete").exists():
         return  # kept by an earlier --keep run with the same root
-    cmd = [sys.executable, str(REPO / "benchmarks" / "gen_checkpoints.py"), "--shape", SIZES[size],
-           "--dtype", "bfloat16", "--noise", "finetune", "--out", str(root)]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "gen_checkpoints.py"),
+        "--shape",
+        SIZES[size],
+        "--dtype",
+        "bfloat16",
+        "--noise",
+        "finetune",
+        "--out",
+        str(root),
+    ]
     cmd += ["--layers", str(layers)] if layers else []
     cmd += ["--vocab", str(vocab)] if vocab else []
     subprocess.run(cmd, check=True)
     (root / ".complete").write_text(json.dumps(cmd))
 
 
-def run_case(case: Case, size: str, root: Path, runs: int, exe: Path, mk_options: list[str],
-             env: dict[str, str], mk_runs: int | None = None, keep: bool = True) -> tuple[list[Run], dict[str, Path]]:
+def run_case(
+    case: Case,
+    size: str,
+    root: Path,
+    runs: int,
+    exe: Path,
+    mk_options: list[str],
+    env: dict[str, str],
+    mk_runs: int | None = None,
+    keep: bool = True,
+) -> tuple[list[Run], dict[str, Path]]:
     """`runs` paired repeats (order alternating; mergekit only in the first `mk_runs`, default
     all); the outputs of the last repeat each tool ran are kept (`keep`; else each output is
     deleted right after its run, so that one output at a time is on disk).
@@ -374,8 +456,10 @@ def run_case(case: Case, size: str, root: Path, runs: int, exe: Path, mk_options
     config = root / f"mergekit-{case.mk_method}.yml"
     config.write_text(yaml.safe_dump(mergekit_config(case, root), sort_keys=False))
     outs = {"dots": root / "out-dots", "mergekit": root / "out-mergekit"}
-    commands = {"dots": dots_command(case, root, outs["dots"]),
-                "mergekit": mergekit_command(exe, config, outs["mergekit"], mk_options)}
+    commands = {
+        "dots": dots_command(case, root, outs["dots"]),
+        "mergekit": mergekit_command(exe, config, outs["mergekit"], mk_options),
+    }
     results: list[Run] = []
     for repeat in range(runs):
         order = ("dots", "mergekit") if repeat % 2 == 0 else ("mergekit", "dots")
@@ -390,9 +474,12 @@ def run_case(case: Case, size: str, root: Path, runs: int, exe: Path, mk_options
             results.append(Run(tool, case.label, size, repeat, position, wall, rss, load, failed, anon))
             if not keep:
                 shutil.rmtree(outs[tool], ignore_errors=True)
-            print(f"  {case.label:<28} repeat {repeat + 1} {tool:<8} wall {wall:7.1f} s  "
-                  f"peak RSS {rss:6.2f} GiB (anonymous {anon:5.2f})  (load {load:.1f})"
-                  f"{'  FAILED: ' + failed if failed else ''}", flush=True)
+            print(
+                f"  {case.label:<28} repeat {repeat + 1} {tool:<8} wall {wall:7.1f} s  "
+                f"peak RSS {rss:6.2f} GiB (anonymous {anon:5.2f})  (load {load:.1f})"
+                f"{'  FAILED: ' + failed if failed else ''}",
+                flush=True,
+            )
     if any(r.failed for r in results):
         shutil.rmtree(outs["mergekit"], ignore_errors=True)
     return results, outs
@@ -404,21 +491,34 @@ def summarise(runs: list[Run]) -> dict[str, Any]:
     failed = [r for r in runs if r.failed]
     if failed:
         dots = [r for r in runs if r.tool == "dots"]
-        return {"dots_wall": statistics.median(r.wall_s for r in dots),
-                "dots_rss": statistics.median(r.rss_gib for r in dots), "runs": len(dots),
-                "dots_rss_range": (min(r.rss_gib for r in dots), max(r.rss_gib for r in dots)),
-                "mk_failed": (failed[0].failed, failed[0].wall_s, failed[0].rss_gib, failed[0].anon_gib)}
+        return {
+            "dots_wall": statistics.median(r.wall_s for r in dots),
+            "dots_rss": statistics.median(r.rss_gib for r in dots),
+            "runs": len(dots),
+            "dots_rss_range": (min(r.rss_gib for r in dots), max(r.rss_gib for r in dots)),
+            "mk_failed": (failed[0].failed, failed[0].wall_s, failed[0].rss_gib, failed[0].anon_gib),
+        }
     by = {tool: sorted((r for r in runs if r.tool == tool), key=lambda r: r.repeat) for tool in ("dots", "mergekit")}
-    med = {tool: (statistics.median(r.wall_s for r in rs), statistics.median(r.rss_gib for r in rs))
-           for tool, rs in by.items()}
+    med = {
+        tool: (statistics.median(r.wall_s for r in rs), statistics.median(r.rss_gib for r in rs))
+        for tool, rs in by.items()
+    }
     wall_pairs = [m.wall_s / d.wall_s for d, m in zip(by["dots"], by["mergekit"])]
     rss_pairs = [d.rss_gib / m.rss_gib for d, m in zip(by["dots"], by["mergekit"])]
-    return {"dots_wall": med["dots"][0], "mk_wall": med["mergekit"][0], "dots_rss": med["dots"][1],
-            "mk_rss": med["mergekit"][1], "speedup": med["mergekit"][0] / med["dots"][0],
-            "rss_ratio": med["dots"][1] / med["mergekit"][1], "wall_pairs": wall_pairs, "rss_pairs": rss_pairs,
-            "runs": len(by["dots"]), "mk_runs": len(by["mergekit"]),
-            "dots_rss_range": (min(r.rss_gib for r in by["dots"]), max(r.rss_gib for r in by["dots"])),
-            "mk_anon": statistics.median(r.anon_gib for r in by["mergekit"])}
+    return {
+        "dots_wall": med["dots"][0],
+        "mk_wall": med["mergekit"][0],
+        "dots_rss": med["dots"][1],
+        "mk_rss": med["mergekit"][1],
+        "speedup": med["mergekit"][0] / med["dots"][0],
+        "rss_ratio": med["dots"][1] / med["mergekit"][1],
+        "wall_pairs": wall_pairs,
+        "rss_pairs": rss_pairs,
+        "runs": len(by["dots"]),
+        "mk_runs": len(by["mergekit"]),
+        "dots_rss_range": (min(r.rss_gib for r in by["dots"]), max(r.rss_gib for r in by["dots"])),
+        "mk_anon": statistics.median(r.anon_gib for r in by["mergekit"]),
+    }
 
 
 def spread(values: list[float]) -> str:
@@ -427,10 +527,12 @@ def spread(values: list[float]) -> str:
 
 def timing_table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     runs = any(s.get("mk_runs", s["runs"]) != s["runs"] or "mk_failed" in s for _, _, s in rows)
-    lines = ["| size | method | dots wall (s) | mergekit wall (s) | mergekit/dots wall | dots peak RSS (GiB) "
-             "| mergekit peak RSS (GiB) | dots/mergekit RSS | per-repeat mergekit/dots wall "
-             "| per-repeat dots/mergekit RSS |" + (" runs dots / mergekit | dots RSS min–max |" if runs else ""),
-             "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if runs else "")]
+    lines = [
+        "| size | method | dots wall (s) | mergekit wall (s) | mergekit/dots wall | dots peak RSS (GiB) "
+        "| mergekit peak RSS (GiB) | dots/mergekit RSS | per-repeat mergekit/dots wall "
+        "| per-repeat dots/mergekit RSS |" + (" runs dots / mergekit | dots RSS min–max |" if runs else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if runs else ""),
+    ]
     for size, label, s in rows:
         extra = ""
         if runs:
@@ -438,27 +540,35 @@ def timing_table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
             extra = f" {s['runs']} / {s.get('mk_runs', 1 if 'mk_failed' in s else s['runs'])} | {lo:.2f}–{hi:.2f} |"
         if "mk_failed" in s:
             why, wall, rss, anon = s["mk_failed"]
-            lines.append(f"| {size} | {label} | {s['dots_wall']:.1f} | failed ({why}) after {wall:.1f} | — "
-                         f"| {s['dots_rss']:.2f} | ≥ {rss:.2f} at failure (anonymous {anon:.2f}) | — | — | — |{extra}")
+            lines.append(
+                f"| {size} | {label} | {s['dots_wall']:.1f} | failed ({why}) after {wall:.1f} | — "
+                f"| {s['dots_rss']:.2f} | ≥ {rss:.2f} at failure (anonymous {anon:.2f}) | — | — | — |{extra}"
+            )
             continue
-        lines.append(f"| {size} | {label} | {s['dots_wall']:.1f} | {s['mk_wall']:.1f} | **{s['speedup']:.2f}** "
-                     f"| {s['dots_rss']:.2f} | {s['mk_rss']:.2f} | **{s['rss_ratio']:.2f}** "
-                     f"| {spread(s['wall_pairs'])} | {spread(s['rss_pairs'])} |{extra}")
+        lines.append(
+            f"| {size} | {label} | {s['dots_wall']:.1f} | {s['mk_wall']:.1f} | **{s['speedup']:.2f}** "
+            f"| {s['dots_rss']:.2f} | {s['mk_rss']:.2f} | **{s['rss_ratio']:.2f}** "
+            f"| {spread(s['wall_pairs'])} | {spread(s['rss_pairs'])} |{extra}"
+        )
     return lines
 
 
 def equality_table(comparisons: list[Comparison]) -> list[str]:
-    lines = ["| size | method | tensors | entries | bit-identical | > 1 bf16 ulp | max \\|Δ\\| (ulps) | worst tensor "
-             "| may differ by definition | differ elsewhere | ≠ base: dots / mergekit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| size | method | tensors | entries | bit-identical | > 1 bf16 ulp | max \\|Δ\\| (ulps) | worst tensor "
+        "| may differ by definition | differ elsewhere | ≠ base: dots / mergekit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in comparisons:
         n = max(c.entries, 1)
         extra = f" (+{len(c.only_in_one)} in one output only)" if c.only_in_one else ""
         allowed = {"exact": "none", "random": "all (random masks)"}.get(c.rule, f"{c.allowed / n:.2e}")
         elsewhere = "—" if c.unexplained is None else f"{c.unexplained:,}"
-        lines.append(f"| {c.size} | {c.case} | {c.tensors}{extra} | {c.entries:,} | {c.identical / n:.6f} "
-                     f"| {c.over_ulp / n:.2e} | {c.max_abs:.3g} ({c.max_ulps:.3g}) | {c.worst_tensor or '—'} "
-                     f"| {allowed} | {elsewhere} | {c.dots_changed / n:.3f} / {c.mk_changed / n:.3f} |")
+        lines.append(
+            f"| {c.size} | {c.case} | {c.tensors}{extra} | {c.entries:,} | {c.identical / n:.6f} "
+            f"| {c.over_ulp / n:.2e} | {c.max_abs:.3g} ({c.max_ulps:.3g}) | {c.worst_tensor or '—'} "
+            f"| {allowed} | {elsewhere} | {c.dots_changed / n:.3f} / {c.mk_changed / n:.3f} |"
+        )
     return lines
 
 
@@ -472,21 +582,37 @@ def machine_description() -> str:
     return f"{os.cpu_count()} CPU cores ({cpu}), {mem:.0f} GiB RAM, {platform.platform()}"
 
 
-def record(args: argparse.Namespace, versions: dict[str, str], mk_options: list[str], date: str,
-           rows: list[tuple[str, str, dict[str, Any]]], comparisons: list[Comparison], loads: list[float]) -> None:
+def record(
+    args: argparse.Namespace,
+    versions: dict[str, str],
+    mk_options: list[str],
+    date: str,
+    rows: list[tuple[str, str, dict[str, Any]]],
+    comparisons: list[Comparison],
+    loads: list[float],
+) -> None:
     command = shlex.join(["python", "benchmarks/vs_mergekit.py", *sys.argv[1:]])
     shape = "" if not (args.layers or args.vocab) else f" (overridden: layers {args.layers}, vocab {args.vocab})"
     big = [s for s in args.sizes if s in ("7b", "70b")]
-    widths = ("the real Qwen2.5 widths and depths (tied embeddings, vocab 151936)" if not big else
-              "; ".join(f"{s}: {SHAPE_TEXT[s]}" for s in args.sizes))
+    widths = (
+        "the real Qwen2.5 widths and depths (tied embeddings, vocab 151936)"
+        if not big
+        else "; ".join(f"{s}: {SHAPE_TEXT[s]}" for s in args.sizes)
+    )
     mk_runs = args.runs if args.mergekit_runs is None else min(args.runs, args.mergekit_runs)
-    repeats = (f"Medians of {args.runs} runs per tool, the tools alternating first/second in each repeat"
-               if mk_runs == args.runs else
-               f"dots: medians of {args.runs} runs; mergekit: {mk_runs} run(s) (in the first repeat(s), after dots)")
-    guard = (f" Memory guard (`merge_memory.run_guarded`): a run is stopped when its anonymous RSS exceeds "
-             f"{args.mem_limit_gib:g} GiB or MemAvailable falls below {args.min_available_gib:g} GiB.")
+    repeats = (
+        f"Medians of {args.runs} runs per tool, the tools alternating first/second in each repeat"
+        if mk_runs == args.runs
+        else f"dots: medians of {args.runs} runs; mergekit: {mk_runs} run(s) (in the first repeat(s), after dots)"
+    )
+    guard = (
+        f" Memory guard (`merge_memory.run_guarded`): a run is stopped when its anonymous RSS exceeds "
+        f"{args.mem_limit_gib:g} GiB or MemAvailable falls below {args.min_available_gib:g} GiB."
+    )
     text = [
-        "", f"## Streaming merge vs mergekit {versions['mergekit']} (K=2, bf16) — {date}", "",
+        "",
+        f"## Streaming merge vs mergekit {versions['mergekit']} (K=2, bf16) — {date}",
+        "",
         f"Command: `{command}` (each run: `/usr/bin/time -v python -m dots.merge method=M method.KEY=V ... "
         "backbone.base=BASE +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT overwrite=true` and "
         f"`/usr/bin/time -v mergekit-yaml CONFIG.yml OUT {shlex.join(mk_options)}`, config `dtype: float32`, "
@@ -498,33 +624,58 @@ def record(args: argparse.Namespace, versions: dict[str, str], mk_options: list[
         f"{widths}, bf16; sft = base + dense noise "
         "(~90% of entries change in bf16), rlvr = base + sparse smaller noise (~8% change, half of them against "
         f"sft's sign). {repeats}; "
-        f"ratios of medians and per-repeat paired ratios (median and range).{guard}", "",
-        *timing_table(rows), "",
-        "Merged tensors, dots vs mergekit (outputs of the last repeat; dare_ties also once at p = 0):", "",
-        *(equality_table(comparisons) if comparisons else ["(not compared: `--no-compare`)"]), "",
+        f"ratios of medians and per-repeat paired ratios (median and range).{guard}",
+        "",
+        *timing_table(rows),
+        "",
+        "Merged tensors, dots vs mergekit (outputs of the last repeat; dare_ties also once at p = 0):",
+        "",
+        *(equality_table(comparisons) if comparisons else ["(not compared: `--no-compare`)"]),
+        "",
         "Differences by definition (details in the script's docstring): task_arithmetic and ram are the same "
         "computation in both (no entry may differ); ties trims with a floor k and an unstable argsort at the "
         "threshold magnitude (dots: round(k), ties to the lower index) and elects + on an exact zero sign sum "
         "(dots: 0), so entries tied at a trim threshold or with a zero sign sum may differ; dare_ties draws its "
         "masks from another RNG (at p > 0 the outputs agree only in distribution) and at p = 0 may differ only "
-        "where the sign sum is 0. \"differ elsewhere\" counts differing entries outside those sets.", "",
+        'where the sign sum is 0. "differ elsewhere" counts differing entries outside those sets.',
+        "",
     ]
     with open(RESULTS, "a") as fh:
         fh.write("\n".join(text))
 
 
-def save(args: argparse.Namespace, date: str, versions: dict[str, str], mk_options: list[str], runs: list[Run],
-         rows: list[tuple[str, str, dict[str, Any]]], comparisons: list[Comparison]) -> Path:
+def save(
+    args: argparse.Namespace,
+    date: str,
+    versions: dict[str, str],
+    mk_options: list[str],
+    runs: list[Run],
+    rows: list[tuple[str, str, dict[str, Any]]],
+    comparisons: list[Comparison],
+) -> Path:
     """Every raw number so far into `--out` (rewritten after each case, so an interrupted run keeps them)."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "command": sys.argv, "date": date, "machine": args.machine or machine_description(), "versions": versions,
-        "dots_torch": torch.__version__, "mergekit_options": mk_options,
-        "cases": [{**asdict(c), "mergekit_config": mergekit_config(c, Path("ROOT"))}
-                  for m in args.methods for c in build_cases(m, args.density, args.p)],
-        "runs": [asdict(r) for r in runs], "summary": [{"size": s, "case": c, **v} for s, c, v in rows],
-        "equality": [asdict(c) for c in comparisons],
-    }, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": sys.argv,
+                "date": date,
+                "machine": args.machine or machine_description(),
+                "versions": versions,
+                "dots_torch": torch.__version__,
+                "mergekit_options": mk_options,
+                "cases": [
+                    {**asdict(c), "mergekit_config": mergekit_config(c, Path("ROOT"))}
+                    for m in args.methods
+                    for c in build_cases(m, args.density, args.p)
+                ],
+                "runs": [asdict(r) for r in runs],
+                "summary": [{"size": s, "case": c, **v} for s, c, v in rows],
+                "equality": [asdict(c) for c in comparisons],
+            },
+            indent=2,
+        )
+    )
     return args.out
 
 
@@ -547,24 +698,43 @@ def main() -> None:
     parser.add_argument("--p", type=float, default=0.9, help="dare_ties: drop probability of the timed runs")
     parser.add_argument("--root", type=Path, default=Path("/tmp/dots-vs-mergekit"), help="generated checkpoints")
     parser.add_argument("--keep", action="store_true", help="keep generated checkpoints and outputs")
-    parser.add_argument("--mergekit-venv", type=Path, default=Path("outputs/bench-venvs/mergekit"),
-                        help="venv holding mergekit (relative to the repo root); created when missing")
+    parser.add_argument(
+        "--mergekit-venv",
+        type=Path,
+        default=Path("outputs/bench-venvs/mergekit"),
+        help="venv holding mergekit (relative to the repo root); created when missing",
+    )
     parser.add_argument("--mergekit-spec", default="mergekit", help="what pip installs into a new venv")
     parser.add_argument("--mergekit-options", default=MERGEKIT_OPTIONS, help="mergekit-yaml options")
-    parser.add_argument("--layers", type=int, nargs="+", default=None,
-                        help="override the depth (smoke tests; 7b/70b shapes); several values: one trio each")
-    parser.add_argument("--mergekit-runs", type=int, default=None,
-                        help="run mergekit only in the first N repeats (default: all --runs)")
-    parser.add_argument("--mem-limit-gib", type=float, default=18.0,
-                        help="memory guard: stop a run whose anonymous RSS exceeds this")
-    parser.add_argument("--min-available-gib", type=float, default=2.0,
-                        help="memory guard: stop a run when the machine's MemAvailable falls below this")
-    parser.add_argument("--no-compare", action="store_true",
-                        help="skip the tensor-by-tensor comparison (frees dots' output before mergekit runs)")
+    parser.add_argument(
+        "--layers",
+        type=int,
+        nargs="+",
+        default=None,
+        help="override the depth (smoke tests; 7b/70b shapes); several values: one trio each",
+    )
+    parser.add_argument(
+        "--mergekit-runs", type=int, default=None, help="run mergekit only in the first N repeats (default: all --runs)"
+    )
+    parser.add_argument(
+        "--mem-limit-gib", type=float, default=18.0, help="memory guard: stop a run whose anonymous RSS exceeds this"
+    )
+    parser.add_argument(
+        "--min-available-gib",
+        type=float,
+        default=2.0,
+        help="memory guard: stop a run when the machine's MemAvailable falls below this",
+    )
+    parser.add_argument(
+        "--no-compare",
+        action="store_true",
+        help="skip the tensor-by-tensor comparison (frees dots' output before mergekit runs)",
+    )
     parser.add_argument("--vocab", type=int, default=None, help="override the vocabulary (smoke tests)")
     parser.add_argument("--record", action="store_true", help="append the tables to benchmarks/RESULTS.md")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="raw results JSON (default outputs/bench/vs_mergekit-DATE.json)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="raw results JSON (default outputs/bench/vs_mergekit-DATE.json)"
+    )
     parser.add_argument("--machine", default=None, help="machine description for RESULTS.md (default: detected)")
     parser.add_argument("--date", default=None)
     args = parser.parse_args()
@@ -578,8 +748,12 @@ def main() -> None:
     mk_options = shlex.split(args.mergekit_options)
     date = args.date or datetime.date.today().isoformat()
     print(f"mergekit {versions['mergekit']} ({exe}); options: {shlex.join(mk_options)}", flush=True)
-    env = {**os.environ, "DOTS_PROGRESS": "0", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "DOTS_PROGRESS": "0",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     runs: list[Run] = []
     rows: list[tuple[str, str, dict[str, Any]]] = []
     comparisons: list[Comparison] = []
@@ -588,15 +762,26 @@ def main() -> None:
             label = size_label(size, layers) if args.layers and len(args.layers) > 1 else size
             root = args.root / (size if layers is None else f"{size}-{layers}l")
             env.update(DOTS_OUTPUTS=str(root / "outputs"), DOTS_CACHE=str(root / "cache"))
-            print(f"generating {SIZES[size]} (bf16{'' if layers is None else f', {layers} layers'}) under {root}",
-                  flush=True)
+            print(
+                f"generating {SIZES[size]} (bf16{'' if layers is None else f', {layers} layers'}) under {root}",
+                flush=True,
+            )
             generate(root, size, layers, args.vocab)
             for method in args.methods:
                 for case in build_cases(method, args.density, args.p):
                     if args.no_compare and not case.timed:
                         continue
-                    case_runs, outs = run_case(case, label, root, args.runs if case.timed else 1, exe, mk_options, env,
-                                               args.mergekit_runs, keep=not args.no_compare)
+                    case_runs, outs = run_case(
+                        case,
+                        label,
+                        root,
+                        args.runs if case.timed else 1,
+                        exe,
+                        mk_options,
+                        env,
+                        args.mergekit_runs,
+                        keep=not args.no_compare,
+                    )
                     runs += case_runs
                     if case.timed:
                         rows.append((label, case.label, summarise(case_runs)))

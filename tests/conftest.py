@@ -4,6 +4,7 @@ A family is a base model plus two "fine-tuned" sources derived from it with seed
 noise (`dots.testing`): `sft` dense, `rlvr` sparse (30% of entries changed), so merges
 see shared, unique and unchanged entries. Families are built once per session.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,16 +31,18 @@ class Family:
     sharded: bool = False
 
 
-def _build_family(root: Path, arch: str, dtype: torch.dtype, tied: bool, sharded: bool,
-                  source_dtype: torch.dtype | None = None) -> Family:
+def _build_family(
+    root: Path, arch: str, dtype: torch.dtype, tied: bool, sharded: bool, source_dtype: torch.dtype | None = None
+) -> Family:
     from dots.testing import make_finetuned, make_tiny_model
 
     shard = {"max_shard_size": "40KB"} if sharded else {}
     shard_bytes = 40_000 if sharded else 5 * 2**30
     base = make_tiny_model(root / "base", arch=arch, dtype=dtype, tie_word_embeddings=tied, **shard)
     sft = make_finetuned(base, root / "sft", seed=1, scale=0.02, dtype=source_dtype, max_shard_bytes=shard_bytes)
-    rlvr = make_finetuned(base, root / "rlvr", seed=2, scale=0.01, density=0.3, dtype=source_dtype,
-                          max_shard_bytes=shard_bytes)
+    rlvr = make_finetuned(
+        base, root / "rlvr", seed=2, scale=0.01, density=0.3, dtype=source_dtype, max_shard_bytes=shard_bytes
+    )
     return Family(base, {"sft": sft, "rlvr": rlvr}, arch, dtype, tied, sharded)
 
 

@@ -100,9 +100,7 @@ def slurm_executor(slurm_cluster: SlurmCluster, tmp_path: Path):
     import submitit
 
     executor = submitit.AutoExecutor(folder=tmp_path / "submitit" / "%j", cluster="slurm")
-    executor.update_parameters(
-        slurm_partition=slurm_cluster.partition, timeout_min=JOB_TIMEOUT_MIN, cpus_per_task=1
-    )
+    executor.update_parameters(slurm_partition=slurm_cluster.partition, timeout_min=JOB_TIMEOUT_MIN, cpus_per_task=1)
     return executor
 
 

@@ -62,7 +62,7 @@ def test_rounds_stop_settled_queries_and_draw_the_rest_to_k():
     drawn = sample_adaptively(list(shares), 8, generate, lambda s: list(s), cfg, seed=0)
     assert len(drawn[0]) == 4  # unanimous after the first round
     assert all(len(d) <= 8 for d in drawn) and calls[0] == (list(shares), 4)
-    for d, (prompt, n) in zip(drawn, [(p, len(d)) for p, d in zip(shares, drawn)]):
+    for d, (_prompt, n) in zip(drawn, [(p, len(d)) for p, d in zip(shares, drawn)]):
         if n < 8:
             assert majority_is_settled(d, 8, 0.95)
         assert n == 4 or not majority_is_settled(d[: n - 2], 8, 0.95)  # stopped at the first settled round

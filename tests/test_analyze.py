@@ -1,6 +1,7 @@
 """SPEC §6 task-vector analysis: every metric recovers structure planted in generated
 checkpoints (sparsity, sign conflicts, norms, cosine, module activation, overlap, regions),
 and matches a dense in-memory reference on bf16 checkpoints full of ties, for any chunking."""
+
 import json
 import math
 import os
@@ -23,11 +24,12 @@ from dots.vectors.masks import TopKMask
 from dots.vectors.topk import RadixSelect, magnitude_bits
 
 REPO = Path(__file__).resolve().parents[1]
-H, I, V, L = 16, 32, 40, 3
+H, FFN, V, L = 16, 32, 40, 3
 QUICK = dict(figures=False)
 
 
 # --- generated Qwen2-like checkpoints -----------------------------------------------------
+
 
 def qwen2_shapes() -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, H)}
@@ -37,9 +39,9 @@ def qwen2_shapes() -> dict[str, tuple[int, ...]]:
             shapes[p + f"self_attn.{proj}_proj.weight"] = (H, H)
             shapes[p + f"self_attn.{proj}_proj.bias"] = (H,)
         shapes[p + "self_attn.o_proj.weight"] = (H, H)
-        shapes[p + "mlp.gate_proj.weight"] = (I, H)
-        shapes[p + "mlp.up_proj.weight"] = (I, H)
-        shapes[p + "mlp.down_proj.weight"] = (H, I)
+        shapes[p + "mlp.gate_proj.weight"] = (FFN, H)
+        shapes[p + "mlp.up_proj.weight"] = (FFN, H)
+        shapes[p + "mlp.down_proj.weight"] = (H, FFN)
         shapes[p + "input_layernorm.weight"] = (H,)
         shapes[p + "post_attention_layernorm.weight"] = (H,)
     shapes["model.norm.weight"] = (H,)
@@ -84,7 +86,9 @@ def exact_subset(n: int, count: int, gen: torch.Generator) -> torch.Tensor:
 
 def save_trio(tmp: Path, base: dict, taus: dict[str, dict[str, torch.Tensor]]) -> tuple[Path, dict[str, Path]]:
     base_dir = write_checkpoint(tmp / "base", base)
-    sources = {k: write_checkpoint(tmp / k, {n: base[n] + t[n].reshape(base[n].shape) for n in base}) for k, t in taus.items()}
+    sources = {
+        k: write_checkpoint(tmp / k, {n: base[n] + t[n].reshape(base[n].shape) for n in base}) for k, t in taus.items()
+    }
     return base_dir, sources
 
 
@@ -93,6 +97,7 @@ def group_sum(values: dict[str, float], select) -> float:
 
 
 # --- naming ---------------------------------------------------------------------------------
+
 
 def test_module_classes_and_layers():
     assert module_class("model.layers.3.self_attn.q_proj.weight") == "attention"
@@ -109,6 +114,7 @@ def test_module_classes_and_layers():
 
 
 # --- exact top-k ----------------------------------------------------------------------------
+
 
 def test_radix_select_is_exact_with_ties_across_chunks():
     gen = torch.Generator().manual_seed(3)
@@ -245,9 +251,9 @@ def test_planted_norm_ratio_per_layer(planted_geometry):
     assert norms["ratio"]["global"] == pytest.approx(32.0, rel=1e-6)
     assert norms["ratio"]["per_layer"] == pytest.approx([32.0] * L, rel=1e-6)
     for layer in range(L):
-        expected = math.sqrt(sum(float((t ** 2).sum()) for n, t in a.items() if layer_index(n) == layer))
+        expected = math.sqrt(sum(float((t**2).sum()) for n, t in a.items() if layer_index(n) == layer))
         assert norms["per_layer"]["a"][layer] == pytest.approx(expected, rel=1e-6)
-    assert norms["global"]["a"] == pytest.approx(math.sqrt(sum(float((t ** 2).sum()) for t in a.values())), rel=1e-6)
+    assert norms["global"]["a"] == pytest.approx(math.sqrt(sum(float((t**2).sum()) for t in a.values())), rel=1e-6)
     assert report["summary"]["norm_ratio"] == pytest.approx(32.0, rel=1e-6)
 
 
@@ -278,7 +284,7 @@ def planted_modules(tmp_path_factory):
         tau = {}
         for name, shape in SHAPES.items():
             n = math.prod(shape)
-            small = grid_values(n, gen, 2 ** -10, 0.125)
+            small = grid_values(n, gen, 2**-10, 0.125)
             big = grid_values(n, gen, 0.5, 1.0)
             if module_class(name) == full:
                 pick = torch.ones(n, dtype=torch.bool)
@@ -297,9 +303,17 @@ def test_planted_module_activation(planted_modules):
     numel = report["module_numel"]
     assert ma["top_k"] == {"sft": k, "rlvr": k}
     assert ma["share_of_module"]["sft"] == pytest.approx(
-        {"attention": (k - numel["norm"]) / numel["attention"], "mlp": 0.0, "norm": 1.0, "embedding": 0.0, "lm_head": 0.0})
+        {
+            "attention": (k - numel["norm"]) / numel["attention"],
+            "mlp": 0.0,
+            "norm": 1.0,
+            "embedding": 0.0,
+            "lm_head": 0.0,
+        }
+    )
     assert ma["share_of_module"]["rlvr"] == pytest.approx(
-        {"attention": 0.0, "mlp": (k - numel["lm_head"]) / numel["mlp"], "norm": 0.0, "embedding": 0.0, "lm_head": 1.0})
+        {"attention": 0.0, "mlp": (k - numel["lm_head"]) / numel["mlp"], "norm": 0.0, "embedding": 0.0, "lm_head": 1.0}
+    )
     assert ma["share_of_top"]["sft"]["norm"] == pytest.approx(numel["norm"] / k)
     assert sum(ma["share_of_top"]["rlvr"].values()) == pytest.approx(1.0)
 
@@ -316,7 +330,7 @@ def planted_interference(tmp_path_factory):
     sft_flat = (N - rank).float() / 4096 * random_signs(N, gen)  # distinct magnitudes
     k = round(0.1 * N)
     in_r = exact_subset(N, k, gen)
-    rlvr_mag = torch.where(in_r, grid_values(N, gen, 0.5, 1.0), grid_values(N, gen, 2 ** -10, 0.25))
+    rlvr_mag = torch.where(in_r, grid_values(N, gen, 0.5, 1.0), grid_values(N, gen, 2**-10, 0.25))
     contradict = in_r & (rank < N // 2)
     rlvr_flat = rlvr_mag * torch.sign(sft_flat) * torch.where(contradict, -1.0, 1.0)
     sizes = [math.prod(SHAPES[n]) for n in names]
@@ -371,7 +385,7 @@ def test_planted_overlap_of_three_sources(tmp_path):
 def test_relative_threshold_sparsity(tmp_path):
     gen = torch.Generator().manual_seed(17)
     kinds = torch.randint(0, 3, (N,), generator=gen)  # 0: unchanged, 1: 2^-8 (< 0.01·max), 2: 0.5
-    flat = torch.tensor([0.0, 2 ** -8, 0.5])[kinds] * random_signs(N, gen)
+    flat = torch.tensor([0.0, 2**-8, 0.5])[kinds] * random_signs(N, gen)
     flat[0] = 1.0  # max |τ|
     names = list(SHAPES)
     tau = dict(zip(names, flat.split([math.prod(SHAPES[n]) for n in names])))
@@ -386,6 +400,7 @@ def test_relative_threshold_sparsity(tmp_path):
 
 
 # --- against a dense in-memory reference ----------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def bf16_trio(tmp_path_factory):
@@ -403,8 +418,9 @@ def dense_reference(d: Path, keys: list[str], cfg: AnalyzeConfig) -> dict:
     names = align(base, sources).merged
     flat = {k: torch.cat([(sources[k].get(n).float() - base.get(n).float()).reshape(-1) for n in names]) for k in keys}
     classes = sorted({module_class(n) for n in names})
-    cls_index = torch.repeat_interleave(torch.tensor([classes.index(module_class(n)) for n in names]),
-                                        torch.tensor([base.info(n).numel for n in names]))
+    cls_index = torch.repeat_interleave(
+        torch.tensor([classes.index(module_class(n)) for n in names]), torch.tensor([base.info(n).numel for n in names])
+    )
     n = flat[keys[0]].numel()
 
     def top(k_key: str, k: int) -> torch.Tensor:
@@ -419,8 +435,9 @@ def dense_reference(d: Path, keys: list[str], cfg: AnalyzeConfig) -> dict:
     s, r = flat[cfg.sft], flat[cfg.rlvr]
     rlvr_kept = ref["top"][cfg.rlvr] & (r != 0)
     opposite = torch.sign(s) * torch.sign(r) < 0
-    ref["conflict"] = [int((rlvr_kept & opposite & top(cfg.sft, round(q * n))).sum()) / int(rlvr_kept.sum())
-                       for q in cfg.retentions]
+    ref["conflict"] = [
+        int((rlvr_kept & opposite & top(cfg.sft, round(q * n))).sum()) / int(rlvr_kept.sum()) for q in cfg.retentions
+    ]
     return ref
 
 
@@ -443,7 +460,9 @@ def test_matches_dense_reference_on_bf16_ties(bf16_trio, chunk_entries):
             in_class = ref["in_class"][c]
             assert share == pytest.approx(int((ref["top"][key] & in_class).sum()) / int(in_class.sum()), abs=1e-12)
         hist = sum(changed[k].int() for k in keys)
-        assert report["overlap"]["sources"][key]["counts"] == [int((changed[key] & (hist == j + 1)).sum()) for j in range(3)]
+        assert report["overlap"]["sources"][key]["counts"] == [
+            int((changed[key] & (hist == j + 1)).sum()) for j in range(3)
+        ]
     assert report["sign_interference"]["conflict"] == pytest.approx(ref["conflict"], abs=1e-12)
     a, b = flat["sft"], flat["rlvr"]
     pair = report["pairs"]["sft|rlvr"]
@@ -472,13 +491,21 @@ def test_tied_source_with_added_tokens(tmp_path):
 
 # --- files, reuse, errors, CLI ----------------------------------------------------------------
 
+
 def test_writes_json_and_figures_and_reuses_them(bf16_trio, tmp_path):
     d = bf16_trio
     out = tmp_path / "out"
     sources = {"sft": d / "sft", "rlvr": d / "rlvr"}
     report = analyze(d / "base", sources, out, AnalyzeConfig(relative_eps=0.01))
     assert json.loads((out / "analysis.json").read_text())["summary"] == report["summary"]
-    figures = {"norms_per_layer.png", "sign_interference.png", "module_activation.png", "sparsity.png", "overlap.png", "regions.png"}
+    figures = {
+        "norms_per_layer.png",
+        "sign_interference.png",
+        "module_activation.png",
+        "sparsity.png",
+        "overlap.png",
+        "regions.png",
+    }
     for name in figures:
         assert (out / name).stat().st_size > 10_000, name
     stamp = (out / "analysis.json").stat().st_mtime_ns
@@ -490,13 +517,16 @@ def test_writes_json_and_figures_and_reuses_them(bf16_trio, tmp_path):
     assert json.loads((out / "analysis.json").read_text())["options"]["relative_eps"] == 0.02
 
 
-@pytest.mark.parametrize("sources, cfg, message", [
-    ({"sft": "MISSING", "rlvr": "MISSING"}, AnalyzeConfig(), "does not exist"),
-    ({"a": "SFT", "b": "RLVR"}, AnalyzeConfig(), "roles.sft='sft' is not a source"),
-    ({"sft": "SFT", "rlvr": "RLVR"}, AnalyzeConfig(top_fraction=0.0), "top_fraction"),
-    ({"sft": "SFT", "rlvr": "RLVR"}, AnalyzeConfig(sft="sft", rlvr="sft"), "same source"),
-    ({"sft": "SFT", "rlvr": "RLVR"}, AnalyzeConfig(retentions=(0.5, 1.5)), "retentions"),
-])
+@pytest.mark.parametrize(
+    "sources, cfg, message",
+    [
+        ({"sft": "MISSING", "rlvr": "MISSING"}, AnalyzeConfig(), "does not exist"),
+        ({"a": "SFT", "b": "RLVR"}, AnalyzeConfig(), "roles.sft='sft' is not a source"),
+        ({"sft": "SFT", "rlvr": "RLVR"}, AnalyzeConfig(top_fraction=0.0), "top_fraction"),
+        ({"sft": "SFT", "rlvr": "RLVR"}, AnalyzeConfig(sft="sft", rlvr="sft"), "same source"),
+        ({"sft": "SFT", "rlvr": "RLVR"}, AnalyzeConfig(retentions=(0.5, 1.5)), "retentions"),
+    ],
+)
 def test_bad_input_is_one_line_error_and_writes_nothing(bf16_trio, tmp_path, sources, cfg, message):
     d = bf16_trio
     paths = {k: str(d / v.lower()) if v != "MISSING" else str(tmp_path / "nope") for k, v in sources.items()}
@@ -520,15 +550,31 @@ def test_cli_writes_analysis(bf16_trio, tmp_path):
     d = bf16_trio
     out = tmp_path / "cli"
     env = {**os.environ, "PYTHONPATH": str(REPO), "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "runs")}
-    cmd = [sys.executable, "-m", "dots.analyze", "~backbone", "+backbone.name=t",
-           f"+backbone.base={d / 'base'}", f"+backbone.sources.sft={d / 'sft'}", f"+backbone.sources.rlvr={d / 'rlvr'}",
-           f"output={out}", "figures=false", "top_fraction=0.2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dots.analyze",
+        "~backbone",
+        "+backbone.name=t",
+        f"+backbone.base={d / 'base'}",
+        f"+backbone.sources.sft={d / 'sft'}",
+        f"+backbone.sources.rlvr={d / 'rlvr'}",
+        f"output={out}",
+        "figures=false",
+        "top_fraction=0.2",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "analysis.json").read_text())
     assert report["options"]["top_fraction"] == 0.2 and report["sources"] == ["sft", "rlvr"]
     assert report["config"]["backbone"]["base"] == str(d / "base")
-    bad = subprocess.run(cmd[:-3] + [f"output={tmp_path / 'bad'}", "roles.sft=nope"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        cmd[:-3] + [f"output={tmp_path / 'bad'}", "roles.sft=nope"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: roles.sft='nope'")
     assert not (tmp_path / "bad").exists()

@@ -1,4 +1,5 @@
 """Answer extraction, math-verify equivalence and consistency (SPEC §3, §7)."""
+
 import threading
 
 import pytest

@@ -6,6 +6,7 @@ asserts: exit code 2, exactly one line on stderr, no traceback, and no file or d
 created or changed anywhere in that tree or in the input checkpoints. No case needs an
 engine: validation happens before one would start.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,11 +51,16 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     bad_config = shutil.copytree(m["sft"], root / "bad_config")
     (bad_config / "config.json").write_text('{"architectures": ["Qwen2ForCausalLM"], "hidden_size": ')
     m["bad_config"] = bad_config
-    (root / "pool.jsonl").write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)})
-                                               for i in range(6)))
+    (root / "pool.jsonl").write_text(
+        "\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(6))
+    )
     (root / "empty.jsonl").write_text("")
     (root / "malformed.jsonl").write_text('{"question": "1+1=", "answer": "2"}\n{"question": "2+2=\n')
-    m["pool"], m["empty_pool"], m["malformed_pool"] = root / "pool.jsonl", root / "empty.jsonl", root / "malformed.jsonl"
+    m["pool"], m["empty_pool"], m["malformed_pool"] = (
+        root / "pool.jsonl",
+        root / "empty.jsonl",
+        root / "malformed.jsonl",
+    )
     m["a_file"] = root / "a_file"
     m["a_file"].write_text("not a directory")
     m["existing"] = root / "existing_output"
@@ -69,8 +75,10 @@ def readonly_dir(inputs):
     when mounting is not permitted and we are root, for whom chmod is no barrier)."""
     path = inputs["root"] / "readonly"
     path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(path)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(path)], capture_output=True).returncode
+        == 0
+    )
     if not mounted:
         if os.geteuid() == 0:
             yield None
@@ -83,13 +91,27 @@ def readonly_dir(inputs):
 
 # --- the command lines -----------------------------------------------------------------------------
 
+
 def search(m, w, *extra, base=None, sources=("sft", "rlvr"), pool=None):
     """A cheap search on the tiny family (it would run, were its input good)."""
-    return ["dots.search", "engine=hf", "backbone=custom", "backbone.name=tiny", f"backbone.base={base or m['base']}",
-            "backbone.prompt=plain", "backbone.max_tokens=4",
-            *[f"+backbone.sources.{k}={m.get(k, k)}" for k in sources],
-            "pool=jsonl", f"pool.path={pool or m['pool']}", "selection.n=2", "selection.m=2", "search.n_trials=2",
-            "search.k=2", f"run_dir={w / 'run'}", *extra]
+    return [
+        "dots.search",
+        "engine=hf",
+        "backbone=custom",
+        "backbone.name=tiny",
+        f"backbone.base={base or m['base']}",
+        "backbone.prompt=plain",
+        "backbone.max_tokens=4",
+        *[f"+backbone.sources.{k}={m.get(k, k)}" for k in sources],
+        "pool=jsonl",
+        f"pool.path={pool or m['pool']}",
+        "selection.n=2",
+        "selection.m=2",
+        "search.n_trials=2",
+        "search.k=2",
+        f"run_dir={w / 'run'}",
+        *extra,
+    ]
 
 
 def search_with_source(key):
@@ -97,13 +119,27 @@ def search_with_source(key):
 
 
 def merge(m, w, *extra, sources=("sft", "rlvr"), output=None):
-    return ["dots.merge", "backbone=custom", f"backbone.base={m['base']}",
-            *[f"+backbone.sources.{k}={m.get(k, k)}" for k in sources], f"output={output or w / 'merged'}", *extra]
+    return [
+        "dots.merge",
+        "backbone=custom",
+        f"backbone.base={m['base']}",
+        *[f"+backbone.sources.{k}={m.get(k, k)}" for k in sources],
+        f"output={output or w / 'merged'}",
+        *extra,
+    ]
 
 
 def evaluate(m, w, *extra, model=None):
-    return ["dots.evaluate", "engine=hf", "include_backbone=false", f"+models.x={model or m['sft']}",
-            "benchmarks=[lab_add]", "limit=2", f"output_dir={w / 'eval'}", *extra]
+    return [
+        "dots.evaluate",
+        "engine=hf",
+        "include_backbone=false",
+        f"+models.x={model or m['sft']}",
+        "benchmarks=[lab_add]",
+        "limit=2",
+        f"output_dir={w / 'eval'}",
+        *extra,
+    ]
 
 
 CASES: dict[str, tuple[Callable, str]] = {
@@ -119,15 +155,16 @@ CASES: dict[str, tuple[Callable, str]] = {
     "malformed_config_json": (search_with_source("bad_config"), "config.json"),
     "merge_malformed_config_json": (lambda m, w: merge(m, w, sources=("sft", "bad_config")), "config.json"),
     "evaluate_malformed_config_json": (lambda m, w: evaluate(m, w, model=m["bad_config"]), "config.json"),
-    "export_malformed_config_json": (lambda m, w: ["dots.export", "push", str(m["bad_config"]), "org/name"],
-                                     "config.json"),
+    "export_malformed_config_json": (
+        lambda m, w: ["dots.export", "push", str(m["bad_config"]), "org/name"],
+        "config.json",
+    ),
     "export_not_a_model": (lambda m, w: ["dots.export", "push", str(w / "nothing"), "org/name"], "not an exported"),
     # pools
     "empty_pool": (lambda m, w: search(m, w, pool=m["empty_pool"]), "no query"),
     "malformed_pool": (lambda m, w: search(m, w, pool=m["malformed_pool"]), "not JSON"),
     "missing_pool": (lambda m, w: search(m, w, pool=m["root"] / "nope.jsonl"), "does not exist"),
-    "custom_backbone_without_pool": (
-        lambda m, w: [a for a in search(m, w) if not a.startswith("pool")], "pool"),
+    "custom_backbone_without_pool": (lambda m, w: [a for a in search(m, w) if not a.startswith("pool")], "pool"),
     # options
     "inverted_range": (lambda m, w: search(m, w, "search.range=[2,1]"), "inverted"),
     "zero_trials": (lambda m, w: search(m, w, "search.n_trials=0"), "n_trials must be >= 1"),
@@ -137,8 +174,10 @@ CASES: dict[str, tuple[Callable, str]] = {
     "density_0": (lambda m, w: search(m, w, "sparsify.density=0"), r"density must be in \(0, 1\]"),
     "density_1.5": (lambda m, w: search(m, w, "sparsify.density=1.5"), r"density must be in \(0, 1\]"),
     "merge_density_0": (lambda m, w: merge(m, w, "method=ties", "method.density=0"), r"density must be in \(0, 1\]"),
-    "merge_density_1.5": (lambda m, w: merge(m, w, "method=ties", "method.density=1.5"),
-                          r"density must be in \(0, 1\]"),
+    "merge_density_1.5": (
+        lambda m, w: merge(m, w, "method=ties", "method.density=1.5"),
+        r"density must be in \(0, 1\]",
+    ),
     "unknown_scope": (lambda m, w: search(m, w, "sparsify.scope=layer"), "scope"),
     "unknown_rescale": (lambda m, w: search(m, w, "sparsify.rescale=some"), "rescale"),
     "unknown_strategy": (lambda m, w: search(m, w, "selection.strategy=hardest"), "strategy"),
@@ -149,17 +188,17 @@ CASES: dict[str, tuple[Callable, str]] = {
     "existing_output": (lambda m, w: merge(m, w, output=m["existing"]), "output exists"),
     "dare_p_1": (lambda m, w: merge(m, w, "method=dare_ties", "method.p=1.0"), r"\[0, 1\)"),
     "dare_p_1.5": (lambda m, w: merge(m, w, "method=dare_linear", "method.p=1.5"), r"\[0, 1\)"),
-    "sar_three_sources": (lambda m, w: merge(m, w, "method=sar", sources=("sft", "rlvr", "base")),
-                          "exactly 2 sources"),
+    "sar_three_sources": (lambda m, w: merge(m, w, "method=sar", sources=("sft", "rlvr", "base")), "exactly 2 sources"),
     # where it would write
     "run_dir_readonly": (lambda m, w: search(m, w, f"run_dir={m['readonly'] / 'run'}"), "cannot"),
     "run_dir_parent_is_a_file": (lambda m, w: search(m, w, f"run_dir={m['a_file'] / 'run'}"), "not a directory"),
     "run_dir_in_proc": (lambda m, w: search(m, w, "run_dir=/proc/dots-run"), "cannot"),
     "run_dir_in_sys": (lambda m, w: search(m, w, "run_dir=/sys/dots-run"), "cannot"),
-    "export_dir_parent_is_a_file": (lambda m, w: search(m, w, f"export.dir={m['a_file'] / 'model'}"),
-                                    "not a directory"),
-    "cache_dir_parent_is_a_file": (lambda m, w: search(m, w, f"cache_dir={m['a_file'] / 'cache'}"),
-                                   "not a directory"),
+    "export_dir_parent_is_a_file": (
+        lambda m, w: search(m, w, f"export.dir={m['a_file'] / 'model'}"),
+        "not a directory",
+    ),
+    "cache_dir_parent_is_a_file": (lambda m, w: search(m, w, f"cache_dir={m['a_file'] / 'cache'}"), "not a directory"),
     "merge_output_readonly": (lambda m, w: merge(m, w, output=m["readonly"] / "merged"), "cannot"),
     "merge_output_parent_is_a_file": (lambda m, w: merge(m, w, output=m["a_file"] / "merged"), "not a directory"),
     "evaluate_output_in_proc": (lambda m, w: evaluate(m, w, "output_dir=/proc/dots-eval"), "cannot"),
@@ -172,8 +211,10 @@ CASES: dict[str, tuple[Callable, str]] = {
     "unknown_engine": (lambda m, w: search(m, w, "engine=vlm"), "did you mean vllm"),
     "unknown_backbone": (lambda m, w: search(m, w, "backbone=nope"), "unknown backbone 'nope'"),
     "unknown_method_option": (lambda m, w: merge(m, w, "method=ties", "+method.dnesity=0.2"), "dnesity"),
-    "unknown_engine_option": (lambda m, w: search(m, w, "engine=vllm", "+engine.extra_args.bogus_option=1"),
-                              "bogus_option"),
+    "unknown_engine_option": (
+        lambda m, w: search(m, w, "engine=vllm", "+engine.extra_args.bogus_option=1"),
+        "bogus_option",
+    ),
     "bad_value_type": (lambda m, w: search(m, w, "search.n_trials=many"), "n_trials"),
 }
 
@@ -207,11 +248,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, inputs, readonly_
     work.mkdir()
     args = make_args(inputs, work)
     env = {k: v for k, v in os.environ.items() if k not in ("DOTS_CACHE", "HF_HUB_CACHE", "TRANSFORMERS_CACHE")}
-    env.update(DOTS_OUTPUTS=str(work / "outputs"), HF_HOME=str(work / "hf"), XDG_CACHE_HOME=str(work / "xdg"),
-               DOTS_PROGRESS="0", HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+    env.update(
+        DOTS_OUTPUTS=str(work / "outputs"),
+        HF_HOME=str(work / "hf"),
+        XDG_CACHE_HOME=str(work / "xdg"),
+        DOTS_PROGRESS="0",
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+    )
     before = snapshot(tmp_path, inputs["root"])
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=work, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=work, env=env, capture_output=True, text=True, timeout=300)
     after = snapshot(tmp_path, inputs["root"])
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr

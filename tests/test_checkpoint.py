@@ -1,4 +1,5 @@
 """Lazy reader and atomic planned writer on real safetensors files."""
+
 import json
 
 import pytest
@@ -93,7 +94,7 @@ def test_writer_rows_in_any_order(tmp_path):
     plan = {"big": TensorInfo((40, 3), torch.bfloat16), "small": TensorInfo((5,), torch.bfloat16)}
     with CheckpointWriter(tmp_path / "out", plan, max_shard_bytes=100) as writer:
         for r0 in (30, 0, 10, 20):
-            writer.write_rows("big", r0, big[r0:r0 + 10])
+            writer.write_rows("big", r0, big[r0 : r0 + 10])
         writer.write_rows("small", 0, small)
         with pytest.raises(ValueError):
             writer.write_rows("big", 35, big[:10])

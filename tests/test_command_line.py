@@ -1,5 +1,6 @@
 """dots reads a command line before Hydra does (dots.config.check_overrides, dots.cli):
 what it lets through and what it stops, in process (the CLI runs are in test_bad_inputs.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,14 +10,20 @@ from dots.config import check_overrides
 from dots.errors import DotsError
 
 
-@pytest.mark.parametrize("config, args", [
-    ("search", ["backbone=custom", "backbone.base=/b", "+backbone.sources.sft=/s", "pool=jsonl", "pool.path=p"]),
-    ("search", ["+backbone.sources.third=/t", "+engine.extra_args.max_num_batched_tokens=64", "search.range=[0,1]"]),
-    ("search", ["hydra/launcher=slurm", "hydra.launcher.timeout_min=5", "seed=1"]),
-    ("analyze", ["~backbone", "+backbone.name=t", "+backbone.base=/b", "+backbone.sources.sft=/s"]),
-    ("evaluate", ["+models.x=/m", "+overrides.lab_add.limit=2"]),
-    ("merge", ["method=ties", "method.density=0.2", "++backbone.sources.sft=/s"]),
-])
+@pytest.mark.parametrize(
+    "config, args",
+    [
+        ("search", ["backbone=custom", "backbone.base=/b", "+backbone.sources.sft=/s", "pool=jsonl", "pool.path=p"]),
+        (
+            "search",
+            ["+backbone.sources.third=/t", "+engine.extra_args.max_num_batched_tokens=64", "search.range=[0,1]"],
+        ),
+        ("search", ["hydra/launcher=slurm", "hydra.launcher.timeout_min=5", "seed=1"]),
+        ("analyze", ["~backbone", "+backbone.name=t", "+backbone.base=/b", "+backbone.sources.sft=/s"]),
+        ("evaluate", ["+models.x=/m", "+overrides.lab_add.limit=2"]),
+        ("merge", ["method=ties", "method.density=0.2", "++backbone.sources.sft=/s"]),
+    ],
+)
 def test_good_command_lines_pass(config, args):
     check_overrides(config, args)
 

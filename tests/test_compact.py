@@ -9,6 +9,7 @@ must equal it byte for byte — on the lab trio, generated bf16 / fp32 / mixed-d
 both scopes, every rescale, densities that pick each storage form, −0.0 entries in θ0, and
 a source that adds vocabulary rows.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,9 @@ def dense_merge(base: Checkpoint, sources: dict[str, Checkpoint], taus: dict[str
     return out
 
 
-def check_bit_identity(base_dir: Path, sources_dirs: dict[str, Path], cfg: SparsifyConfig, cache: Path,
-                       lambdas=LAMBDAS) -> TaskVectors:
+def check_bit_identity(
+    base_dir: Path, sources_dirs: dict[str, Path], cfg: SparsifyConfig, cache: Path, lambdas=LAMBDAS
+) -> TaskVectors:
     base = Checkpoint(base_dir)
     sources = {k: Checkpoint(v) for k, v in sources_dirs.items()}
     tv = build_task_vectors(base, sources, cfg, cache)
@@ -139,10 +141,16 @@ def test_generated_bf16_trio_is_bit_identical(trios, tmp_path, cfg):
 
 
 @pytest.mark.parametrize("trio", ["lab", "fp32", "bf16_base_fp32_sources", "fp32_base_bf16_sources"])
-@pytest.mark.parametrize("cfg", [
-    SparsifyConfig(), SparsifyConfig(scope="global", rescale="tensor"), SparsifyConfig(density=0.02, rescale="none"),
-    SparsifyConfig(density=1.0, scope="global", rescale="global"),
-], ids=["d0.3-tensor-global", "d0.3-global-tensor", "d0.02-tensor-none", "d1.0-global-global"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SparsifyConfig(),
+        SparsifyConfig(scope="global", rescale="tensor"),
+        SparsifyConfig(density=0.02, rescale="none"),
+        SparsifyConfig(density=1.0, scope="global", rescale="global"),
+    ],
+    ids=["d0.3-tensor-global", "d0.3-global-tensor", "d0.02-tensor-none", "d1.0-global-global"],
+)
 def test_other_trios_are_bit_identical(trios, tmp_path, trio, cfg):
     check_bit_identity(*trios[trio], cfg, tmp_path)
 
@@ -182,14 +190,29 @@ def test_negative_zeros_of_the_base_keep_the_dense_bits(tmp_path):
         return t.masked_fill_(where, value)
 
     rewrite(base, tmp_path / "base", lambda n, t: put(put(t, neg[n], -0.0), pos[n], 0.0))
-    rewrite(tmp_path / "a0", tmp_path / "a", lambda n, t: put(put(put(put(
-        t, neg[n] & (v[n] < 0.3), -1e-30), neg[n] & (v[n] >= 0.3) & (v[n] < 0.5), -0.0),
-        neg[n] & (v[n] >= 0.5) & (v[n] < 0.6), 0.0), pos[n] & (v[n] < 0.5), -0.0))
+    rewrite(
+        tmp_path / "a0",
+        tmp_path / "a",
+        lambda n, t: put(
+            put(
+                put(put(t, neg[n] & (v[n] < 0.3), -1e-30), neg[n] & (v[n] >= 0.3) & (v[n] < 0.5), -0.0),
+                neg[n] & (v[n] >= 0.5) & (v[n] < 0.6),
+                0.0,
+            ),
+            pos[n] & (v[n] < 0.5),
+            -0.0,
+        ),
+    )
     rewrite(tmp_path / "b0", tmp_path / "b", lambda n, t: put(t, neg[n] & (v[n] < 0.4), -1e-30))
     lambdas = LAMBDAS + [{"a": 1.0, "b": 0.0}, {"a": -1.0, "b": -1.0}, {"a": -1.0, "b": 1.0}]
     for cfg in (SparsifyConfig(), SparsifyConfig(density=0.02, scope="global"), SparsifyConfig(density=1.0)):
-        tv = check_bit_identity(tmp_path / "base", {"a": tmp_path / "a", "b": tmp_path / "b"}, cfg,
-                                tmp_path / f"cache-{cfg.density}", lambdas)
+        tv = check_bit_identity(
+            tmp_path / "base",
+            {"a": tmp_path / "a", "b": tmp_path / "b"},
+            cfg,
+            tmp_path / f"cache-{cfg.density}",
+            lambdas,
+        )
         if cfg.density < 1:
             assert all(any(n + ".__negzero__" in e.weights for n in tv.names) for e in tv.entries.values())
             merged = dict(synthesize(tv, {"a": 1.0, "b": 1.0}, device="cpu"))
@@ -225,9 +248,15 @@ def test_dots_fixed_merge_is_bit_identical(trios, tmp_path):
 
     base_dir, sources_dirs = trios["lab"]
     weights = {"a": 0.5, "b": 0.7071}
-    out = merge_checkpoints(base_dir, sources_dirs, tmp_path / "out", method="dots_fixed", weights=weights,
-                            options={"density": 0.3, "scope": "global", "rescale": "tensor"},
-                            cache_dir=tmp_path / "cache")
+    out = merge_checkpoints(
+        base_dir,
+        sources_dirs,
+        tmp_path / "out",
+        method="dots_fixed",
+        weights=weights,
+        options={"density": 0.3, "scope": "global", "rescale": "tensor"},
+        cache_dir=tmp_path / "cache",
+    )
     base = Checkpoint(base_dir)
     sources = {k: Checkpoint(v) for k, v in sources_dirs.items()}
     want = dense_merge(base, sources, dense_taus(base, sources, SparsifyConfig(0.3, "global", "tensor")), weights)
@@ -245,13 +274,25 @@ def test_merge_cli_dots_fixed_reads_the_compact_cache(trios, tmp_path):
 
     base_dir, sources_dirs = trios["bf16"]
     out, cache = tmp_path / "merged", tmp_path / "cache"
-    env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs"),
-           "PYTHONPATH": str(Path(__file__).resolve().parent.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    args = ["method=dots_fixed", "method.scope=global", "method.rescale=tensor", f"backbone.base={base_dir}",
-            *(f"+backbone.sources.{k}={v}" for k, v in sources_dirs.items()), "method.weights=[0.5,1.3]",
-            f"output={out}", f"cache_dir={cache}"]
-    proc = subprocess.run([sys.executable, "-m", "dots.merge", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "DOTS_PROGRESS": "0",
+        "DOTS_OUTPUTS": str(tmp_path / "outputs"),
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    args = [
+        "method=dots_fixed",
+        "method.scope=global",
+        "method.rescale=tensor",
+        f"backbone.base={base_dir}",
+        *(f"+backbone.sources.{k}={v}" for k, v in sources_dirs.items()),
+        "method.weights=[0.5,1.3]",
+        f"output={out}",
+        f"cache_dir={cache}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "dots.merge", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     metas = [json.loads(p.read_text()) for p in (cache / "taskvec").glob("*/taskvec.json")]
     assert len(metas) == 2 and all(m["version"] == CACHE_VERSION and m["format"] == "compact" for m in metas)
@@ -269,8 +310,9 @@ def test_merge_cli_dots_fixed_reads_the_compact_cache(trios, tmp_path):
 
 def test_forms_and_bytes_per_parameter(trios, tmp_path):
     """bf16 at density 0.3: ≤ 0.75 bytes per parameter per source (bitmask 1/8 + 0.3 × 2)."""
-    tv = build_task_vectors(Checkpoint(trios["lab"][0]), {k: Checkpoint(v) for k, v in trios["lab"][1].items()},
-                            SparsifyConfig(), tmp_path)
+    tv = build_task_vectors(
+        Checkpoint(trios["lab"][0]), {k: Checkpoint(v) for k, v in trios["lab"][1].items()}, SparsifyConfig(), tmp_path
+    )
     for entry in tv.entries.values():
         numel = entry.meta["numel"]
         stored = sum(entry.compact(n).nbytes for n in tv.names)

@@ -1,6 +1,7 @@
 """Damaged run state: a truncated study.db, a τ̃ cache entry with a missing shard, a
 selection.jsonl cut mid-line. Each either stops with one line saying what is damaged and
 how to recover, or — where rebuilding is safe — is rebuilt, said once."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ from dots.errors import DotsError
 
 def cli(ovr):
     env = {**os.environ, "DOTS_PROGRESS": "0"}
-    return subprocess.run([sys.executable, "-m", "dots.search", *ovr], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "dots.search", *ovr], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def complete(db):
@@ -52,7 +54,6 @@ def test_cache_entry_missing_its_shard_is_rebuilt_and_said_once(tiny, tmp_path):
     assert not [p for p in shard.parent.parent.iterdir() if ".damaged-" in p.name]
 
 
-
 def test_selection_cut_mid_line_is_selected_again_the_same(tiny, tmp_path):
     ovr = overrides(tiny, tmp_path / "run", extra=["export.enabled=false"])
     run(ovr)
@@ -77,4 +78,3 @@ def test_a_reselection_that_differs_from_the_scored_one_stops(monkeypatch, tmp_p
     assert [q.id for q in pipeline.reselect(None, DamagedSelection(tmp_path / "s", 3, ["a"]))] == ["a", "b"]
     with pytest.raises(DotsError, match=r"damaged at line 3, and selecting again chose other queries.*study.db"):
         pipeline.reselect(None, DamagedSelection(tmp_path / "s", 3, ["a", "c"]))
-

@@ -1,4 +1,5 @@
 """The transformers engine: batched generation, prompt NLL, in-place swaps (SPEC §2, §4)."""
+
 import math
 
 import pytest
@@ -37,7 +38,9 @@ def models(tmp_path_factory):
     make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
     make_finetuned(d / "base", d / "rl", seed=2, scale=0.01, density=0.3)
     base = Checkpoint(d / "base")
-    tv = build_task_vectors(base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache")
+    tv = build_task_vectors(
+        base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
+    )
     merged = save_merged(tv, LAMBDA, base, d / "merged")
     return {"dir": d, "base": d / "base", "sft": d / "sft", "merged": merged, "tv": tv}
 
@@ -163,7 +166,9 @@ def test_tied_embeddings_swap(tmp_path):
 
 
 def test_factory_builds_hf_and_rejects_typos(models):
-    eng = build_engine({"name": "hf", "device": "cpu", "batch_size": 2, "dtype": "float32"}, models["base"], models["tv"])
+    eng = build_engine(
+        {"name": "hf", "device": "cpu", "batch_size": 2, "dtype": "float32"}, models["base"], models["tv"]
+    )
     assert isinstance(eng, HFEngine) and eng.batch_size == 2
     eng.swap_coefficients(LAMBDA)
     eng.close()
@@ -173,6 +178,7 @@ def test_factory_builds_hf_and_rejects_typos(models):
         build_engine({"name": "tgi"}, models["base"])
     try:
         import vllm  # noqa: F401
+
         expected = "vllm"
     except ImportError:
         expected = "hf"

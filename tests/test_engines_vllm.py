@@ -4,6 +4,7 @@ Skipped only where vLLM cannot be imported and CI is unset; in CI a missing vLLM
 Two engines start in this module, one at a time (each takes ~1 min and ~3 GB on CPU):
 a reference engine on a saved copy of the merged weights, then the engine under test.
 """
+
 import os
 
 import pytest
@@ -38,8 +39,15 @@ MAX_TOKENS = 24
 # vLLM and transformers both run in float32 here; their kernels differ, so prompt NLLs
 # agree to rounding: |ΔNLL| <= NLL_TOL per token.
 NLL_TOL = 1e-4
-ENGINE_ARGS = dict(dtype="float32", gpu_memory_utilization=0.15, max_model_len=256, enforce_eager=True, seed=0,
-                   enable_prefix_caching=True, extra_args={"block_size": 32})
+ENGINE_ARGS = dict(
+    dtype="float32",
+    gpu_memory_utilization=0.15,
+    max_model_len=256,
+    enforce_eager=True,
+    seed=0,
+    enable_prefix_caching=True,
+    extra_args={"block_size": 32},
+)
 
 
 def save_merged(tv, coefficients, base: Checkpoint, out):
@@ -60,7 +68,9 @@ def models(tmp_path_factory):
     make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
     make_finetuned(d / "base", d / "rl", seed=2, scale=0.01, density=0.3)
     base = Checkpoint(d / "base")
-    tv = build_task_vectors(base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache")
+    tv = build_task_vectors(
+        base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
+    )
     merged = save_merged(tv, LAMBDA, base, d / "merged")
     return {"base": d / "base", "merged": merged, "tv": tv}
 
@@ -77,7 +87,9 @@ def reference(models):
 
 @pytest.fixture(scope="module")
 def engine(models, reference):
-    eng = build_engine({"name": "vllm", "synth_cache": "disk", **ENGINE_ARGS}, models["base"], task_vectors=models["tv"])
+    eng = build_engine(
+        {"name": "vllm", "synth_cache": "disk", **ENGINE_ARGS}, models["base"], task_vectors=models["tv"]
+    )
     yield eng
     eng.close()
 
@@ -94,7 +106,9 @@ def test_tensor_parallel_swap(models, reference):
     """TP = 2: every worker builds θ(λ) itself from τ̃ (held in memory here); its loader shards it.
 
     Runs first, before the module's TP = 1 engine starts, so only one engine is alive."""
-    eng = VLLMEngine(models["base"], task_vectors=models["tv"], tensor_parallel_size=2, synth_cache="memory", **ENGINE_ARGS)
+    eng = VLLMEngine(
+        models["base"], task_vectors=models["tv"], tensor_parallel_size=2, synth_cache="memory", **ENGINE_ARGS
+    )
     try:
         workers = eng.worker_info()
         assert sorted(w["rank"] for w in workers) == [0, 1] and os.getpid() not in {w["pid"] for w in workers}
@@ -216,8 +230,9 @@ def test_sigterm_mid_generation_closes_the_engine_core(models, tmp_path):
 
     script = tmp_path / "serve.py"
     script.write_text(SERVE_UNTIL_TERMINATED.replace("**ENGINE_ARGS", f"**{ENGINE_ARGS!r}"))
-    proc = subprocess.Popen([sys.executable, str(script), str(models["base"])], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(models["base"])], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
         line = ""
         for line in proc.stdout:  # vLLM logs to stdout too
@@ -244,14 +259,24 @@ def test_swap_updates_a_tied_lm_head(tmp_path):
     packs the lm_head's GEMM weight at load time on AVX-512-BF16 machines, so without a rebuild it
     kept multiplying by the first weights there: greedy text and prompt NLL must equal a fresh
     engine's on the saved merge exactly (same kernels, same weights), after swapping away and back."""
-    make_tiny_model(tmp_path / "base", dtype=torch.bfloat16, tie_word_embeddings=True, hidden_size=128,
-                    num_heads=4, intermediate_size=256)
+    make_tiny_model(
+        tmp_path / "base",
+        dtype=torch.bfloat16,
+        tie_word_embeddings=True,
+        hidden_size=128,
+        num_heads=4,
+        intermediate_size=256,
+    )
     make_finetuned(tmp_path / "base", tmp_path / "sft", seed=1, scale=0.05)
     make_finetuned(tmp_path / "base", tmp_path / "rl", seed=2, scale=0.02, density=0.3)
     base = Checkpoint(tmp_path / "base")
     assert "lm_head.weight" not in base.names  # tied: one matrix in the checkpoint
-    tv = build_task_vectors(base, {"sft": Checkpoint(tmp_path / "sft"), "rl": Checkpoint(tmp_path / "rl")},
-                            SparsifyConfig(), tmp_path / "cache")
+    tv = build_task_vectors(
+        base,
+        {"sft": Checkpoint(tmp_path / "sft"), "rl": Checkpoint(tmp_path / "rl")},
+        SparsifyConfig(),
+        tmp_path / "cache",
+    )
     merged = save_merged(tv, LAMBDA, base, tmp_path / "merged")
     args = {**ENGINE_ARGS, "dtype": "bfloat16"}
     fresh = VLLMEngine(merged, **args)

@@ -1,4 +1,5 @@
 """Evaluation (SPEC §7): metrics on hand-made outputs, benchmark loaders, resume, engine swaps, CLI."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,13 @@ HF = {"name": "hf", "device": "cpu", "batch_size": 8}
 
 # --- metrics on hand-made outputs ------------------------------------------------------------
 
+
 def test_math_grading_uses_equivalence_and_the_last_box():
     completions = [
         "so x = 1/2, hence \\boxed{\\frac{1}{2}}",
-        "first \\boxed{3}, corrected: \\boxed{0.5}",   # the last box counts
+        "first \\boxed{3}, corrected: \\boxed{0.5}",  # the last box counts
         "\\boxed{2}",
-        "I give up",                                    # no answer
+        "I give up",  # no answer
     ]
     answers, correct = grade(completions, "\\frac12", "math")
     assert answers == ["\\frac{1}{2}", "0.5", "2", None]
@@ -39,17 +41,18 @@ def test_math_grading_uses_equivalence_and_the_last_box():
 def test_avg_at_k_on_hand_made_outputs():
     metric = parse_metric("avg@4")
     problems = {  # gold → 4 completions
-        "7": ["\\boxed{7}", "\\boxed{7}", "\\boxed{8}", "\\boxed{7}"],         # 3/4
-        "x^2": ["\\boxed{x^{2}}", "no", "\\boxed{2x}", "\\boxed{x*x}"],       # 2/4 (x^{2}, x*x)
-        "10": ["\\boxed{11}"] * 4,                                             # 0/4
+        "7": ["\\boxed{7}", "\\boxed{7}", "\\boxed{8}", "\\boxed{7}"],  # 3/4
+        "x^2": ["\\boxed{x^{2}}", "no", "\\boxed{2x}", "\\boxed{x*x}"],  # 2/4 (x^{2}, x*x)
+        "10": ["\\boxed{11}"] * 4,  # 0/4
     }
     scores = [problem_score(grade(c, gold)[1], metric) for gold, c in problems.items()]
     assert scores == [0.75, 0.5, 0.0]
     result = aggregate(scores)
     assert result["score"] == pytest.approx(1.25 / 3)
     assert result["problems"] == 3
-    assert result["stderr"] == pytest.approx(math.sqrt(((0.75 - 1.25 / 3) ** 2 + (0.5 - 1.25 / 3) ** 2
-                                                        + (1.25 / 3) ** 2) / 2 / 3))
+    assert result["stderr"] == pytest.approx(
+        math.sqrt(((0.75 - 1.25 / 3) ** 2 + (0.5 - 1.25 / 3) ** 2 + (1.25 / 3) ** 2) / 2 / 3)
+    )
     with pytest.raises(ValueError):
         problem_score([True, False], metric)  # avg@4 needs 4 samples
 
@@ -88,6 +91,7 @@ def test_pass_at_k_needs_enough_samples():
 
 
 # --- benchmark definitions and loaders ----------------------------------------------------------
+
 
 def test_parquet_loader_on_the_shared_math_file():
     context = {"math_parquet": str(SHARED_PARQUET), "backbone": {"max_tokens": 8192, "prompt": "dots_think"}}
@@ -132,20 +136,53 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_multiple_choice_formats(tmp_path):
-    arc = _write_jsonl(tmp_path / "arc.jsonl", [
-        {"id": "q1", "question": "Sky colour?", "choices": {"text": ["red", "blue", "green"], "label": ["A", "B", "C"]},
-         "answerKey": "B"},
-        {"id": "q2", "question": "2+2?", "choices": {"text": ["3", "4"], "label": ["1", "2"]}, "answerKey": "2"}])
-    gpqa = _write_jsonl(tmp_path / "gpqa.jsonl", [
-        {"Record ID": f"r{i}", "Question": f"Q{i}", "Correct Answer": "right", "Incorrect Answer 1": "w1",
-         "Incorrect Answer 2": "w2", "Incorrect Answer 3": "w3"} for i in range(12)])
-    mmlu = _write_jsonl(tmp_path / "mmlu.jsonl", [
-        {"question_id": 7, "question": "Pick", "options": ["a", "b", "c", "d", "e"], "answer": "D", "answer_index": 3,
-         "category": "law"}])
+    arc = _write_jsonl(
+        tmp_path / "arc.jsonl",
+        [
+            {
+                "id": "q1",
+                "question": "Sky colour?",
+                "choices": {"text": ["red", "blue", "green"], "label": ["A", "B", "C"]},
+                "answerKey": "B",
+            },
+            {"id": "q2", "question": "2+2?", "choices": {"text": ["3", "4"], "label": ["1", "2"]}, "answerKey": "2"},
+        ],
+    )
+    gpqa = _write_jsonl(
+        tmp_path / "gpqa.jsonl",
+        [
+            {
+                "Record ID": f"r{i}",
+                "Question": f"Q{i}",
+                "Correct Answer": "right",
+                "Incorrect Answer 1": "w1",
+                "Incorrect Answer 2": "w2",
+                "Incorrect Answer 3": "w3",
+            }
+            for i in range(12)
+        ],
+    )
+    mmlu = _write_jsonl(
+        tmp_path / "mmlu.jsonl",
+        [
+            {
+                "question_id": 7,
+                "question": "Pick",
+                "options": ["a", "b", "c", "d", "e"],
+                "answer": "D",
+                "answer_index": 3,
+                "category": "law",
+            }
+        ],
+    )
 
     def load(path, fmt, **extra):
-        entry = {"name": fmt, "data": {"kind": "jsonl", "path": str(path), "format": fmt, **extra},
-                 "mode": "choice", "max_tokens": 8}
+        entry = {
+            "name": fmt,
+            "data": {"kind": "jsonl", "path": str(path), "format": fmt, **extra},
+            "mode": "choice",
+            "max_tokens": 8,
+        }
         return load_problems(resolve_benchmark(entry))
 
     q1, q2 = load(arc, "arc")
@@ -166,8 +203,11 @@ def test_bad_benchmark_input_is_a_dots_error(tmp_path):
     with pytest.raises(DotsError, match="unknown benchmark 'nope'.*aime24"):
         resolve_benchmark("nope")
     with pytest.raises(DotsError, match="does not exist"):
-        load_problems(resolve_benchmark({"name": "x", "data": {"kind": "jsonl", "path": str(tmp_path / "none.jsonl")},
-                                         "max_tokens": 4}))
+        load_problems(
+            resolve_benchmark(
+                {"name": "x", "data": {"kind": "jsonl", "path": str(tmp_path / "none.jsonl")}, "max_tokens": 4}
+            )
+        )
     with pytest.raises(DotsError, match="unknown field"):
         resolve_benchmark({"name": "x", "data": {"kind": "jsonl", "path": "a"}, "max_tokens": 4, "temprature": 1})
     with pytest.raises(DotsError, match="data kind"):
@@ -176,10 +216,13 @@ def test_bad_benchmark_input_is_a_dots_error(tmp_path):
         resolve_benchmark({"name": "x", "data": {"kind": "jsonl", "path": "a"}})
     no_gold = _write_jsonl(tmp_path / "nogold.jsonl", [{"question": "1+1="}])
     with pytest.raises(DotsError, match="no gold answer"):
-        load_problems(resolve_benchmark({"name": "x", "data": {"kind": "jsonl", "path": str(no_gold)}, "max_tokens": 4}))
+        load_problems(
+            resolve_benchmark({"name": "x", "data": {"kind": "jsonl", "path": str(no_gold)}, "max_tokens": 4})
+        )
 
 
 # --- runs on tiny real models ----------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -188,16 +231,27 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("eval")
     base = make_tiny_model(root / "base", seed=0)
     sft = make_finetuned(base, root / "sft", seed=1, scale=0.05)
-    other = make_tiny_model(root / "other", seed=3)                   # same shapes, different weights
-    llama = make_tiny_model(root / "llama", arch="llama", seed=4)    # another architecture
-    data = _write_jsonl(root / "tiny.jsonl", [{"id": i, "question": f"{a}+{b}=", "answer": str(a + b)}
-                                              for i, (a, b) in enumerate([(1, 2), (3, 4), (5, 6), (7, 1), (2, 2)])])
+    other = make_tiny_model(root / "other", seed=3)  # same shapes, different weights
+    llama = make_tiny_model(root / "llama", arch="llama", seed=4)  # another architecture
+    data = _write_jsonl(
+        root / "tiny.jsonl",
+        [
+            {"id": i, "question": f"{a}+{b}=", "answer": str(a + b)}
+            for i, (a, b) in enumerate([(1, 2), (3, 4), (5, 6), (7, 1), (2, 2)])
+        ],
+    )
     return {"root": root, "base": base, "sft": sft, "other": other, "llama": llama, "data": data}
 
 
 def _bench(tiny, **kw) -> Benchmark:
-    entry = {"name": "tiny", "data": {"kind": "jsonl", "path": str(tiny["data"])}, "metric": "avg@2",
-             "max_tokens": 4, "prompt": "plain", **kw}
+    entry = {
+        "name": "tiny",
+        "data": {"kind": "jsonl", "path": str(tiny["data"])},
+        "metric": "avg@2",
+        "max_tokens": 4,
+        "prompt": "plain",
+        **kw,
+    }
     return resolve_benchmark(entry)
 
 
@@ -231,7 +285,9 @@ def test_resume_does_not_regenerate(tiny, tmp_path):
     bench = _bench(tiny)
     models = {"base": tiny["base"], "sft": tiny["sft"]}
     calls, starts = [], []
-    first = evaluate(models, [bench], tmp_path, HF, chunk=1, plot=False, engine_factory=_counting_factory(calls, starts))
+    first = evaluate(
+        models, [bench], tmp_path, HF, chunk=1, plot=False, engine_factory=_counting_factory(calls, starts)
+    )
     assert sum(calls) == 10 and starts == ["base"]  # 5 problems × 2 models, one engine (sft swapped in)
     path = tmp_path / "samples" / "sft" / "tiny.jsonl"
     rows = path.read_text().splitlines()
@@ -240,21 +296,32 @@ def test_resume_does_not_regenerate(tiny, tmp_path):
     assert set(row) >= {"id", "completions", "answers", "correct", "score"} and len(row["completions"]) == 2
 
     calls.clear()
-    second = evaluate(models, [bench], tmp_path, HF, chunk=1, plot=False, engine_factory=_counting_factory(calls, starts))
+    second = evaluate(
+        models, [bench], tmp_path, HF, chunk=1, plot=False, engine_factory=_counting_factory(calls, starts)
+    )
     assert calls == [] and starts == ["base"]  # nothing generated, no engine started
     assert second["scores"] == first["scores"]
 
     # an interrupted run: the last problem missing and a torn line → only that problem is generated
     path.write_text("\n".join(rows[:-1]) + "\n" + rows[-1][: len(rows[-1]) // 2])
-    third = evaluate(models, [bench], tmp_path, HF, chunk=1, plot=False, engine_factory=_counting_factory(calls, starts))
+    third = evaluate(
+        models, [bench], tmp_path, HF, chunk=1, plot=False, engine_factory=_counting_factory(calls, starts)
+    )
     assert calls == [1]
     assert path.read_text().splitlines() == rows  # fixed chunk seeds: the same samples as the full run
     assert third["scores"] == first["scores"]
 
     # changed settings → recomputed
     calls.clear()
-    evaluate({"sft": tiny["sft"]}, [_bench(tiny, temperature=1.0)], tmp_path, HF, chunk=5, plot=False,
-             engine_factory=_counting_factory(calls, starts))
+    evaluate(
+        {"sft": tiny["sft"]},
+        [_bench(tiny, temperature=1.0)],
+        tmp_path,
+        HF,
+        chunk=5,
+        plot=False,
+        engine_factory=_counting_factory(calls, starts),
+    )
     assert calls == [5]
 
 
@@ -262,13 +329,21 @@ def test_swapped_model_scores_like_a_fresh_engine(tiny, tmp_path):
     """Greedy completions of a model swapped into the live engine equal those of an engine started on it."""
     bench = _bench(tiny, metric="pass@1", temperature=0.0, max_tokens=6)
     calls, starts = [], []
-    evaluate({"base": tiny["base"], "other": tiny["other"], "llama": tiny["llama"]}, [bench], tmp_path / "all", HF,
-             plot=False, engine_factory=_counting_factory(calls, starts))
+    evaluate(
+        {"base": tiny["base"], "other": tiny["other"], "llama": tiny["llama"]},
+        [bench],
+        tmp_path / "all",
+        HF,
+        plot=False,
+        engine_factory=_counting_factory(calls, starts),
+    )
     assert starts == ["base", "llama"]  # `other` swapped in; llama needs a new engine
     evaluate({"other": tiny["other"]}, [bench], tmp_path / "alone", HF, plot=False)
 
     def completions(d, model):
-        return [json.loads(x)["completions"] for x in (d / "samples" / model / "tiny.jsonl").read_text().splitlines()[1:]]
+        return [
+            json.loads(x)["completions"] for x in (d / "samples" / model / "tiny.jsonl").read_text().splitlines()[1:]
+        ]
 
     swapped = completions(tmp_path / "all", "other")
     assert swapped == completions(tmp_path / "alone", "other")
@@ -302,12 +377,25 @@ def test_cli_end_to_end(tiny, tmp_path):
     bench_dir = tmp_path / "defs"
     bench_dir.mkdir()
     (bench_dir / "tiny.yaml").write_text(
-        f"name: tiny\ndata:\n  kind: jsonl\n  path: {tiny['data']}\nmetric: avg@2\nmode: math\ntemperature: 0.6\n")
+        f"name: tiny\ndata:\n  kind: jsonl\n  path: {tiny['data']}\nmetric: avg@2\nmode: math\ntemperature: 0.6\n"
+    )
     out = tmp_path / "out"
     env = {**os.environ, "DOTS_PROGRESS": "0"}
-    args = [sys.executable, "-m", "dots.evaluate", "include_backbone=false", f"+models.base={tiny['base']}",
-            f"+models.sft={tiny['sft']}", "engine=hf", "engine.device=cpu", "benchmarks=[tiny]",
-            f"benchmark_dirs=[{bench_dir}]", "limit=3", "max_tokens=4", f"output_dir={out}"]
+    args = [
+        sys.executable,
+        "-m",
+        "dots.evaluate",
+        "include_backbone=false",
+        f"+models.base={tiny['base']}",
+        f"+models.sft={tiny['sft']}",
+        "engine=hf",
+        "engine.device=cpu",
+        "benchmarks=[tiny]",
+        f"benchmark_dirs=[{bench_dir}]",
+        "limit=3",
+        "max_tokens=4",
+        f"output_dir={out}",
+    ]
     run = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     scores = json.loads((out / "scores.json").read_text())
@@ -322,10 +410,22 @@ def test_cli_end_to_end(tiny, tmp_path):
         assert len(rows) == 4 and len(json.loads(rows[1])["completions"]) == 2
 
     # bad input: one error line, exit 2, nothing written
-    bad = subprocess.run(args[:-1] + ["benchmarks=[nope]", f"output_dir={tmp_path / 'bad'}"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=600)
+    bad = subprocess.run(
+        args[:-1] + ["benchmarks=[nope]", f"output_dir={tmp_path / 'bad'}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode == 2 and "error: unknown benchmark 'nope'" in bad.stderr
-    missing = subprocess.run(args[:-1] + [f"+models.gone={tmp_path / 'gone'}", f"output_dir={tmp_path / 'bad'}"],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    missing = subprocess.run(
+        args[:-1] + [f"+models.gone={tmp_path / 'gone'}", f"output_dir={tmp_path / 'bad'}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert missing.returncode == 2 and "error: model path does not exist" in missing.stderr
     assert not (tmp_path / "bad").exists()

@@ -6,6 +6,7 @@ search's engine must therefore run a model of the output's shapes from the start
 swap (coefficients, and the original sources during selection) then fits, and the
 generated added tokens decode.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,15 @@ def grow(src: Path, out: Path, copy_rows: list[int], seed: int = 5) -> Path:
 
     ckpt = Checkpoint(src)
     n = len(ADDED)
-    plan = {name: TensorInfo((ckpt.info(name).shape[0] + n, *ckpt.info(name).shape[1:]) if name in VOCAB_TENSORS
-                             else ckpt.info(name).shape, ckpt.info(name).dtype) for name in ckpt.names}
+    plan = {
+        name: TensorInfo(
+            (ckpt.info(name).shape[0] + n, *ckpt.info(name).shape[1:])
+            if name in VOCAB_TENSORS
+            else ckpt.info(name).shape,
+            ckpt.info(name).dtype,
+        )
+        for name in ckpt.names
+    }
     gen = torch.Generator().manual_seed(seed)
     with CheckpointWriter(out, plan) as writer:
         for name, tensor in ckpt.tensors():
@@ -75,12 +83,27 @@ def tiny(tmp_path_factory):
 def overrides(tiny, run_dir, trials=3, extra=()):
     root, base, srcs, pool = tiny
     return [
-        "engine=hf", "engine.device=cpu", "engine.dtype=float32", "backbone=custom", "backbone.name=tiny",
-        f"backbone.base={base}", "backbone.prompt=plain", "backbone.max_tokens=6",
-        *[f"+backbone.sources.{k}={v}" for k, v in srcs.items()], "pool=jsonl", f"pool.path={pool}",
-        "selection.n=3", "selection.m=2", "selection.threshold=1.0", f"search.n_trials={trials}",
-        "search.n_startup_trials=2", "search.k=2", f"run_dir={run_dir}", f"cache_dir={root / 'cache'}",
-        "export.device=cpu", *extra,
+        "engine=hf",
+        "engine.device=cpu",
+        "engine.dtype=float32",
+        "backbone=custom",
+        "backbone.name=tiny",
+        f"backbone.base={base}",
+        "backbone.prompt=plain",
+        "backbone.max_tokens=6",
+        *[f"+backbone.sources.{k}={v}" for k, v in srcs.items()],
+        "pool=jsonl",
+        f"pool.path={pool}",
+        "selection.n=3",
+        "selection.m=2",
+        "selection.threshold=1.0",
+        f"search.n_trials={trials}",
+        "search.n_startup_trials=2",
+        "search.k=2",
+        f"run_dir={run_dir}",
+        f"cache_dir={root / 'cache'}",
+        "export.device=cpu",
+        *extra,
     ]
 
 
@@ -123,8 +146,9 @@ def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
     assert len(tok) == rows + len(ADDED) and tok.decode([rows, rows + 2]) == "<x1><x3>"
 
     # the live engine of the search (its model, its τ̃) swapped to the pick == a fresh model of the export
-    tv = build_task_vectors(base_ckpt, {k: Checkpoint(v) for k, v in srcs.items()}, SparsifyConfig(**SPARSIFY),
-                            root / "cache")
+    tv = build_task_vectors(
+        base_ckpt, {k: Checkpoint(v) for k, v in srcs.items()}, SparsifyConfig(**SPARSIFY), root / "cache"
+    )
     with HFEngine(model, device="cpu") as fresh:
         expected, fresh_state = greedy(fresh), fresh.state_dict()
     with HFEngine(run_dir / "engine-init", task_vectors=tv, device="cpu") as live:
@@ -253,8 +277,15 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
         padded = greedy(hf)
     with HFEngine(model, device="cpu", dtype="float32") as fresh:
         expected = greedy(fresh)
-    eng = VLLMEngine(init, task_vectors=tv, dtype="float32", gpu_memory_utilization=0.15, max_model_len=256,
-                     enforce_eager=True, seed=0)
+    eng = VLLMEngine(
+        init,
+        task_vectors=tv,
+        dtype="float32",
+        gpu_memory_utilization=0.15,
+        max_model_len=256,
+        enforce_eager=True,
+        seed=0,
+    )
     try:
         swap_original(eng, al, tv, "rlvr")  # swap_weights through a temporary checkpoint
         assert greedy(eng) == padded

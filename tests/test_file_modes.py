@@ -2,6 +2,7 @@
 safetensors' save_file (under save_pretrained) makes 0600 files and shutil.copy2 keeps a
 source's mode, so a merge, an export, a lab model and a τ̃ cache entry checked here would
 otherwise differ from their neighbours."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """A full disk while building the τ̃ cache or writing a model (export, merge): one line, no
 partial model, no cache entry a rerun would take as finished, no temporary files left.
 Small tmpfs mounts stand in for the full disk (skipped where mounting is not permitted)."""
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,9 @@ def _entry_kib(tiny, tmp_path) -> list[int]:
 
     root, base, srcs, _ = tiny
     cfg = SparsifyConfig(**to_plain(compose(overrides(tiny, tmp_path / "unused")).sparsify))
-    tv = build_task_vectors(Checkpoint(base), {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")}, cfg,
-                            cache_root=tmp_path / "measure")
+    tv = build_task_vectors(
+        Checkpoint(base), {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")}, cfg, cache_root=tmp_path / "measure"
+    )
     pages = [sum(-(-f.stat().st_size // 4096) for f in tv.entries[k].path.iterdir()) for k in ("sft", "rlvr")]
     return [4 * n for n in pages]
 
@@ -86,8 +88,15 @@ def test_export_and_merge_onto_a_full_disk_leave_no_partial_model(tiny, tmp_path
     rc, lines = cli("dots.search", *overrides(tiny, tmp_path / "run", extra=[f"export.dir={disk / 'model'}"]))
     assert rc == 2 and len(lines) == 1 and "not enough space" in lines[0], lines
     assert list(disk.iterdir()) == []
-    rc, lines = cli("dots.merge", "backbone=custom", f"backbone.base={base}", f"+backbone.sources.sft={srcs['sft']}",
-                    f"+backbone.sources.rlvr={srcs['rlvr']}", "method=task_arithmetic", f"output={disk / 'merged'}")
+    rc, lines = cli(
+        "dots.merge",
+        "backbone=custom",
+        f"backbone.base={base}",
+        f"+backbone.sources.sft={srcs['sft']}",
+        f"+backbone.sources.rlvr={srcs['rlvr']}",
+        "method=task_arithmetic",
+        f"output={disk / 'merged'}",
+    )
     assert rc == 2 and len(lines) == 1 and "not enough space" in lines[0], lines
     assert list(disk.iterdir()) == []
 

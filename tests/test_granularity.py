@@ -2,6 +2,7 @@
 embed_head, norm) — the classifier, the synthesis (streamed, resident, both engines with either
 synth_cache), the study's parameters (fixed points, requeue, duplicates), the run identity, the
 model card, and lab searches to their export."""
+
 from __future__ import annotations
 
 import csv
@@ -47,21 +48,24 @@ def compose(overrides: list[str]):
 # --- the classifier ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, group", [
-    ("model.layers.0.self_attn.q_proj.weight", "attention"),
-    ("model.layers.0.self_attn.k_proj.bias", "attention"),
-    ("model.layers.11.self_attn.v_proj.bias", "attention"),
-    ("model.layers.3.self_attn.o_proj.weight", "attention"),
-    ("model.layers.3.mlp.gate_proj.weight", "mlp"),
-    ("model.layers.3.mlp.up_proj.weight", "mlp"),
-    ("model.layers.3.mlp.down_proj.weight", "mlp"),
-    ("model.embed_tokens.weight", "embed_head"),
-    ("lm_head.weight", "embed_head"),
-    ("model.layers.3.input_layernorm.weight", "norm"),
-    ("model.layers.3.post_attention_layernorm.weight", "norm"),
-    ("model.layers.3.self_attn.q_norm.weight", "norm"),  # Qwen3: a norm inside attention
-    ("model.norm.weight", "norm"),
-])
+@pytest.mark.parametrize(
+    "name, group",
+    [
+        ("model.layers.0.self_attn.q_proj.weight", "attention"),
+        ("model.layers.0.self_attn.k_proj.bias", "attention"),
+        ("model.layers.11.self_attn.v_proj.bias", "attention"),
+        ("model.layers.3.self_attn.o_proj.weight", "attention"),
+        ("model.layers.3.mlp.gate_proj.weight", "mlp"),
+        ("model.layers.3.mlp.up_proj.weight", "mlp"),
+        ("model.layers.3.mlp.down_proj.weight", "mlp"),
+        ("model.embed_tokens.weight", "embed_head"),
+        ("lm_head.weight", "embed_head"),
+        ("model.layers.3.input_layernorm.weight", "norm"),
+        ("model.layers.3.post_attention_layernorm.weight", "norm"),
+        ("model.layers.3.self_attn.q_norm.weight", "norm"),  # Qwen3: a norm inside attention
+        ("model.norm.weight", "norm"),
+    ],
+)
 def test_module_group_of_qwen_llama_mistral_names(name, group):
     assert module_group(name) == group
 
@@ -103,7 +107,9 @@ def test_every_tensor_takes_the_lambda_of_its_group(tiny_family, tmp_path, famil
         expected = at_group[module_group(name)][name] if name in tv.names else base.get(name)
         assert torch.equal(got[name], expected), name
         assert torch.equal(resident[name], expected), name
-    assert not torch.equal(got["model.layers.0.mlp.up_proj.weight"], at_group["attention"]["model.layers.0.mlp.up_proj.weight"])
+    assert not torch.equal(
+        got["model.layers.0.mlp.up_proj.weight"], at_group["attention"]["model.layers.0.mlp.up_proj.weight"]
+    )
 
 
 def test_coefficients_per_group_are_checked(qwen_bf16, tmp_path):
@@ -160,8 +166,16 @@ def test_vllm_engine_swaps_coefficients_per_group_from_disk_and_memory(tmp_path)
     base = Checkpoint(tmp_path / "base")
     sources = {k: Checkpoint(tmp_path / k) for k in ("sft", "rlvr")}
     tv = build_task_vectors(base, sources, SparsifyConfig(), tmp_path / "cache")
-    engine = VLLMEngine(tmp_path / "base", task_vectors=tv, synth_cache="disk", dtype="float32",
-                        gpu_memory_utilization=0.15, max_model_len=256, enforce_eager=True, seed=0)
+    engine = VLLMEngine(
+        tmp_path / "base",
+        task_vectors=tv,
+        synth_cache="disk",
+        dtype="float32",
+        gpu_memory_utilization=0.15,
+        max_model_len=256,
+        enforce_eager=True,
+        seed=0,
+    )
     try:
         engine.swap_weights(synthesize(tv, PER_GROUP, device="cpu"))
         expected = engine.parameter_checksum()
@@ -257,19 +271,30 @@ def test_bad_granularity_is_one_line_and_writes_nothing(tmp_path):
     ovr = ["backbone=lab", "engine=hf", f"run_dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}"]
     with pytest.raises(DotsError, match=r"^search\.granularity must be one of model, module, got 'layer'$"):
         run_search(compose([*ovr, "search.granularity=layer"]))
-    done = subprocess.run([sys.executable, "-m", "dots.search", *ovr, "search.granularity=per_tensor"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "dots.search", *ovr, "search.granularity=per_tensor"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: search.granularity must be one of model, module, got 'per_tensor'"]
+        "error: search.granularity must be one of model, module, got 'per_tensor'"
+    ]
     assert list(tmp_path.iterdir()) == []  # no run directory, no cache, no outputs
 
 
 def test_card_lists_lambda_per_module_group():
     from dots.export.card import render_model_card
 
-    card = render_model_card(method="dots", options={}, base="b", sources={"sft": "s", "rlvr": "r"},
-                             weights={"sft": PER_GROUP["sft"], "rlvr": 0.25})
+    card = render_model_card(
+        method="dots",
+        options={},
+        base="b",
+        sources={"sft": "s", "rlvr": "r"},
+        weights={"sft": PER_GROUP["sft"], "rlvr": 0.25},
+    )
     assert "| sft | `s` | — | per module group |" in card and "| rlvr | `r` | — | 0.25 |" in card
     assert "| source | attention | mlp | embed_head | norm |" in card and "| sft | 0.3 | 1.7 | 0.9 | 1.1 |" in card
     one = render_model_card(method="dots", options={}, base="b", sources={"sft": "s"}, weights={"sft": 0.5})
@@ -282,8 +307,13 @@ def test_card_lists_lambda_per_module_group():
 def test_fixed_points_per_group_are_scored(tiny, tmp_path):  # noqa: F811
     """search.fixed with module granularity: 2 values (one per source, for all its groups) or 8."""
     eight = [1.0, 0.5, 1.5, 0.25, 0.0, 2.0, 1.0, 0.75]
-    run_dir = run(overrides(tiny, tmp_path / "run", extra=[
-        "search.granularity=module", f"search.fixed=[[1,0.5],{eight}]".replace(" ", "")]))
+    run_dir = run(
+        overrides(
+            tiny,
+            tmp_path / "run",
+            extra=["search.granularity=module", f"search.fixed=[[1,0.5],{eight}]".replace(" ", "")],
+        )
+    )
     rows = list(csv.DictReader((run_dir / "fixed.csv").read_text().splitlines()))
     names = param_names(["sft", "rlvr"], "module")
     assert [[float(r[n]) for n in names] for r in rows] == [[1.0] * 4 + [0.5] * 4, eight]
@@ -298,9 +328,18 @@ def test_lab_search_per_module_group_to_its_export(tmp_path):
 
     from dots.search.pipeline import run_search
 
-    small = ["backbone=lab", "engine=hf", "search.granularity=module", "search.n_startup_trials=2", "pool.size=16",
-             "selection.n=4", "selection.m=2", "search.k=2", f"run_dir={tmp_path / 'run'}",
-             f"cache_dir={tmp_path / 'cache'}"]
+    small = [
+        "backbone=lab",
+        "engine=hf",
+        "search.granularity=module",
+        "search.n_startup_trials=2",
+        "pool.size=16",
+        "selection.n=4",
+        "selection.m=2",
+        "search.k=2",
+        f"run_dir={tmp_path / 'run'}",
+        f"cache_dir={tmp_path / 'cache'}",
+    ]
     cfg = compose([*small, "search.n_trials=3"])
     run_dir = run_search(cfg)
     names = param_names(["sft", "rlvr"], "module")
@@ -318,8 +357,9 @@ def test_lab_search_per_module_group_to_its_export(tmp_path):
     assert all(isinstance(p["coefficients"]["sft"], dict) for p in result["front"])
 
     base = Checkpoint(str(cfg.backbone.base))
-    tv = build_task_vectors(base, {k: Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()},
-                            SparsifyConfig(), tmp_path / "cache")
+    tv = build_task_vectors(
+        base, {k: Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()}, SparsifyConfig(), tmp_path / "cache"
+    )
     exported = Checkpoint(run_dir / "model")
     expected = synthesize_dict(tv, lam)
     assert set(exported.names) == set(expected)

@@ -1,4 +1,5 @@
 """The lab: tasks and splits, the trio builder (tiny config), its cache, the sampler and the scorer."""
+
 from __future__ import annotations
 
 import json
@@ -13,16 +14,33 @@ from dots.lab import tasks as T
 
 # A trio small enough to train in a few seconds (head_dim stays 32).
 TINY = [
-    "model.hidden_size=64", "model.num_attention_heads=2", "model.num_key_value_heads=1",
-    "model.intermediate_size=64", "model.num_hidden_layers=1",
-    "base.steps=4", "base.batch_size=8", "base.warmup=1",
-    "sft.examples=16", "sft.epochs=1", "sft.batch_size=8",
-    "rlvr.steps=2", "rlvr.prompts_per_step=2", "rlvr.samples_per_prompt=4",
-    "tasks.test_per_skill=64", "tasks.pool_per_skill=32",
-    "eval.per_skill=4", "eval.samples=2",
+    "model.hidden_size=64",
+    "model.num_attention_heads=2",
+    "model.num_key_value_heads=1",
+    "model.intermediate_size=64",
+    "model.num_hidden_layers=1",
+    "base.steps=4",
+    "base.batch_size=8",
+    "base.warmup=1",
+    "sft.examples=16",
+    "sft.epochs=1",
+    "sft.batch_size=8",
+    "rlvr.steps=2",
+    "rlvr.prompts_per_step=2",
+    "rlvr.samples_per_prompt=4",
+    "tasks.test_per_skill=64",
+    "tasks.pool_per_skill=32",
+    "eval.per_skill=4",
+    "eval.samples=2",
 ]
-TASKS = {"split_seed": 0, "test_per_skill": 64, "pool_per_skill": 32,
-         "slip_rate": 0.7, "digits": [1, 2, 3], "two_digit_share": 0.4}
+TASKS = {
+    "split_seed": 0,
+    "test_per_skill": 64,
+    "pool_per_skill": 32,
+    "slip_rate": 0.7,
+    "digits": [1, 2, 3],
+    "two_digit_share": 0.4,
+}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +80,7 @@ def test_record_answers_are_correct():
     for r in recs:
         q = r["question"]
         assert q.endswith("=")
-        a, op, b = (q[:-1].partition("+") if r["skill"] == "add" else q[:-1].partition("-"))
+        a, op, b = q[:-1].partition("+") if r["skill"] == "add" else q[:-1].partition("-")
         assert int(r["answer"]) == (int(a) + int(b) if op == "+" else int(a) - int(b))
         assert T.extract_answer(T.completion(int(r["answer"]))) == int(r["answer"])
 
@@ -235,7 +253,7 @@ def test_resolver_points_configs_at_the_trio(trio):
     cfg = OmegaConf.create({"base": "${lab:base," + args + "}", "sources": {"rlvr": "${lab:rlvr," + args + "}"}})
     assert cfg.base == str(trio["base"]) and cfg.sources.rlvr == str(trio["rlvr"])
     with pytest.raises(Exception, match="no stage"):
-        OmegaConf.create({"x": "${lab:merged," + args + "}"}).x
+        _ = OmegaConf.create({"x": "${lab:merged," + args + "}"}).x
 
 
 def test_backbone_and_pool_configs():
@@ -264,9 +282,15 @@ def test_local_sampler_matches_transformers_greedy(trio):
     model = AutoModelForCausalLM.from_pretrained(trio["sft"], dtype=torch.float32)
     for prompt, [text] in zip(prompts, ours):
         ids = torch.tensor(encode(engine.tok, [prompt]))
-        ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
-                             eos_token_id=engine.tok.eos_token_id, pad_token_id=engine.tok.pad_token_id)
-        assert text == engine.tok.decode(ref[0, ids.shape[1]:], skip_special_tokens=True)
+        ref = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=10,
+            do_sample=False,
+            eos_token_id=engine.tok.eos_token_id,
+            pad_token_id=engine.tok.pad_token_id,
+        )
+        assert text == engine.tok.decode(ref[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 def test_sampling_is_seeded(trio):
@@ -287,7 +311,7 @@ class AnswerBook:
     def generate(self, prompts, n=1, temperature=0.0, top_p=1.0, max_tokens=256, seed=None):
         out = []
         for p in prompts:
-            a, op, b = (p[:-1].partition("+") if "+" in p else p[:-1].partition("-"))
+            a, op, b = p[:-1].partition("+") if "+" in p else p[:-1].partition("-")
             if op == "+":
                 out.append([f"\\boxed{{{int(a) + int(b)}}}"] * n)
             else:
@@ -301,7 +325,9 @@ def test_scorer_counts_right_answers_and_consistency():
 
     probs = T.records(TASKS, "test", size=40)
     # subtraction: sample 0 right, 1 wrong, 2 no answer, 3 right -> accuracy 0.5, consistency 0.5
-    book = AnswerBook(lambda ans, i: [f"\\boxed{{{ans}}}", f"\\boxed{{{ans + 1}}}", "no idea", f"x \\boxed{{{ans}}}"][i])
+    book = AnswerBook(
+        lambda ans, i: [f"\\boxed{{{ans}}}", f"\\boxed{{{ans + 1}}}", "no idea", f"x \\boxed{{{ans}}}"][i]
+    )
     res = accuracy(book, probs, n=4, temperature=0.6)
     assert res["add"] == 1.0 and res["sub"] == 0.5 and res["all"] == 0.75
     assert res["consistency"] == pytest.approx((1.0 + 0.5) / 2)

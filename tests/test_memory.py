@@ -1,4 +1,5 @@
 """The allocator setting of the command-line executors (dots.memory)."""
+
 import platform
 
 import pytest

@@ -4,6 +4,7 @@ Merged tensors are compared with the dense SPEC references of test_methods appli
 weights read straight from the safetensors files; outputs are loaded and run in
 transformers; every bad input is tried through the CLI in a subprocess.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,14 @@ def reference_delta(method: str, name: str, deltas: list[torch.Tensor], options:
     if method == "ties":
         return ref_ties(deltas, [1.0] * len(deltas), options.get("density", 0.2), options.get("scale", 1.0))
     if method == "dare":
-        return ref_dare(name, deltas, [1.0] * len(deltas), options.get("p", 0.9), options.get("combine", "linear"),
-                        options.get("scale", 1.0))
+        return ref_dare(
+            name,
+            deltas,
+            [1.0] * len(deltas),
+            options.get("p", 0.9),
+            options.get("combine", "linear"),
+            options.get("scale", 1.0),
+        )
     if method in ("ram", "ram_plus"):
         return ref_ram(deltas, lambdas)
     raise AssertionError(method)
@@ -56,12 +63,16 @@ def assert_same_weights(actual: torch.Tensor, expected_f32: torch.Tensor, dtype:
     if dtype == torch.float32:
         torch.testing.assert_close(actual, expected_f32, rtol=1e-5, atol=1e-6, msg=name)
     else:  # the reference is rounded to bf16 too; allow one rounding step of difference
-        torch.testing.assert_close(actual.float(), expected_f32.to(dtype).float(), rtol=2 ** -7, atol=1e-6, msg=name)
+        torch.testing.assert_close(actual.float(), expected_f32.to(dtype).float(), rtol=2**-7, atol=1e-6, msg=name)
 
 
 CASES = [
-    ("linear", {}), ("task_arithmetic", {"scale": 0.7}), ("ties", {"density": 0.2}),
-    ("dare", {"p": 0.5, "combine": "ties"}), ("ram", {}), ("ram_plus", {}),
+    ("linear", {}),
+    ("task_arithmetic", {"scale": 0.7}),
+    ("ties", {"density": 0.2}),
+    ("dare", {"p": 0.5, "combine": "ties"}),
+    ("ram", {}),
+    ("ram_plus", {}),
 ]
 
 
@@ -90,21 +101,25 @@ def test_merge_matches_dense_reference(tiny_family, tmp_path, family, method, op
 def test_sar_merge_with_cached_fisher(qwen_bf16, tmp_path):
     options = {"calibration_size": 4, "p": 0.2}
     cache = tmp_path / "cache"
-    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "out", method="sar", options=options,
-                            cache_dir=cache)
+    out = merge_checkpoints(
+        qwen_bf16.base, qwen_bf16.sources, tmp_path / "out", method="sar", options=options, cache_dir=cache
+    )
     files = sorted((cache / "fisher").glob("*.safetensors"))
     assert len(files) == 2
     stamps = [f.stat().st_mtime_ns for f in files]
-    again = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "again", method="sar", options=options,
-                              cache_dir=cache)
+    again = merge_checkpoints(
+        qwen_bf16.base, qwen_bf16.sources, tmp_path / "again", method="sar", options=options, cache_dir=cache
+    )
     assert [f.stat().st_mtime_ns for f in files] == stamps  # reused, not recomputed
     assert load_state(out).keys() == load_state(again).keys()
     # which cache file belongs to which source: recompute the keys
     from dots.merge.fisher import builtin_calibration, fisher_key
 
     examples = builtin_calibration(4, 0)
-    fisher = [load_file(str(cache / "fisher" / f"{fisher_key(Checkpoint(p), examples, 256, torch.float32)}.safetensors"))
-              for p in qwen_bf16.sources.values()]
+    fisher = [
+        load_file(str(cache / "fisher" / f"{fisher_key(Checkpoint(p), examples, 256, torch.float32)}.safetensors"))
+        for p in qwen_bf16.sources.values()
+    ]
     base = load_state(qwen_bf16.base)
     sources = [load_state(p) for p in qwen_bf16.sources.values()]
     merged = load_state(out)
@@ -122,18 +137,28 @@ def test_dots_fixed_is_the_synthesiser_bit_for_bit(llama_fp32_tied, tmp_path):
     from dots.vectors.synth import synthesize
 
     weights = {"sft": 0.5, "rlvr": 0.7071}
-    out = merge_checkpoints(llama_fp32_tied.base, llama_fp32_tied.sources, tmp_path / "out", method="dots_fixed",
-                            weights=weights, cache_dir=tmp_path / "cache")
-    tv = build_task_vectors(Checkpoint(llama_fp32_tied.base),
-                            {k: Checkpoint(v) for k, v in llama_fp32_tied.sources.items()},
-                            SparsifyConfig(), tmp_path / "cache" / "taskvec")
+    out = merge_checkpoints(
+        llama_fp32_tied.base,
+        llama_fp32_tied.sources,
+        tmp_path / "out",
+        method="dots_fixed",
+        weights=weights,
+        cache_dir=tmp_path / "cache",
+    )
+    tv = build_task_vectors(
+        Checkpoint(llama_fp32_tied.base),
+        {k: Checkpoint(v) for k, v in llama_fp32_tied.sources.items()},
+        SparsifyConfig(),
+        tmp_path / "cache" / "taskvec",
+    )
     merged = load_state(out)
     for name, tensor in synthesize(tv, weights, device="cpu"):
         assert torch.equal(merged[name], tensor), name
 
 
-@pytest.mark.parametrize("method", ["linear", "task_arithmetic", "ties", "dare_linear", "dare_ties", "ram",
-                                    "ram_plus", "dots_fixed"])
+@pytest.mark.parametrize(
+    "method", ["linear", "task_arithmetic", "ties", "dare_linear", "dare_ties", "ram", "ram_plus", "dots_fixed"]
+)
 def test_merged_model_loads_and_generates(qwen_bf16, tmp_path, method):
     import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -143,8 +168,15 @@ def test_merged_model_loads_and_generates(qwen_bf16, tmp_path, method):
     cfg = yaml.safe_load((CONF_DIR / "method" / f"{method}.yaml").read_text())
     name = cfg.pop("name")
     weights = cfg.pop("weights", None)
-    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "m", method=name, options=cfg,
-                            weights=weights, cache_dir=tmp_path / "cache")
+    out = merge_checkpoints(
+        qwen_bf16.base,
+        qwen_bf16.sources,
+        tmp_path / "m",
+        method=name,
+        options=cfg,
+        weights=weights,
+        cache_dir=tmp_path / "cache",
+    )
     model = AutoModelForCausalLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
     assert next(model.parameters()).dtype == torch.bfloat16
@@ -177,8 +209,7 @@ def test_tied_family_generates(llama_fp32_tied, tmp_path):
 
 
 def test_sharded_output(qwen_bf16, tmp_path):
-    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "m", method="linear",
-                            max_shard_bytes=30_000)
+    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "m", method="linear", max_shard_bytes=30_000)
     index = json.loads((out / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1
     from transformers import AutoModelForCausalLM
@@ -203,8 +234,12 @@ def test_extra_vocab_rows_come_from_the_source(qwen_bf16, tmp_path):
                 t = torch.cat([t, extra[n]])
             writer.write(n, t)
         writer.commit(copy_from=src)
-    out = merge_checkpoints(qwen_bf16.base, {"sft": tmp_path / "grown", "rlvr": qwen_bf16.sources["rlvr"]},
-                            tmp_path / "m", method="task_arithmetic")
+    out = merge_checkpoints(
+        qwen_bf16.base,
+        {"sft": tmp_path / "grown", "rlvr": qwen_bf16.sources["rlvr"]},
+        tmp_path / "m",
+        method="task_arithmetic",
+    )
     merged = load_state(out)
     for n, rows in extra.items():
         assert torch.equal(merged[n][-3:], rows)
@@ -212,14 +247,18 @@ def test_extra_vocab_rows_come_from_the_source(qwen_bf16, tmp_path):
     assert config["vocab_size"] == merged["model.embed_tokens.weight"].shape[0]
 
 
-@pytest.mark.parametrize("method,options", CASES + [("dare", {"p": 0.5}), ("ram_plus", {"scope": "tensor"})],
-                         ids=[c[0] for c in CASES] + ["dare-linear", "ram_plus-tensor"])
+@pytest.mark.parametrize(
+    "method,options",
+    CASES + [("dare", {"p": 0.5}), ("ram_plus", {"scope": "tensor"})],
+    ids=[c[0] for c in CASES] + ["dare-linear", "ram_plus-tensor"],
+)
 def test_row_blocked_merge_writes_the_same_bytes(qwen_bf16, tmp_path, method, options):
     """block_entries=100 splits every matrix (the embedding into blocks of one or two rows) and
     the output files come out byte-identical to the whole-tensor merge."""
     whole = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "whole", method=method, options=options)
-    blocked = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "blocked", method=method,
-                                options=options, block_entries=100)
+    blocked = merge_checkpoints(
+        qwen_bf16.base, qwen_bf16.sources, tmp_path / "blocked", method=method, options=options, block_entries=100
+    )
     files = sorted(p.name for p in whole.glob("*.safetensors"))
     assert files and files == sorted(p.name for p in blocked.glob("*.safetensors"))
     for name in files:
@@ -234,10 +273,18 @@ def test_row_blocked_merge_with_a_first_pass_writes_the_same_bytes(qwen_bf16, tm
     """SAR (median of the private |r| found over the blocks, Fisher and drop masks read per
     block) and dots_fixed (τ̃ rows read per block) merge in row blocks with the same bytes."""
     cache = tmp_path / "cache"
-    whole = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "whole", method=method, options=options,
-                              cache_dir=cache)
-    blocked = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "blocked", method=method,
-                                options=options, cache_dir=cache, block_entries=100)
+    whole = merge_checkpoints(
+        qwen_bf16.base, qwen_bf16.sources, tmp_path / "whole", method=method, options=options, cache_dir=cache
+    )
+    blocked = merge_checkpoints(
+        qwen_bf16.base,
+        qwen_bf16.sources,
+        tmp_path / "blocked",
+        method=method,
+        options=options,
+        cache_dir=cache,
+        block_entries=100,
+    )
     files = sorted(p.name for p in whole.glob("*.safetensors"))
     assert files and files == sorted(p.name for p in blocked.glob("*.safetensors"))
     for name in files:
@@ -268,16 +315,30 @@ def test_every_method_sees_one_row_block_at_a_time(qwen_bf16, tmp_path, monkeypa
 
     monkeypatch.setitem(registry.METHODS, spec.name, dataclasses.replace(spec, merge=spy))
     block = 100
-    merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "out", method=method, options=options,
-                      cache_dir=tmp_path / "cache", block_entries=block)
+    merge_checkpoints(
+        qwen_bf16.base,
+        qwen_bf16.sources,
+        tmp_path / "out",
+        method=method,
+        options=options,
+        cache_dir=tmp_path / "cache",
+        block_entries=block,
+    )
     widest_row = max(Checkpoint(qwen_bf16.base).info(n).shape[-1] for n in Checkpoint(qwen_bf16.base).names)
     assert seen and max(seen) <= max(block, widest_row)
 
 
 def test_row_blocked_merge_appends_extra_vocab_rows(qwen_bf16, tmp_path):
     src = Checkpoint(qwen_bf16.sources["sft"])
-    plan = {n: TensorInfo((src.info(n).shape[0] + 2, *src.info(n).shape[1:]) if n == "model.embed_tokens.weight"
-                          else src.info(n).shape, src.info(n).dtype) for n in src.names}
+    plan = {
+        n: TensorInfo(
+            (src.info(n).shape[0] + 2, *src.info(n).shape[1:])
+            if n == "model.embed_tokens.weight"
+            else src.info(n).shape,
+            src.info(n).dtype,
+        )
+        for n in src.names
+    }
     with CheckpointWriter(tmp_path / "grown", plan) as writer:
         for n in src.names:
             t = src.get(n)
@@ -285,19 +346,29 @@ def test_row_blocked_merge_appends_extra_vocab_rows(qwen_bf16, tmp_path):
         writer.commit(copy_from=src)
     sources = {"sft": tmp_path / "grown", "rlvr": qwen_bf16.sources["rlvr"]}
     whole = load_state(merge_checkpoints(qwen_bf16.base, sources, tmp_path / "whole", method="ties"))
-    blocked = load_state(merge_checkpoints(qwen_bf16.base, sources, tmp_path / "blocked", method="ties", block_entries=100))
+    blocked = load_state(
+        merge_checkpoints(qwen_bf16.base, sources, tmp_path / "blocked", method="ties", block_entries=100)
+    )
     assert blocked.keys() == whole.keys() and all(torch.equal(blocked[n], whole[n]) for n in whole)
-    assert torch.equal(blocked["model.embed_tokens.weight"][-2:], torch.ones(2, whole["model.embed_tokens.weight"].shape[1],
-                                                                            dtype=torch.bfloat16))
+    assert torch.equal(
+        blocked["model.embed_tokens.weight"][-2:],
+        torch.ones(2, whole["model.embed_tokens.weight"].shape[1], dtype=torch.bfloat16),
+    )
 
 
 # --- the CLI ------------------------------------------------------------------------------
 
+
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs"),
-           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "dots.merge", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "DOTS_PROGRESS": "0",
+        "DOTS_OUTPUTS": str(tmp_path / "outputs"),
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "dots.merge", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def family_args(fam, keys=("sft", "rlvr")) -> list[str]:
@@ -320,9 +391,13 @@ def test_cli_merges_as_documented(qwen_bf16, tmp_path):
 
 def test_cli_dare_is_identical_across_runs(qwen_bf16, tmp_path):
     for out in ("one", "two"):
-        proc = run_cli(tmp_path, "method=dare_ties", "method.p=0.3", *family_args(qwen_bf16), f"output={tmp_path / out}")
+        proc = run_cli(
+            tmp_path, "method=dare_ties", "method.p=0.3", *family_args(qwen_bf16), f"output={tmp_path / out}"
+        )
         assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "one" / "model.safetensors").read_bytes() == (tmp_path / "two" / "model.safetensors").read_bytes()
+    assert (tmp_path / "one" / "model.safetensors").read_bytes() == (
+        tmp_path / "two" / "model.safetensors"
+    ).read_bytes()
 
 
 def _copy_with(src: Path, out: Path, drop: str | None = None, poison: str | None = None) -> Path:
@@ -358,27 +433,68 @@ def bad_inputs(tmp_path_factory, qwen_bf16, llama_fp32_tied):
 
 
 BAD = {
-    "missing_path": (lambda f, b: [f"backbone.base={f.base}", "+backbone.sources.sft=/nonexistent/model",
-                                   f"+backbone.sources.rlvr={f.sources['rlvr']}"], "does not exist"),
-    "not_a_model": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={b['not_a_model']}",
-                                  f"+backbone.sources.rlvr={f.sources['rlvr']}"], "not a model"),
-    "architecture": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={b['llama']}",
-                                   f"+backbone.sources.rlvr={f.sources['rlvr']}"], "architectures differ"),
-    "shape": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={b['wider']}",
-                            f"+backbone.sources.rlvr={f.sources['rlvr']}"], "shapes differ"),
-    "lacking_tensor": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={b['lacking']}",
-                                     f"+backbone.sources.rlvr={f.sources['rlvr']}"], "lacks tensor model.norm.weight"),
-    "nan": (lambda f, b: [f"backbone.base={f.base}", f"+backbone.sources.sft={f.sources['sft']}",
-                          f"+backbone.sources.rlvr={b['nan']}"], "NaN/Inf"),
+    "missing_path": (
+        lambda f, b: [
+            f"backbone.base={f.base}",
+            "+backbone.sources.sft=/nonexistent/model",
+            f"+backbone.sources.rlvr={f.sources['rlvr']}",
+        ],
+        "does not exist",
+    ),
+    "not_a_model": (
+        lambda f, b: [
+            f"backbone.base={f.base}",
+            f"+backbone.sources.sft={b['not_a_model']}",
+            f"+backbone.sources.rlvr={f.sources['rlvr']}",
+        ],
+        "not a model",
+    ),
+    "architecture": (
+        lambda f, b: [
+            f"backbone.base={f.base}",
+            f"+backbone.sources.sft={b['llama']}",
+            f"+backbone.sources.rlvr={f.sources['rlvr']}",
+        ],
+        "architectures differ",
+    ),
+    "shape": (
+        lambda f, b: [
+            f"backbone.base={f.base}",
+            f"+backbone.sources.sft={b['wider']}",
+            f"+backbone.sources.rlvr={f.sources['rlvr']}",
+        ],
+        "shapes differ",
+    ),
+    "lacking_tensor": (
+        lambda f, b: [
+            f"backbone.base={f.base}",
+            f"+backbone.sources.sft={b['lacking']}",
+            f"+backbone.sources.rlvr={f.sources['rlvr']}",
+        ],
+        "lacks tensor model.norm.weight",
+    ),
+    "nan": (
+        lambda f, b: [
+            f"backbone.base={f.base}",
+            f"+backbone.sources.sft={f.sources['sft']}",
+            f"+backbone.sources.rlvr={b['nan']}",
+        ],
+        "NaN/Inf",
+    ),
     "density": (lambda f, b: family_args(f) + ["method.density=0"], "density must be in \\(0, 1\\]"),
     "density_high": (lambda f, b: family_args(f) + ["method.density=1.2"], "density must be in \\(0, 1\\]"),
     "unknown_method": (lambda f, b: family_args(f) + ["method=nope"], "unknown method 'nope'"),
     "unknown_method_name": (lambda f, b: family_args(f) + ["method.name=nope"], "unknown merge method 'nope'"),
-    "sar_three": (lambda f, b: family_args(f) + ["method=sar", f"+backbone.sources.third={f.sources['sft']}"],
-                  "exactly 2 sources"),
+    "sar_three": (
+        lambda f, b: family_args(f) + ["method=sar", f"+backbone.sources.third={f.sources['sft']}"],
+        "exactly 2 sources",
+    ),
     "sar_one": (lambda f, b: family_args(f, keys=("sft",)) + ["method=sar"], "exactly 2 sources"),
     "block_entries": (lambda f, b: family_args(f) + ["block_entries=0"], r"block_entries must be (an integer )?>= 1"),
-    "block_entries_text": (lambda f, b: family_args(f) + ["block_entries=many"], r"block_entries must be (an integer )?>= 1"),
+    "block_entries_text": (
+        lambda f, b: family_args(f) + ["block_entries=many"],
+        r"block_entries must be (an integer )?>= 1",
+    ),
 }
 
 
@@ -414,6 +530,10 @@ def test_nan_found_after_writing_began_leaves_nothing(qwen_bf16, bad_inputs, tmp
     from dots.errors import DotsError
 
     with pytest.raises(DotsError, match="NaN/Inf"):
-        merge_checkpoints(qwen_bf16.base, {"sft": qwen_bf16.sources["sft"], "rlvr": bad_inputs["nan"]},
-                          tmp_path / "out", method="ties")
+        merge_checkpoints(
+            qwen_bf16.base,
+            {"sft": qwen_bf16.sources["sft"], "rlvr": bad_inputs["nan"]},
+            tmp_path / "out",
+            method="ties",
+        )
     assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,7 @@ shared convention is the documented seeding of random masks: per model i and blo
 DROP_BLOCK entries, torch.rand from a CPU generator seeded by
 dots.testing.name_seed(f"{tensor name}|{i}|{b}", seed).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,6 +24,7 @@ EPS = 1e-5
 
 
 # --- references -------------------------------------------------------------------------
+
 
 def ref_topk(x: torch.Tensor, density: float) -> torch.Tensor:
     """Top round(density·n) by |x|; among equal magnitudes the lower flat index wins."""
@@ -61,8 +63,14 @@ def ref_ties(deltas, weights, density, scale):
 def ref_drop(name, seed, shape, p, index=0):
     """True = dropped: blocks of DROP_BLOCK entries, each from its own keyed generator."""
     n = math.prod(shape)
-    parts = [torch.rand(min(DROP_BLOCK, n - start), generator=torch.Generator().manual_seed(
-             name_seed(f"{name}|{index}|{start // DROP_BLOCK}", seed))) < p for start in range(0, n, DROP_BLOCK)]
+    parts = [
+        torch.rand(
+            min(DROP_BLOCK, n - start),
+            generator=torch.Generator().manual_seed(name_seed(f"{name}|{index}|{start // DROP_BLOCK}", seed)),
+        )
+        < p
+        for start in range(0, n, DROP_BLOCK)
+    ]
     return torch.cat(parts).view(shape)
 
 
@@ -122,6 +130,7 @@ def ref_sar(name, a, b, fisher_a, fisher_b, p, scale, seed=0, eps=EPS):
 
 # --- inputs -----------------------------------------------------------------------------
 
+
 def sparse_deltas(shape=(23, 29), k=3, seed=0, density=(1.0, 0.4, 0.2)):
     """Task vectors with unchanged (exact 0 or |τ| ≤ ε), unique, shared and conflicting entries."""
     gen = torch.Generator().manual_seed(seed)
@@ -150,21 +159,34 @@ def close(actual, expected):
 
 # --- tests ------------------------------------------------------------------------------
 
+
 def test_registry_lists_every_method_and_rejects_unknown():
-    assert set(available_methods()) >= {"linear", "task_arithmetic", "ties", "dare", "ram", "ram_plus", "sar", "dots_fixed"}
+    assert set(available_methods()) >= {
+        "linear",
+        "task_arithmetic",
+        "ties",
+        "dare",
+        "ram",
+        "ram_plus",
+        "sar",
+        "dots_fixed",
+    }
     with pytest.raises(DotsError, match="unknown merge method 'nope'"):
         get_method("nope")
 
 
-@pytest.mark.parametrize("method,options,message", [
-    ("ties", {"density": 0.0}, "density"),
-    ("ties", {"density": 1.5}, "density"),
-    ("dare", {"p": 1.0}, "p"),
-    ("dare", {"combine": "mean"}, "combine"),
-    ("ram_plus", {"scope": "layer"}, "scope"),
-    ("dots_fixed", {"density": -0.1}, "density"),
-    ("ties", {"dnsity": 0.3}, "unknown option"),
-])
+@pytest.mark.parametrize(
+    "method,options,message",
+    [
+        ("ties", {"density": 0.0}, "density"),
+        ("ties", {"density": 1.5}, "density"),
+        ("dare", {"p": 1.0}, "p"),
+        ("dare", {"combine": "mean"}, "combine"),
+        ("ram_plus", {"scope": "layer"}, "scope"),
+        ("dots_fixed", {"density": -0.1}, "density"),
+        ("ties", {"dnsity": 0.3}, "unknown option"),
+    ],
+)
 def test_bad_options_are_one_line_errors(method, options, message):
     with pytest.raises(DotsError, match=message) as info:
         build_options(get_method(method), options)
@@ -194,8 +216,10 @@ def test_linear_and_task_arithmetic():
     deltas = sparse_deltas()
     close(run("linear", "w", deltas, weights=[1.0, 2.0, 0.5]), ref_linear(deltas, [1.0, 2.0, 0.5]))
     close(run("linear", "w", deltas), sum(deltas) / 3)
-    close(run("task_arithmetic", "w", deltas, weights=[1.0, 0.5, 2.0], scale=0.7),
-          ref_task_arithmetic(deltas, [1.0, 0.5, 2.0], 0.7))
+    close(
+        run("task_arithmetic", "w", deltas, weights=[1.0, 0.5, 2.0], scale=0.7),
+        ref_task_arithmetic(deltas, [1.0, 0.5, 2.0], 0.7),
+    )
 
 
 @pytest.mark.parametrize("density,scale,weights", [(0.2, 1.0, None), (0.5, 0.8, [1.0, 2.0, 0.5]), (1.0, 1.0, None)])
@@ -343,6 +367,7 @@ def test_sar_needs_two_sources_in_the_registry():
 
 # --- Fisher (SAR's sensitivity, Eq. 13) ---------------------------------------------------
 
+
 def _reference_fisher(path, pairs):
     """Mean over examples of (∂ Σ_completion log p / ∂θ)², via transformers' own shifted loss."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -357,7 +382,7 @@ def _reference_fisher(path, pairs):
         model.zero_grad()
         (model(input_ids=ids, labels=labels).loss * len(completion_ids)).backward()  # = −log p(y|x)
         for n, p in model.named_parameters():
-            total[n] += p.grad ** 2
+            total[n] += p.grad**2
     return {n: t / len(pairs) for n, t in total.items()}, model, tok
 
 
@@ -402,7 +427,7 @@ def test_fisher_without_gold_uses_the_greedy_answer(qwen_bf16):
     fisher = compute_fisher(path, [CalibrationExample("7+8=", None)], max_new_tokens=5)
     _, model, tok = _reference_fisher(path, [("7+8=", [0])])
     prompt_ids = tok("7+8=", return_tensors="pt").input_ids
-    greedy = model.generate(prompt_ids, max_new_tokens=5, do_sample=False)[0, prompt_ids.shape[1]:].tolist()
+    greedy = model.generate(prompt_ids, max_new_tokens=5, do_sample=False)[0, prompt_ids.shape[1] :].tolist()
     expected, _, _ = _reference_fisher(path, [("7+8=", greedy)])
     for name in expected:
         torch.testing.assert_close(fisher[name], expected[name], rtol=1e-4, atol=1e-12, msg=name)
@@ -441,6 +466,7 @@ def test_calibration_from_a_pool_keeps_gold_answers(tmp_path):
 
 # --- blockwise: row blocks give the whole tensor's bits --------------------------------------
 
+
 def _by_blocks(method: str, name: str, base, deltas, rows_per_block: int, stats=None, **options):
     """Run a blockwise method the way the executor does on a large tensor: tensor_pass over the
     row blocks, then merge block by block with its Part."""
@@ -457,21 +483,33 @@ def _by_blocks(method: str, name: str, base, deltas, rows_per_block: int, stats=
 
     facts = spec.tensor_pass(name, base.numel(), blocks, opts, stats) if spec.tensor_pass else None
     weights = [1.0] * len(deltas)
-    return torch.cat([spec.merge(name, b, ds, weights, opts, stats, Part(start, base.numel(), facts))
-                      for start, b, ds in blocks()])
+    return torch.cat(
+        [spec.merge(name, b, ds, weights, opts, stats, Part(start, base.numel(), facts)) for start, b, ds in blocks()]
+    )
 
 
-BLOCKWISE = [("task_arithmetic", {"scale": 0.7}), ("linear", {}), ("ties", {"density": 0.2}),
-             ("ties", {"density": 0.5}), ("dare", {"p": 0.5}), ("dare", {"p": 0.3, "combine": "ties"}),
-             ("ram", {}), ("ram_plus", {"scope": "tensor"})]
+BLOCKWISE = [
+    ("task_arithmetic", {"scale": 0.7}),
+    ("linear", {}),
+    ("ties", {"density": 0.2}),
+    ("ties", {"density": 0.5}),
+    ("dare", {"p": 0.5}),
+    ("dare", {"p": 0.3, "combine": "ties"}),
+    ("ram", {}),
+    ("ram_plus", {"scope": "tensor"}),
+]
 
 
-BLOCKWISE_SPLITS = [(m, o, rows) for m, o in BLOCKWISE for rows in (1, 7, 64)
-                    if not (m == "dare" and rows == 1)]  # (dare spans 2^21 entries: 7 rows already cut drop blocks)
+BLOCKWISE_SPLITS = [
+    (m, o, rows) for m, o in BLOCKWISE for rows in (1, 7, 64) if not (m == "dare" and rows == 1)
+]  # (dare spans 2^21 entries: 7 rows already cut drop blocks)
 
 
-@pytest.mark.parametrize("method,options,rows_per_block", BLOCKWISE_SPLITS,
-                         ids=[f"{m}-{'-'.join(map(str, o.values()))}-{r}rows" for m, o, r in BLOCKWISE_SPLITS])
+@pytest.mark.parametrize(
+    "method,options,rows_per_block",
+    BLOCKWISE_SPLITS,
+    ids=[f"{m}-{'-'.join(map(str, o.values()))}-{r}rows" for m, o, r in BLOCKWISE_SPLITS],
+)
 def test_blockwise_equals_whole_tensor(method, options, rows_per_block):
     """Quantised task vectors (many equal magnitudes, so TIES keeps only part of the ties at its
     threshold) over several drop blocks: every split gives exactly the whole tensor's result."""

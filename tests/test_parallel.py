@@ -1,5 +1,6 @@
 """Several worker processes on one study (journal storage), without SLURM: the same code
 paths the SLURM array runs (tests/test_search_slurm.py submits them for real)."""
+
 from __future__ import annotations
 
 import os
@@ -25,10 +26,24 @@ def load(storage: Path):
 
 
 def worker_cmd(tiny, run_dir, storage, n, worker, extra=()):
-    return [sys.executable, "-m", "dots.search", *overrides(
-        tiny, run_dir, trials=n,
-        extra=[f"search.storage={storage}", "search.workers=2", f"search.worker={worker}",
-               "search.heartbeat_s=0.5", "search.grace_s=4", *extra])]
+    return [
+        sys.executable,
+        "-m",
+        "dots.search",
+        *overrides(
+            tiny,
+            run_dir,
+            trials=n,
+            extra=[
+                f"search.storage={storage}",
+                "search.workers=2",
+                f"search.worker={worker}",
+                "search.heartbeat_s=0.5",
+                "search.grace_s=4",
+                *extra,
+            ],
+        ),
+    ]
 
 
 def test_two_workers_share_one_study(tiny, tmp_path):
@@ -36,8 +51,17 @@ def test_two_workers_share_one_study(tiny, tmp_path):
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 6
     env = {**os.environ, "DOTS_PROGRESS": "0"}
-    procs = [subprocess.Popen(worker_cmd(tiny, run_dir, storage, n, w), cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for w in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            worker_cmd(tiny, run_dir, storage, n, w),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for w in (0, 1)
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     study = load(storage)
@@ -58,8 +82,13 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path):
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 5
     env = {**os.environ, "DOTS_PROGRESS": "0"}
     # worker 0 first alone long enough to build the shared stages, then worker 1 joins
-    slow = subprocess.Popen(worker_cmd(tiny, run_dir, storage, n, 1), cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    slow = subprocess.Popen(
+        worker_cmd(tiny, run_dir, storage, n, 1),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 300
     victim = None
     while time.time() < deadline and victim is None and slow.poll() is None:
@@ -75,8 +104,9 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path):
     slow.send_signal(signal.SIGKILL)
     slow.wait()
     assert victim is not None, "worker 1 never started a trial"
-    survivor = subprocess.run(worker_cmd(tiny, run_dir, storage, n, 0), cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=600)
+    survivor = subprocess.run(
+        worker_cmd(tiny, run_dir, storage, n, 0), cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert survivor.returncode == 0, survivor.stdout + survivor.stderr
     study = load(storage)
     trials = {t.number: t for t in study.get_trials()}
@@ -88,6 +118,7 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path):
 
 
 # --- the bookkeeping, on an in-memory study (no engine) --------------------------------------
+
 
 def _study():
     import optuna
@@ -138,7 +169,9 @@ def test_partial_point_is_not_retried():
     assert not fail_and_requeue(study, whole._trial_id, names)  # already failed: nothing twice
     waiting = study.get_trials(states=(TrialState.WAITING,))
     assert {t.user_attrs[RETRY_OF]: t.system_attrs["fixed_params"] for t in waiting} == {
-        whole.number: point, fixed.number: {"lambda_a": 0.25, "lambda_b": 0.75}}
+        whole.number: point,
+        fixed.number: {"lambda_a": 0.25, "lambda_b": 0.75},
+    }
 
 
 def test_fixed_point_that_failed_is_scored_on_rerun():
@@ -159,7 +192,9 @@ def test_fixed_point_that_failed_is_scored_on_rerun():
             failed.append(dict(lam))
             raise RuntimeError("out of memory")
         scored.append((lam["a"], lam["b"]))
-        return SimpleNamespace(consistency=lam["a"], perplexity=lam["b"], per_query=[], tokens=0, samples=0, times={"total": 0})
+        return SimpleNamespace(
+            consistency=lam["a"], perplexity=lam["b"], per_query=[], tokens=0, samples=0, times={"total": 0}
+        )
 
     failed: list = []
     study = _study()

@@ -1,4 +1,5 @@
 """Pick rules on hand-made fronts."""
+
 import pytest
 
 from dots.errors import DotsError

@@ -1,4 +1,5 @@
 """The memory plan (dots.engines.plan, python -m dots.plan) and synth_cache=auto."""
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,11 @@ def test_shapes_from_a_config_equal_the_checkpoints(trio):
     derived = ModelShapes.from_config_file(base)
     exact = ModelShapes.from_alignment(align(ckpt, {k: Checkpoint(v) for k, v in sources.items()}))
     assert {n: i.shape for n, i in derived.tensors.items()} == {n: i.shape for n, i in exact.tensors.items()}
-    assert (derived.layers, derived.kv_heads, derived.head_dim) == (exact.layers, exact.kv_heads, exact.head_dim) == (2, 1, 32)
+    assert (
+        (derived.layers, derived.kv_heads, derived.head_dim)
+        == (exact.layers, exact.kv_heads, exact.head_dim)
+        == (2, 1, 32)
+    )
 
 
 def test_the_plans_resident_bytes_are_what_the_resident_synthesizer_holds(trio):
@@ -136,14 +141,20 @@ def test_cpu_workers_share_the_host():
     two = plan_memory(shapes, EngineSetting("vllm", "cpu", tensor_parallel=2, max_model_len=4096), gpu(70), 2, 0.3)
     assert two.synth_cache == "memory" and abs(2 * two.resident - one.resident) < 0.01 * one.resident
     with pytest.raises(DotsError, match="does not fit"):  # two workers of 7.6 B on a 30 GB host
-        plan_memory(shapes, EngineSetting("vllm", "cpu", tensor_parallel=2, max_model_len=4096, synth_cache="memory"),
-                    gpu(30), 2, 0.3)
+        plan_memory(
+            shapes,
+            EngineSetting("vllm", "cpu", tensor_parallel=2, max_model_len=4096, synth_cache="memory"),
+            gpu(30),
+            2,
+            0.3,
+        )
 
 
 def test_engine_auto_resolves_from_free_memory(trio, monkeypatch):
     root, base, sources = trio
-    tv = build_task_vectors(Checkpoint(base), {k: Checkpoint(v) for k, v in sources.items()}, SparsifyConfig(),
-                            root / "cache")
+    tv = build_task_vectors(
+        Checkpoint(base), {k: Checkpoint(v) for k, v in sources.items()}, SparsifyConfig(), root / "cache"
+    )
     assert resolve_synth_cache("disk", tv, torch.device("cpu")) == "disk"
     assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "memory"
     monkeypatch.setattr(plan_mod, "_meminfo", lambda: {"MemAvailable": 10**6, "MemTotal": 10**6})
@@ -167,12 +178,27 @@ def search_overrides(trio, run_dir: Path) -> list[str]:
     root, base, sources = trio
     pool = root / "pool.jsonl"
     pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(4)))
-    return ["engine=hf", "engine.device=cpu", "backbone=custom", "backbone.name=tiny", f"backbone.base={base}",
-            "backbone.prompt=plain", "backbone.max_tokens=4",
-            *[f"+backbone.sources.{k}={v}" for k, v in sources.items()], "pool=jsonl", f"pool.path={pool}",
-            "selection.n=2", "selection.m=2", "selection.threshold=1.0", "search.n_trials=2",
-            "search.n_startup_trials=1", "search.k=2", f"run_dir={run_dir}", f"cache_dir={run_dir}-cache",
-            "export.enabled=false"]
+    return [
+        "engine=hf",
+        "engine.device=cpu",
+        "backbone=custom",
+        "backbone.name=tiny",
+        f"backbone.base={base}",
+        "backbone.prompt=plain",
+        "backbone.max_tokens=4",
+        *[f"+backbone.sources.{k}={v}" for k, v in sources.items()],
+        "pool=jsonl",
+        f"pool.path={pool}",
+        "selection.n=2",
+        "selection.m=2",
+        "selection.threshold=1.0",
+        "search.n_trials=2",
+        "search.n_startup_trials=1",
+        "search.k=2",
+        f"run_dir={run_dir}",
+        f"cache_dir={run_dir}-cache",
+        "export.enabled=false",
+    ]
 
 
 def test_search_that_cannot_fit_stops_before_writing_anything(trio, tmp_path, monkeypatch, capsys):
@@ -209,19 +235,29 @@ def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tmp_path, 
 
 def run_plan(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "dots.plan", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dots.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_plan_cli_from_a_config_json():
-    proc = run_plan("--shapes", str(SHAPES / "qwen2.5-7b.json"), "--device-memory-gb", "80", "backbone=qwen7b",
-                    "engine=vllm")
+    proc = run_plan(
+        "--shapes", str(SHAPES / "qwen2.5-7b.json"), "--device-memory-gb", "80", "backbone=qwen7b", "engine=vllm"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "7.62 B parameters" in proc.stdout and "synth_cache=memory" in proc.stdout
-    proc = run_plan("--shapes", str(SHAPES / "llama-3-70b.json"), "--device-memory-gb", "80", "backbone=qwen7b",
-                    "engine=vllm", "engine.tensor_parallel_size=8")
+    proc = run_plan(
+        "--shapes",
+        str(SHAPES / "llama-3-70b.json"),
+        "--device-memory-gb",
+        "80",
+        "backbone=qwen7b",
+        "engine=vllm",
+        "engine.tensor_parallel_size=8",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "synth_cache=memory" in proc.stdout and "tensor_parallel_size 8" in proc.stdout
-    proc = run_plan("--shapes", str(SHAPES / "llama-3-70b.json"), "--device-memory-gb", "80", "backbone=qwen7b",
-                    "engine=vllm")
+    proc = run_plan(
+        "--shapes", str(SHAPES / "llama-3-70b.json"), "--device-memory-gb", "80", "backbone=qwen7b", "engine=vllm"
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: memory plan")

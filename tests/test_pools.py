@@ -1,4 +1,5 @@
 """Pool loaders on the real verl parquet and on jsonl."""
+
 import json
 from pathlib import Path
 

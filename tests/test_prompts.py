@@ -1,4 +1,5 @@
 """SPEC §8 prompt templates (DoTS App. A.4)."""
+
 import pytest
 
 from dots.errors import DotsError

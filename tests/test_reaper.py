@@ -1,6 +1,7 @@
 """Engine processes end with their owner however it dies (dots.reaper): after `kill -9` of the
 owner, its recorded descendants — children and grandchildren — are ended within seconds.
 The vLLM search itself is in test_orphans_vllm (marked vllm, slow)."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,10 @@ from dots.reaper import start_reaper
 start_reaper()
 child = subprocess.Popen(["sleep", "300"])
 # a grandchild, as vLLM's workers are children of its engine-core process
-middle = subprocess.Popen([sys.executable, "-c", "import subprocess, time; p = subprocess.Popen(['sleep', '300']); print(p.pid, flush=True); time.sleep(300)"], stdout=subprocess.PIPE, text=True)
+middle = subprocess.Popen(
+    [sys.executable, "-c",
+     "import subprocess, time; p = subprocess.Popen(['sleep', '300']); print(p.pid, flush=True); time.sleep(300)"],
+    stdout=subprocess.PIPE, text=True)
 grandchild = int(middle.stdout.readline())
 print(child.pid, middle.pid, grandchild, flush=True)
 time.sleep(300)

@@ -25,7 +25,7 @@ def proposals(name: str, seed: int, n: int = 14) -> list[tuple[float, float]]:
     for _ in range(n):
         trial = study.ask()
         a, b = trial.suggest_float("lambda_sft", 0.0, 2.0), trial.suggest_float("lambda_rlvr", 0.0, 2.0)
-        study.tell(trial, [-(a - 0.7) ** 2 - (b - 1.3) ** 2, (a - 1.5) ** 2 + b])
+        study.tell(trial, [-((a - 0.7) ** 2) - (b - 1.3) ** 2, (a - 1.5) ** 2 + b])
         points.append((a, b))
     return points
 

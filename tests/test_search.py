@@ -2,6 +2,7 @@
 
 The lab-backbone runs (both engines) live in tests/test_search_lab.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("search")
     base = make_tiny_model(root / "base", dtype=torch.bfloat16)
-    srcs = {k: make_finetuned(base, root / k, seed=i + 1, scale=s)
-            for i, (k, s) in enumerate([("sft", 0.02), ("rlvr", 0.005), ("third", 0.01)])}
+    srcs = {
+        k: make_finetuned(base, root / k, seed=i + 1, scale=s)
+        for i, (k, s) in enumerate([("sft", 0.02), ("rlvr", 0.005), ("third", 0.01)])
+    }
     pool = root / "pool.jsonl"
     pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(10)))
     return root, base, srcs, pool
@@ -39,10 +42,24 @@ def tiny(tmp_path_factory):
 def overrides(tiny, run_dir, sources=("sft", "rlvr"), trials=3, extra=()):
     root, base, srcs, pool = tiny
     return [
-        "engine=hf", "backbone=custom", "backbone.name=tiny", f"backbone.base={base}", "backbone.prompt=plain",
-        "backbone.max_tokens=6", *[f"+backbone.sources.{k}={srcs[k]}" for k in sources], "pool=jsonl",
-        f"pool.path={pool}", "selection.n=3", "selection.m=2", "selection.threshold=1.0", f"search.n_trials={trials}",
-        "search.n_startup_trials=2", "search.k=2", f"run_dir={run_dir}", f"cache_dir={root / 'cache'}", *extra,
+        "engine=hf",
+        "backbone=custom",
+        "backbone.name=tiny",
+        f"backbone.base={base}",
+        "backbone.prompt=plain",
+        "backbone.max_tokens=6",
+        *[f"+backbone.sources.{k}={srcs[k]}" for k in sources],
+        "pool=jsonl",
+        f"pool.path={pool}",
+        "selection.n=3",
+        "selection.m=2",
+        "selection.threshold=1.0",
+        f"search.n_trials={trials}",
+        "search.n_startup_trials=2",
+        "search.k=2",
+        f"run_dir={run_dir}",
+        f"cache_dir={root / 'cache'}",
+        *extra,
     ]
 
 
@@ -82,8 +99,9 @@ def test_pipeline_writes_every_stage_and_exports_the_pick(tiny, tmp_path):
     from dots.vectors.synth import synthesize_dict
 
     root, base, srcs, _ = tiny
-    tv = build_task_vectors(Checkpoint(base), {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")}, SparsifyConfig(),
-                            root / "cache")
+    tv = build_task_vectors(
+        Checkpoint(base), {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")}, SparsifyConfig(), root / "cache"
+    )
     expected = synthesize_dict(tv, result["coefficients"])
     exported = Checkpoint(run_dir / "model")
     for name, tensor in expected.items():
@@ -102,7 +120,9 @@ def test_rerun_skips_finished_stages_and_more_trials_extend(tiny, tmp_path):
     before = sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall()
     sel_mtime = (tmp_path / "run" / "selection.jsonl").stat().st_mtime_ns
     run(ovr)
-    assert sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall() == before
+    assert (
+        sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall() == before
+    )
     assert (tmp_path / "run" / "selection.jsonl").stat().st_mtime_ns == sel_mtime
     run(overrides(tiny, tmp_path / "run", trials=5))
     after = sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall()
@@ -126,8 +146,14 @@ def test_every_sampler_runs_the_search(tiny, tmp_path, sampler):
     """(tpe, the default, runs in every other test here.)"""
     import optuna
 
-    run_dir = run(overrides(tiny, tmp_path / "run", trials=4, extra=[f"sampler={sampler}", "sampler.population_size=2"]
-                            if sampler == "nsga2" else [f"sampler={sampler}"]))
+    run_dir = run(
+        overrides(
+            tiny,
+            tmp_path / "run",
+            trials=4,
+            extra=[f"sampler={sampler}", "sampler.population_size=2"] if sampler == "nsga2" else [f"sampler={sampler}"],
+        )
+    )
     result = yaml.safe_load((run_dir / "result.yaml").read_text())
     assert result["complete_trials"] == 4
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{run_dir / 'study.db'}")
@@ -157,13 +183,16 @@ def test_fixed_coefficients_are_scored_only(tiny, tmp_path):
     assert not (run_dir / "model").exists()
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["search.range=[2.0,0.5]"], "inverted"),
-    (["search.range=[-1.0,2.0]"], "negative"),
-    (["search.storage=postgresql://nobody@127.0.0.1:1/none"], "storage"),
-    (["backbone.base=/does/not/exist"], "does not exist"),
-    (["search.fixed=[[1,1,1]]"], "coefficients"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["search.range=[2.0,0.5]"], "inverted"),
+        (["search.range=[-1.0,2.0]"], "negative"),
+        (["search.storage=postgresql://nobody@127.0.0.1:1/none"], "storage"),
+        (["backbone.base=/does/not/exist"], "does not exist"),
+        (["search.fixed=[[1,1,1]]"], "coefficients"),
+    ],
+)
 def test_bad_input_is_one_line_error(tiny, tmp_path, extra, message):
     with pytest.raises(DotsError, match=message):
         run(overrides(tiny, tmp_path / "run", extra=extra))
@@ -179,8 +208,13 @@ def test_empty_pool_and_everything_filtered(tiny, tmp_path):
 
 
 def test_cli_error_is_one_line_and_exit_code_2(tiny, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "dots.search", *overrides(tiny, tmp_path / "r", extra=["search.range=[2,1]"])],
-                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "DOTS_PROGRESS": "0"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "dots.search", *overrides(tiny, tmp_path / "r", extra=["search.range=[2,1]"])],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOTS_PROGRESS": "0"},
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: search.range is inverted")
     assert not (tmp_path / "r" / "study.db").exists()
@@ -200,8 +234,11 @@ def test_resume_after_kill(tiny, tmp_path, sig):
 
     def complete():
         try:
-            return sqlite3.connect(db).execute(
-                "select number, datetime_complete from trials where state='COMPLETE' order by number").fetchall()
+            return (
+                sqlite3.connect(db)
+                .execute("select number, datetime_complete from trials where state='COMPLETE' order by number")
+                .fetchall()
+            )
         except sqlite3.Error:
             return []
 
@@ -218,7 +255,7 @@ def test_resume_after_kill(tiny, tmp_path, sig):
     assert len(said) == running, said  # a recovered trial is announced once (none after SIGTERM: it requeued)
     final = complete()
     assert len(final) == n
-    assert final[:len(done)] == done  # finished trials untouched, not recomputed
+    assert final[: len(done)] == done  # finished trials untouched, not recomputed
     result = yaml.safe_load((run_dir / "result.yaml").read_text())
     assert result["complete_trials"] == n and (run_dir / "model" / "config.json").exists()
     if sig == signal.SIGTERM:  # a trial interrupted between its start and its end is redone
@@ -252,17 +289,27 @@ def test_resumed_study_never_repeats_a_point(tiny, tmp_path):
     its sequence again, so every complete trial has its own coefficients."""
     run_dir = tmp_path / "run"
     n = 10
-    cmd = [sys.executable, "-m", "dots.search",
-           *overrides(tiny, run_dir, trials=n, extra=["search.n_startup_trials=10", "export.enabled=false"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dots.search",
+        *overrides(tiny, run_dir, trials=n, extra=["search.n_startup_trials=10", "export.enabled=false"]),
+    ]
     env = {**os.environ, "DOTS_PROGRESS": "0"}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = run_dir / "study.db"
 
     def points(state="COMPLETE"):
         try:
-            rows = sqlite3.connect(db).execute(
-                "select t.number, p.param_name, p.param_value from trials t join trial_params p "
-                "on t.trial_id = p.trial_id where t.state = ? order by t.number", (state,)).fetchall()
+            rows = (
+                sqlite3.connect(db)
+                .execute(
+                    "select t.number, p.param_name, p.param_value from trials t join trial_params p "
+                    "on t.trial_id = p.trial_id where t.state = ? order by t.number",
+                    (state,),
+                )
+                .fetchall()
+            )
         except sqlite3.Error:
             return {}
         out: dict = {}
@@ -376,8 +423,14 @@ def test_sigterm_before_the_first_trial_says_nothing_of_trials(tiny, tmp_path):
     finished trials that do not exist."""
     run_dir = tmp_path / "run"
     env = {**os.environ, "DOTS_PROGRESS": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "dots.search", *overrides(tiny, run_dir)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dots.search", *overrides(tiny, run_dir)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.time() + 300
     while not (run_dir / "config.yaml").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.02)

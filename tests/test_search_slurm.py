@@ -8,6 +8,7 @@ with conf/hydra/launcher/slurm_local.yaml (slurm.yaml sized for a CPU node: 1 CP
 
 Needs a running cluster (scripts/slurm/start.sh); skipped without one unless CI is set.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,9 +35,18 @@ SLOWER_TRIALS = ("search.k=8", "search.max_tokens=16")
 
 # --- helpers --------------------------------------------------------------------------------
 
+
 def multirun_cmd(cluster: SlurmCluster, sweep_dir: Path, args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "dots.search", "-m", "hydra/launcher=slurm_local",
-            f"hydra.launcher.partition={cluster.partition}", f"hydra.sweep.dir={sweep_dir}", *args]
+    return [
+        sys.executable,
+        "-m",
+        "dots.search",
+        "-m",
+        "hydra/launcher=slurm_local",
+        f"hydra.launcher.partition={cluster.partition}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *args,
+    ]
 
 
 def array_tasks(sweep_dir: Path) -> list[str]:
@@ -98,8 +108,9 @@ def load_study(storage: Path):
     return optuna.load_study(study_name=summaries[0].study_name, storage=backend)
 
 
-def wait_for_study(proc: subprocess.Popen, storage: Path, ready: Callable[[Any], bool], what: str,
-                   poll_s: float = 0.2) -> None:
+def wait_for_study(
+    proc: subprocess.Popen, storage: Path, ready: Callable[[Any], bool], what: str, poll_s: float = 0.2
+) -> None:
     """Poll the journal study until `ready(study)`; fail with `what` and the command's output
     when the command ends or SWEEP_TIMEOUT_S passes first."""
     deadline = time.monotonic() + SWEEP_TIMEOUT_S
@@ -115,21 +126,45 @@ def wait_for_study(proc: subprocess.Popen, storage: Path, ready: Callable[[Any],
     pytest.fail(f"{what}\n{proc.communicate()[0][-3000:]}")
 
 
-def worker_args(tiny, run_dir: Path, storage: Path, n: int, heartbeat_s: float, grace_s: float,
-                trial_work: tuple[str, ...] = SLOWER_TRIALS) -> list[str]:
-    return overrides(tiny, run_dir, trials=n, extra=[
-        *trial_work, "search.workers=2", "search.worker=range(2)", f"search.storage={storage}",
-        f"search.heartbeat_s={heartbeat_s}", f"search.grace_s={grace_s}"])
+def worker_args(
+    tiny,
+    run_dir: Path,
+    storage: Path,
+    n: int,
+    heartbeat_s: float,
+    grace_s: float,
+    trial_work: tuple[str, ...] = SLOWER_TRIALS,
+) -> list[str]:
+    return overrides(
+        tiny,
+        run_dir,
+        trials=n,
+        extra=[
+            *trial_work,
+            "search.workers=2",
+            "search.worker=range(2)",
+            f"search.storage={storage}",
+            f"search.heartbeat_s={heartbeat_s}",
+            f"search.grace_s={grace_s}",
+        ],
+    )
 
 
 # --- tests ----------------------------------------------------------------------------------
+
 
 def test_density_sweep_runs_two_searches_as_one_job_array(tiny, slurm_cluster, sweep_dir, env, tmp_path):
     from dots.io.checkpoint import Checkpoint
 
     args = overrides(tiny, "null", trials=2, extra=["sparsify.density=0.3,0.5"])  # run dirs under DOTS_OUTPUTS
-    proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        multirun_cmd(slurm_cluster, sweep_dir, args),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     out = finish(proc, sweep_dir)
     assert proc.returncode == 0, out[-3000:]
 
@@ -153,8 +188,14 @@ def test_two_workers_share_one_study_as_array_tasks(tiny, slurm_cluster, sweep_d
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 6
     args = worker_args(tiny, run_dir, storage, n, heartbeat_s=1, grace_s=60)
-    proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        multirun_cmd(slurm_cluster, sweep_dir, args),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     out = finish(proc, sweep_dir)
     assert proc.returncode == 0, out[-3000:]
 
@@ -185,12 +226,17 @@ def frozen_trial(storage: Path, window_s: float) -> int | None:
 
     from dots.search.workers import HEARTBEAT
 
-    before = {t.number: t.system_attrs.get(HEARTBEAT)
-              for t in load_study(storage).get_trials(states=(TrialState.RUNNING,))}
+    before = {
+        t.number: t.system_attrs.get(HEARTBEAT) for t in load_study(storage).get_trials(states=(TrialState.RUNNING,))
+    }
     time.sleep(window_s)
     after = {t.number: t for t in load_study(storage).get_trials()}
-    still = [n for n, beat in before.items() if after[n].state == TrialState.FAIL
-             or (after[n].state == TrialState.RUNNING and after[n].system_attrs.get(HEARTBEAT) == beat)]
+    still = [
+        n
+        for n, beat in before.items()
+        if after[n].state == TrialState.FAIL
+        or (after[n].state == TrialState.RUNNING and after[n].system_attrs.get(HEARTBEAT) == beat)
+    ]
     return still[0] if len(still) == 1 else None
 
 
@@ -205,17 +251,28 @@ def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sw
     from optuna.trial import TrialState
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 8
-    args = worker_args(tiny, run_dir, storage, n, heartbeat_s=0.5, grace_s=6,
-                       trial_work=("search.k=64", "search.max_tokens=64"))  # ~1 s trials, idle machine
-    proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = worker_args(
+        tiny, run_dir, storage, n, heartbeat_s=0.5, grace_s=6, trial_work=("search.k=64", "search.max_tokens=64")
+    )  # ~1 s trials, idle machine
+    proc = subprocess.Popen(
+        multirun_cmd(slurm_cluster, sweep_dir, args),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
     def complete_count() -> int:
         return len(load_study(storage).get_trials(states=(TrialState.COMPLETE,)))
 
     # Wait until two trials run at once: both workers are inside the study loop.
-    wait_for_study(proc, storage, lambda study: len(study.get_trials(states=(TrialState.RUNNING,))) >= 2,
-                   "the two workers never ran trials at the same time")
+    wait_for_study(
+        proc,
+        storage,
+        lambda study: len(study.get_trials(states=(TrialState.RUNNING,))) >= 2,
+        "the two workers never ran trials at the same time",
+    )
     tasks = array_tasks(sweep_dir)
     victim_task, survivor_task = tasks[1], tasks[0]
     victim = None
@@ -257,9 +314,17 @@ def test_plain_scancel_stops_the_worker_through_its_sigterm_handler(tiny, slurm_
     from optuna.trial import TrialState
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 8
-    args = overrides(tiny, run_dir, trials=n, extra=["search.k=64", "search.max_tokens=64", f"search.storage={storage}"])
-    proc = subprocess.Popen(multirun_cmd(slurm_cluster, sweep_dir, args), cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = overrides(
+        tiny, run_dir, trials=n, extra=["search.k=64", "search.max_tokens=64", f"search.storage={storage}"]
+    )
+    proc = subprocess.Popen(
+        multirun_cmd(slurm_cluster, sweep_dir, args),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
     def mid_study(study) -> bool:
         complete = study.get_trials(states=(TrialState.COMPLETE,))
@@ -282,8 +347,14 @@ def test_plain_scancel_stops_the_worker_through_its_sigterm_handler(tiny, slurm_
     done = len(study.get_trials(states=(TrialState.COMPLETE,)))
     assert 2 <= done < n
 
-    rerun = subprocess.run([sys.executable, "-m", "dots.search", *args], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    rerun = subprocess.run(
+        [sys.executable, "-m", "dots.search", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SWEEP_TIMEOUT_S,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     study = load_study(storage)
     complete = study.get_trials(states=(TrialState.COMPLETE,))

@@ -1,6 +1,7 @@
 """A `dots.search` with engine=vllm on the lab trio: vLLM's log lines go to <run dir>/vllm.log,
 not the terminal; `kill -9` of the search leaves no process behind: vLLM's EngineCore /
 Worker processes (and dots' watcher) end within 30 s (dots.reaper)."""
+
 from __future__ import annotations
 
 import os
@@ -39,10 +40,25 @@ def alive(pid: int, start: int) -> bool:
 @pytest.mark.skipif(not vllm_available(), reason="vLLM is not importable")
 def test_vllm_search_logs_to_its_run_dir_and_kill_9_leaves_no_process(tmp_path):
     run_dir = tmp_path / "run"
-    env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "dots.search", "engine=vllm", "engine.enforce_eager=true", f"run_dir={run_dir}",
-           "selection.n=4", "selection.m=1", "search.k=1", "search.n_trials=50", "export.enabled=false"]
+    env = {
+        **os.environ,
+        "DOTS_PROGRESS": "0",
+        "DOTS_OUTPUTS": str(tmp_path / "outputs"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "dots.search",
+        "engine=vllm",
+        "engine.enforce_eager=true",
+        f"run_dir={run_dir}",
+        "selection.n=4",
+        "selection.m=1",
+        "search.k=1",
+        "search.n_trials=50",
+        "export.enabled=false",
+    ]
     log = open(tmp_path / "search.log", "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -70,6 +86,8 @@ def test_vllm_search_logs_to_its_run_dir_and_kill_9_leaves_no_process(tmp_path):
     while any(alive(p, s) for p, s in processes.items()) and time.monotonic() - start < 30:
         time.sleep(0.2)
     left = {p: names[p] for p, s in processes.items() if alive(p, s)}
-    print(f"\n{len(processes)} processes of the run ended {time.monotonic() - start:.1f} s after kill -9: "
-          f"{sorted(set(names.values()))}")
+    print(
+        f"\n{len(processes)} processes of the run ended {time.monotonic() - start:.1f} s after kill -9: "
+        f"{sorted(set(names.values()))}"
+    )
     assert not left, left

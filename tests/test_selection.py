@@ -1,4 +1,5 @@
 """SPEC §3 selection rules on hand-made consistencies (the scoring itself runs in the search tests)."""
+
 import json
 
 import pytest
@@ -23,7 +24,7 @@ def make(consistencies):
 
 def test_filter_median_split_and_balanced_draw():
     # D = 1 - mean(C): q0..q3 easy (D=0..0.3), q4..q7 medium (D=0.5..0.7), q8, q9 too hard (D=1, 0.9)
-    cs = [(1, 1), (1, .8), (.8, .8), (.6, .8), (.6, .4), (.4, .4), (.4, .2), (.2, .4), (0, 0), (.2, 0)]
+    cs = [(1, 1), (1, 0.8), (0.8, 0.8), (0.6, 0.8), (0.6, 0.4), (0.4, 0.4), (0.4, 0.2), (0.2, 0.4), (0, 0), (0.2, 0)]
     queries, per = make(cs)
     sel = choose(queries, per, SelectionConfig(n=4, easy_fraction=0.5, seed=1))
     ids = {q.id for q in sel.queries}
@@ -36,7 +37,7 @@ def test_filter_median_split_and_balanced_draw():
 
 
 def test_strategies_and_short_pool_fill():
-    cs = [(1, 1), (1, .8), (.8, .8), (.6, .8), (.6, .4), (.4, .4), (.4, .2), (.2, .4)]
+    cs = [(1, 1), (1, 0.8), (0.8, 0.8), (0.6, 0.8), (0.6, 0.4), (0.4, 0.4), (0.4, 0.2), (0.2, 0.4)]
     queries, per = make(cs)
     easy = choose(queries, per, SelectionConfig(n=4, strategy="easy"))
     assert all(easy.pools[q.id] == "low" for q in easy.queries)
@@ -58,7 +59,7 @@ def test_seed_makes_draw_reproducible():
 
 
 def test_everything_filtered_says_how_many_and_threshold():
-    queries, per = make([(0, 0), (0, .2), (.2, 0)])
+    queries, per = make([(0, 0), (0, 0.2), (0.2, 0)])
     with pytest.raises(DotsError, match=r"all 3 candidates have difficulty D > 0\.800"):
         choose(queries, per, SelectionConfig(n=2))
 
@@ -95,7 +96,7 @@ def test_scoring_resumes_from_record(tmp_path):
 
 
 def test_selection_file_roundtrip_and_key(tmp_path):
-    queries, per = make([(1, 1), (1, .8), (.8, .8), (.6, .8)])
+    queries, per = make([(1, 1), (1, 0.8), (0.8, 0.8), (0.6, 0.8)])
     sel = choose(queries, per, SelectionConfig(n=2))
     save_selection(sel, tmp_path / "selection.jsonl", key="k1")
     back = load_selection(tmp_path / "selection.jsonl", "k1")

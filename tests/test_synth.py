@@ -1,4 +1,5 @@
 """DoTS synthesis θ0 + Σ λ_i τ̃_i (SPEC §2) on real tiny checkpoints."""
+
 import pytest
 import torch
 
@@ -17,8 +18,9 @@ def cache(request, tmp_path_factory):
     make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
     make_finetuned(d / "base", d / "rl", seed=2, scale=0.005, density=0.2)
     base = Checkpoint(d / "base")
-    tv = build_task_vectors(base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")},
-                            SparsifyConfig(), d / "cache")
+    tv = build_task_vectors(
+        base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
+    )
     return base, tv
 
 
@@ -33,7 +35,7 @@ def test_matches_eq6_in_base_dtype(cache):
         if name in tv.names:
             ref = theta0.float() + 0.79 * tv.get("sft", name) + 1.82 * tv.get("rl", name)
             # float32 sum (order of rounding may differ by one ulp), then one cast to the base dtype
-            ulp = 2.0 ** -7 if theta0.dtype == torch.bfloat16 else 2.0 ** -22
+            ulp = 2.0**-7 if theta0.dtype == torch.bfloat16 else 2.0**-22
             torch.testing.assert_close(out[name].float(), ref.to(theta0.dtype).float(), rtol=ulp, atol=1e-6)
         else:
             assert torch.equal(out[name], theta0)

@@ -1,4 +1,5 @@
 """SPEC §1 on real checkpoints: top-k masks, norm-preserving rescale, cache reuse, alignment."""
+
 import json
 
 import pytest
@@ -33,7 +34,7 @@ def reference(base, source, names, cfg):
     if cfg.scope == "global":
         m = topk_mask(flat.abs(), round(cfg.density * flat.numel()))
         for n, t in taus.items():
-            masks[n] = m[offset:offset + t.numel()].reshape(t.shape)
+            masks[n] = m[offset : offset + t.numel()].reshape(t.shape)
             offset += t.numel()
     else:
         masks = {n: topk_mask(t.abs(), round(cfg.density * t.numel())) for n, t in taus.items()}
@@ -49,10 +50,16 @@ def reference(base, source, names, cfg):
     return out
 
 
-@pytest.mark.parametrize("cfg", [
-    SparsifyConfig(), SparsifyConfig(scope="global"), SparsifyConfig(rescale="tensor"),
-    SparsifyConfig(density=0.1, scope="global", rescale="none"), SparsifyConfig(density=1.0, rescale="none"),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SparsifyConfig(),
+        SparsifyConfig(scope="global"),
+        SparsifyConfig(rescale="tensor"),
+        SparsifyConfig(density=0.1, scope="global", rescale="none"),
+        SparsifyConfig(density=1.0, rescale="none"),
+    ],
+)
 def test_sparsified_vectors_match_dense_formula(trio, tmp_path, cfg):
     _, base, sources = trio
     tv = build_task_vectors(base, sources, cfg, tmp_path)
@@ -117,7 +124,7 @@ def test_sparsify_holds_one_float32_copy_of_a_large_tensor(tmp_path, monkeypatch
     fp32 = 4 * base.numel()
     assert peak < 2.5 * fp32, peak / fp32  # before: 6.0 (θ0, θ_i, τ, |τ|, a float mask, float64 copies)
     tau = base.float()  # the same values as the whole-tensor formula
-    tau = (Checkpoint(tmp_path / "sft").get("w").float() - tau)
+    tau = Checkpoint(tmp_path / "sft").get("w").float() - tau
     expected = tau * topk_mask(tau.abs(), round(0.3 * tau.numel()))
     assert torch.equal(out["w"].view(torch.int32), expected.view(torch.int32))
 

@@ -1,4 +1,5 @@
 """Exact top-k selection (dots.vectors.topk): the sampled bracket, its fallback, the tie rule."""
+
 from __future__ import annotations
 
 import pytest

@@ -36,8 +36,15 @@ pytestmark = pytest.mark.vllm
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "Q: " + "31+42=73; " * 10 + "17+25="]
 LAMBDA = {"sft": 0.8, "rl": 1.6}
 OTHERS = [{"sft": 1.3, "rl": -0.4}, {"sft": 0.0, "rl": 2.0}]
-ENGINE_ARGS = dict(dtype="float32", gpu_memory_utilization=0.15, max_model_len=256, enforce_eager=True, seed=0,
-                   enable_prefix_caching=True, extra_args={"block_size": 32})
+ENGINE_ARGS = dict(
+    dtype="float32",
+    gpu_memory_utilization=0.15,
+    max_model_len=256,
+    enforce_eager=True,
+    seed=0,
+    enable_prefix_caching=True,
+    extra_args={"block_size": 32},
+)
 
 
 def greedy(engine):
@@ -52,8 +59,9 @@ def models(tmp_path_factory):
     make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
     make_finetuned(d / "base", d / "rl", seed=2, scale=0.01, density=0.3)
     base = Checkpoint(d / "base")
-    tv = build_task_vectors(base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(),
-                            d / "cache")
+    tv = build_task_vectors(
+        base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
+    )
     with CheckpointWriter(d / "merged", {n: base.info(n) for n in base.names}) as writer:
         writer.write_all(synthesize(tv, LAMBDA, device="cpu"))
         merged = writer.commit(copy_from=base)
@@ -119,8 +127,9 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
 
 @pytest.mark.slow
 def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, models, reference):
-    eng = VLLMEngine(models["base"], task_vectors=models["tv"], synth_cache="memory", tensor_parallel_size=2,
-                     **ENGINE_ARGS)
+    eng = VLLMEngine(
+        models["base"], task_vectors=models["tv"], synth_cache="memory", tensor_parallel_size=2, **ENGINE_ARGS
+    )
     try:
         info = check_engine(eng, models, reference)
     finally:
