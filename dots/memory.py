@@ -19,7 +19,7 @@ import ctypes.util
 import logging
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +40,27 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+def _mallopt() -> Any:
+    mallopt = getattr(_libc(), "mallopt", None)  # musl and other C libraries have no mallopt
+    if mallopt is not None:
+        mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return mallopt
+
+
+def _keep_freed(mallopt: Any) -> bool:
+    """glibc: no mmap for large blocks, never trim the heap (what `reuse_freed_memory` sets)."""
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+
+
 def reuse_freed_memory() -> bool:
     """Tell glibc malloc to keep freed memory for reuse (no-op elsewhere). True if applied."""
     global _done
     if _done:
         return True
-    libc = _libc()
-    mallopt = getattr(libc, "mallopt", None)  # musl and other C libraries have no mallopt
+    mallopt = _mallopt()
     if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    ok = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+    ok = _keep_freed(mallopt)
     _done = ok
     log.debug("glibc malloc: keep freed memory for reuse: %s", ok)
     return ok
@@ -62,19 +72,16 @@ def freeing_as_it_goes() -> Iterator[None]:
     one-off transients of many sizes (a vLLM worker's set-up of the resident τ̃) peaks at what
     it holds live, not at its heap's high-water mark; after it, what it freed is given back and
     `reuse_freed_memory` holds again."""
-    libc = _libc()
-    mallopt = getattr(libc, "mallopt", None)
+    mallopt = _mallopt()
     if not _done or mallopt is None:
         yield
         return
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
     mallopt(M_MMAP_THRESHOLD, DEFAULT_MMAP_THRESHOLD)
     try:
         yield
     finally:
-        mallopt(M_MMAP_MAX, 0)
-        mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+        _keep_freed(mallopt)
         return_freed_memory()
 
 
