@@ -18,7 +18,7 @@ t0=$SECONDS
 
 say "building the wheel from $REPO"
 "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" "$REPO" 2>&1 | grep -v "^WARNING: Location" || true
-wheel=$(ls "$work"/dist/dots-*.whl)
+wheel=$(ls "$work"/dist/dots_synth-*.whl)
 say "wheel: $(basename "$wheel") ($(du -h "$wheel" | cut -f1)); its data files:"
 "$PYTHON" - "$wheel" <<'PY'
 import sys, zipfile
