@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install dots and everything its tests need into the current Python (3.10+).
+# Install dots and everything its tests need into the current Python (3.11+).
 #
 #   bash scripts/setup.sh
 #
@@ -24,9 +24,9 @@ DIST=dots-synth  # the distribution's name (pyproject.toml); the import name is 
 CUDA_EXTRAS=(torchvision torchaudio torchcodec)
 
 PYTHON=${PYTHON:-$(command -v python || command -v python3 || true)}
-[[ -n $PYTHON ]] || { echo "error: no python found; install Python 3.10+ or set PYTHON" >&2; exit 2; }
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-  { echo "error: $PYTHON is Python $("$PYTHON" -V 2>&1); dots needs 3.10+" >&2; exit 2; }
+[[ -n $PYTHON ]] || { echo "error: no python found; install Python 3.11+ or set PYTHON" >&2; exit 2; }
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+  { echo "error: $PYTHON is Python $("$PYTHON" -V 2>&1); dots needs 3.11+" >&2; exit 2; }
 
 pip_install() { "$PYTHON" -m pip install -q --progress-bar off "$@"; }
 log() { echo "[setup] $*"; }
