@@ -13,7 +13,8 @@
 # Environment: PYTHON (the interpreter for the venv; default python), UV (a uv binary; default
 # uv on PATH, else one installed into a private venv under $TMPDIR), DOTS_TORCH (a torch wheel
 # path or requirement), DOTS_BOUNDS_KEEP=1 (keep the venv; its path is printed), DOTS_BOUNDS_LOCK
-# (a file: pytest waits for `flock` on it, so that heavy runs on a shared machine queue).
+# (a file: pytest waits for `flock` on it, so that heavy runs on a shared machine queue),
+# DOTS_BOUNDS_TESTS (the tests to run instead of the core ones, space-separated).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +45,8 @@ CORE_TESTS=(
   tests/test_search.py::test_pipeline_writes_every_stage_and_exports_the_pick
   tests/test_search.py::test_every_sampler_runs_the_search
 )
+
+if [[ -n ${DOTS_BOUNDS_TESTS:-} ]]; then read -r -a CORE_TESTS <<<"$DOTS_BOUNDS_TESTS"; fi
 
 UV=${UV:-$(command -v uv || true)}
 if [[ -z $UV ]]; then
