@@ -1,8 +1,8 @@
 """Every reference in the documentation points at something that exists.
 
-Read: README.md and docs/*.md (all of their text), and the docstrings and comments of every
-Python file under dots/, tests/, benchmarks/ and scripts/ (plus the
-comments of dots/conf/**/*.yaml and scripts/**/*.sh). A reference is stale when it names
+Read: README.md and docs/*.md (all of their text), the docstrings and comments of every Python
+file under dots/, tests/, benchmarks/ and scripts/, and the comments of dots/conf/**/*.yaml,
+scripts/**/*.sh and .ci/run. A reference is stale when it names
 - a repository path (`dots/...`, `tests/...`, `benchmarks/...`, `scripts/...`, `docs/...`,
   `.ci/...`) that does not exist, or a test file (`test_*.py`) found nowhere;
 - a test (`tests/<file>.py::<name>`, or a bare `test_*` name) that is not defined;
@@ -64,7 +64,8 @@ def python_files() -> list[Path]:
 
 
 def comment_files() -> list[Path]:
-    return [*sorted((REPO / "dots" / "conf").rglob("*.yaml")), *sorted((REPO / "scripts").rglob("*.sh"))]
+    conf, scripts = REPO / "dots" / "conf", REPO / "scripts"
+    return [*sorted(conf.rglob("*.yaml")), *sorted(scripts.rglob("*.sh")), REPO / ".ci" / "run"]
 
 
 # Read left to right, a Python file is code, strings and comments. A triple-quoted string is
