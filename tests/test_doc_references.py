@@ -10,8 +10,8 @@ scripts/**/*.sh and .ci/run. A reference is stale when it names
   module, nor a string the code uses (a logger or profiler label);
 - a section `method.md §n` that docs/method.md does not have;
 - a markdown link or anchor (`[text](path#anchor)`) that does not resolve.
-README.md and docs/ must not cite files outside the repository (the old SPEC.md and
-DESIGN.md). Regular expressions over the text: about a second.
+README.md and docs/ must not cite the method and design specifications that were never in the
+repository. Regular expressions over the text: about a second.
 """
 
 from __future__ import annotations
@@ -304,6 +304,7 @@ def test_markdown_links_and_anchors_resolve() -> None:
 
 
 def test_docs_cite_only_the_repository() -> None:
+    # the code's own citations go once they point at docs/method.md: then check documentation()
     assert problems_of(outside_citations, [t for t in documentation() if t.markdown]) == []
 
 
