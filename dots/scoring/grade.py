@@ -16,9 +16,27 @@ from dots.scoring.equivalence import answers_equivalent, equivalence_classes
 from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, last_boxed, letter_of
 
 
-def consistency_of_labels(labels: Sequence[int | str | None]) -> float:
-    """max_y (1/m)·#{labels == y} over non-None labels; m counts every sample."""
+# majority: no-answer samples never form the majority (docs/method.md §3); official: the
+# most common class, first seen among ties, and 0 when that class is "no answer" (the
+# official DoTS code's Counter.most_common; `preset=official`, docs/official.md)
+CONSISTENCY_RULES = ("majority", "official")
+
+
+def consistency_of_labels(labels: Sequence[int | str | None], rule: str = "majority") -> float:
+    """max_y (1/m)·#{labels == y} over non-None labels; m counts every sample. Rule
+    `official`: #{most common label}/m, 0 when the most common (first seen among ties) is None."""
     m = len(labels)
+    if rule == "official":
+        seen: dict[int | str | None, int] = {}
+        for label in labels:
+            seen[label] = seen.get(label, 0) + 1
+        if not seen:
+            return 0.0
+        top = max(seen.values())
+        first = next(label for label, count in seen.items() if count == top)  # insertion = first seen
+        return 0.0 if first is None else top / m
+    if rule != "majority":
+        raise ValueError(f"consistency rule must be one of {CONSISTENCY_RULES}, got {rule!r}")
     counts: dict[int | str, int] = {}
     for label in labels:
         if label is not None:
@@ -46,9 +64,11 @@ def consistency(
     mode: str = "math",
     fallbacks: Iterable[str] = DEFAULT_FALLBACKS,
     letters: str = "ABCDEFGHIJ",
+    rule: str = "majority",
 ) -> float:
-    """Eq. 4 for the m completions of one query; `mode` math (math-verify) or choice (letters)."""
-    return consistency_of_labels(answer_labels(completions, mode, fallbacks, letters))
+    """Eq. 4 for the m completions of one query; `mode` math (math-verify) or choice (letters),
+    `rule` as in `consistency_of_labels`."""
+    return consistency_of_labels(answer_labels(completions, mode, fallbacks, letters), rule)
 
 
 def majority_answer(completions: Sequence[str], fallbacks: Iterable[str] = DEFAULT_FALLBACKS) -> str | None:

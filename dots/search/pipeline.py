@@ -100,7 +100,9 @@ def build_vectors(run: Run) -> TaskVectors:
 
 
 def selection_inputs(run: Run) -> dict:
-    return {k: run.identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")}
+    inputs = {k: run.identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")}
+    rule = str(run.cfg.search.get("consistency", "majority"))
+    return inputs if rule == "majority" else {**inputs, "consistency": rule}  # earlier keys kept
 
 
 def build_selection(run: Run) -> list[Query]:
@@ -119,6 +121,7 @@ def build_selection(run: Run) -> list[Query]:
             cfg,
             run.run_dir / f"difficulty-{key}.jsonl",
             mode=str(run.cfg.search.get("answer_mode", "math")),
+            rule=str(run.cfg.search.get("consistency", "majority")),
         )
         selection = choose(run.queries, per_source, cfg)
     save_selection(selection, run.run_dir / "selection.jsonl", key)

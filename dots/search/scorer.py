@@ -38,6 +38,8 @@ class Scorer:
         self.top_p = float(cfg.search.top_p)
         self.max_tokens = int(cfg.search.max_tokens)
         self.mode = str(cfg.search.get("answer_mode", "math"))
+        self.rule = str(cfg.search.get("consistency", "majority"))
+        self.ppl_mean = str(cfg.search.get("perplexity", "tokens"))
         self.adaptive = AdaptiveConfig(**to_plain(cfg.search.get("adaptive") or {}))
         self.tokenizer = tokenizer
 
@@ -61,9 +63,9 @@ class Scorer:
         t1 = time.perf_counter()
         outs = self.sample(seed)
         t2 = time.perf_counter()
-        per_query = [answer_consistency(samples, mode=self.mode) for samples in outs]
+        per_query = [answer_consistency(samples, mode=self.mode, rule=self.rule) for samples in outs]
         t3 = time.perf_counter()
-        ppl = perplexity(self.engine.prompt_nll(self.prompts))
+        ppl = perplexity(self.engine.prompt_nll(self.prompts), self.ppl_mean)
         t4 = time.perf_counter()
         texts = [s for samples in outs for s in samples]
         if self.tokenizer is not None:
