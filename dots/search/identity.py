@@ -27,9 +27,7 @@ def _section(cfg: Any, name: str, leave_out: tuple[str, ...] = ()) -> dict:
     """cfg.<name> as plain data without `leave_out` and without options at their old default."""
     defaults = IDENTITY_ONLY_IF_NOT.get(name, {})
     return {
-        k: v
-        for k, v in to_plain(cfg[name]).items()
-        if k not in leave_out and not (k in defaults and v == defaults[k])
+        k: v for k, v in to_plain(cfg[name]).items() if k not in leave_out and not (k in defaults and v == defaults[k])
     }
 
 
