@@ -235,8 +235,8 @@ def run_evaluate(cfg: DictConfig) -> dict:
     models = resolve_models(cfg)
     # a missing model path fails before the output directory is made
     ckpts = [Checkpoint(path) for path in models.values()]
+    destination = claim(output_dir(cfg), "evaluate", inputs=input_paths(ckpts))
     out = check_creatable(output_dir(cfg), "evaluation directory")
-    destination = claim(out, "evaluate", inputs=input_paths(ckpts))
     check_engine_config(cfg.engine)  # an unknown engine option fails before anything is written
     out = destination.create()
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))

@@ -16,6 +16,7 @@ from pathlib import Path
 from dots.io.destination import RECORD
 
 LARGE_FOLDER_BYTES = 5 * 2**30
+HUB_IGNORE = [RECORD]  # the record of a dots output (`dots.io.destination`) stays local
 
 
 def folder_bytes(folder: Path) -> int:
@@ -31,7 +32,7 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = True) -> str:
     upload_large = getattr(api, "upload_large_folder", None)
     if upload_large is not None and folder_bytes(folder) > LARGE_FOLDER_BYTES:
         upload_large(
-            repo_id=repo_id, folder_path=str(folder), repo_type="model", private=private, ignore_patterns=[RECORD]
+            repo_id=repo_id, folder_path=str(folder), repo_type="model", private=private, ignore_patterns=HUB_IGNORE
         )
     else:
         api.upload_folder(
@@ -39,7 +40,7 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = True) -> str:
             repo_id=repo_id,
             repo_type="model",
             commit_message="Upload model synthesized with dots",
-            ignore_patterns=[RECORD],  # the record of a dots output stays local
+            ignore_patterns=HUB_IGNORE,  # the record of a dots output stays local
         )
     return str(url)
 

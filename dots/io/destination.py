@@ -82,10 +82,16 @@ def _entries(directory: Path) -> list[Path]:
         return []
 
 
-def _example(directory: Path) -> str:
-    """One entry of `directory` to name in a message."""
-    entries = _entries(directory)
-    return str(entries[0]) if entries else ""
+def _example(directory: Path, own: Callable[[str], bool] | None = None, depth: int = 3) -> str:
+    """One entry of `directory` (not one `own` recognises) to name in a message: a file where
+    there is one near the top, else a folder."""
+    entries = [e for e in _entries(directory) if own is None or not own(e.name)]
+    if not entries:
+        return ""
+    first = entries[0]
+    if depth and first.is_dir() and not first.is_symlink():
+        return _example(first, None, depth - 1) or str(first)
+    return str(first)
 
 
 def _inside(path: Path, other: Path) -> bool:
@@ -133,9 +139,9 @@ class Destination:
             raise self.refuse("it exists and is not a directory", path)
         record = read_record(path)
         if record is None:  # empty, or (a cache of an older dots) only entries `own` recognises
-            foreign = [e for e in _entries(path) if self.own is None or not self.own(e.name)]
+            foreign = _example(path, self.own)
             if foreign:
-                raise self.refuse("it holds files dots did not write", foreign[0])
+                raise self.refuse("it holds files dots did not write", foreign)
             return None
         if record["kind"] != self.kind:
             raise self.refuse(f"it is a dots {record['kind']} output, not a {self.kind} one", path / RECORD)
