@@ -70,8 +70,14 @@ def seal(directory: str | os.PathLike, kind: str, run_dir: str | os.PathLike | N
     """Write the record of a finished output of `kind` in `directory`, listing every file in it
     (the files a later replacement removes)."""
     root = Path(directory)
-    record = new_record(kind, _files_under(root), run_dir)
-    (root / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    _write_record(root, new_record(kind, _files_under(root), run_dir))
+
+
+def _write_record(directory: Path, record: dict) -> None:
+    """Write the record whole or not at all (a concurrent claim never reads half of one)."""
+    tmp = directory / f"{RECORD}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, directory / RECORD)
 
 
 def _entries(directory: Path) -> list[Path]:
@@ -139,9 +145,9 @@ class Destination:
             raise self.refuse("it exists and is not a directory", path)
         record = read_record(path)
         if record is None:  # empty, or (a cache of an older dots) only entries `own` recognises
-            foreign = _example(path, self.own)
-            if foreign:
-                raise self.refuse("it holds files dots did not write", foreign)
+            example = _example(path, lambda n: n.startswith(RECORD) or (self.own is not None and self.own(n)))
+            if example:
+                raise self.refuse("it holds files dots did not write", example)
             return None
         if record["kind"] != self.kind:
             raise self.refuse(f"it is a dots {record['kind']} output, not a {self.kind} one", path / RECORD)
@@ -163,8 +169,7 @@ class Destination:
         self.check()
         self.path.mkdir(parents=True, exist_ok=True)
         if read_record(self.path) is None:
-            record = new_record(self.kind, None, self.run_dir)
-            (self.path / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+            _write_record(self.path, new_record(self.kind, None, self.run_dir))
         return self.path
 
     def install(self, finished: Path) -> Path:
