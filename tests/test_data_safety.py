@@ -326,3 +326,17 @@ def test_the_record_is_never_uploaded():
 
     files = ["config.json", "model.safetensors", RECORD, "README.md"]
     assert list(filter_repo_objects(files, ignore_patterns=HUB_IGNORE)) == [f for f in files if f != RECORD]
+
+
+def test_a_lab_build_is_recorded_and_an_existing_build_is_kept(tmp_path):
+    from dots.lab.config import load_config
+    from dots.lab.model import new_model, save_model
+    from dots.lab.tokenizer import build_char_tokenizer
+
+    model = new_model(load_config().model, build_char_tokenizer(), seed=0)
+    out = save_model(model, tmp_path / "lab" / "base-x", "bfloat16", {"stage": "base"})
+    record = read_record(out)
+    assert record["kind"] == "lab" and {"model.safetensors", "lab.json", "config.json"} <= set(record["files"])
+    (out / "mine.txt").write_text("kept")
+    save_model(model, out, "float32", {"stage": "again"})  # a concurrent builder finished first: theirs stays
+    assert (out / "mine.txt").read_text() == "kept" and json.loads((out / "lab.json").read_text())["stage"] == "base"

@@ -167,9 +167,12 @@ class Destination:
     def create(self) -> Path:
         """Make the directory of a growing output and record it (kept when already there)."""
         self.check()
-        self.path.mkdir(parents=True, exist_ok=True)
-        if read_record(self.path) is None:
-            _write_record(self.path, new_record(self.kind, None, self.run_dir))
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if read_record(self.path) is None:
+                _write_record(self.path, new_record(self.kind, None, self.run_dir))
+        except OSError as exc:  # a full or read-only disk: one line
+            raise DotsError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         return self.path
 
     def install(self, finished: Path) -> Path:
