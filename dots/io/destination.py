@@ -237,18 +237,20 @@ def discard(entry: Path, owned: Callable[[str], bool]) -> None:
     entry.rmdir()
 
 
+# entries of the caches an older dots wrote without a record: hash-named (`dots.keys.stable_hash`)
+OLDER_CACHES = {"taskvec-cache": hashed_names(20), "fisher-cache": hashed_names(24)}
+
+
 def claim(
     directory: str | os.PathLike,
     kind: str,
     overwrite: bool = False,
     inputs: Iterable[str | os.PathLike] = (),
     run_dir: str | os.PathLike | None = None,
-    own: Callable[[str], bool] | None = None,
 ) -> Destination:
     """Check, before any work, that dots may write a `kind` output at `directory` (see the
     module's docstring); `inputs` are the checkpoints the command reads, `run_dir` the search
-    run whose own output this is, `own` recognises by name the entries of a cache an older
-    dots wrote without a record. Raises a one-line DotsError; writes nothing."""
+    run whose own output this is. Raises a one-line DotsError; writes nothing."""
     given = str(directory)
     dest = Destination(
         Path(directory).expanduser().resolve(),
@@ -257,7 +259,7 @@ def claim(
         tuple(Path(p).expanduser().resolve() for p in inputs),
         Path(run_dir).expanduser().resolve() if run_dir is not None else None,
         given,
-        own,
+        OLDER_CACHES.get(kind),
     )
     dest.check()
     return dest

@@ -42,7 +42,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
-from dots.io.destination import claim, hashed_names
+from dots.io.destination import claim
 from dots.io.modes import apply_umask
 from dots.keys import stable_hash
 from dots.memory import freeing_as_it_goes
@@ -239,7 +239,7 @@ def fisher_for(
         log.info("reusing cached Fisher %s for %s", path, ckpt.source)
         return path
     # before the work: new, empty, or a Fisher cache (recorded, or an older dots' tables only)
-    cache = claim(root, "fisher-cache", inputs=[ckpt.path], own=hashed_names(24))
+    cache = claim(root, "fisher-cache", inputs=[ckpt.path])
     with freeing_as_it_goes():  # one-off transients (whole-model gradients' pieces): not kept
         fisher = compute_fisher(ckpt.path, examples, device, max_new_tokens, dtype)
         gc.collect()  # the model's weights, before the table is written

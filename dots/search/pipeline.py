@@ -25,7 +25,7 @@ from dots.engines.plan import MemoryPlan
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
-from dots.io.destination import Destination, claim, hashed_names, input_paths
+from dots.io.destination import Destination, claim, input_paths
 from dots.keys import stable_hash
 from dots.locks import held_by_one
 from dots.paths import check_creatable
@@ -317,7 +317,7 @@ def check_destinations(run: Run) -> Destination:
     run_dir = claim(run.run_dir, "search-run", inputs=inputs)
     check_creatable(run.run_dir, "run directory")
     cache = run.cfg.get("cache_dir") or default_cache_root()
-    claim(cache, "taskvec-cache", inputs=inputs, own=hashed_names(20))
+    claim(cache, "taskvec-cache", inputs=inputs)
     check_creatable(cache, "task-vector cache directory")
     if run.cfg.export.enabled and not run.fixed:
         export_destination(run.cfg, run.alignment, run.run_dir)

@@ -31,7 +31,7 @@ import torch
 from dots.errors import DotsError
 from dots.io.align import Alignment, align
 from dots.io.checkpoint import Checkpoint
-from dots.io.destination import claim, discard, hashed_names, input_paths
+from dots.io.destination import claim, discard, input_paths
 from dots.io.safetensors import ST_DTYPES, dtype_size
 from dots.io.writer import check_free_space, disk_write_error
 from dots.keys import stable_hash
@@ -331,7 +331,7 @@ def build_task_vectors(
     al = alignment or align(base, sources)
     root = Path(cache_root) if cache_root is not None else default_cache_root()
     # new, empty, or a τ̃ cache (recorded, or an older dots' entries only): never a folder of other files
-    claim(root, "taskvec-cache", inputs=input_paths([base, *sources.values()]), own=hashed_names(20)).create()
+    claim(root, "taskvec-cache", inputs=input_paths([base, *sources.values()])).create()
     entries: dict[str, SourceVector] = {}
     for key, ckpt in sources.items():
         out = root / _cache_key(base, ckpt, cfg)
