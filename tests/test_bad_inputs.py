@@ -185,7 +185,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "no_sources": (lambda m, w: search(m, w, sources=()), "source"),
     "merge_no_sources": (lambda m, w: merge(m, w, sources=()), "source"),
     "unknown_method": (lambda m, w: merge(m, w, "method=nope"), "unknown method 'nope'"),
-    "existing_output": (lambda m, w: merge(m, w, output=m["existing"]), "output exists"),
+    "existing_output": (lambda m, w: merge(m, w, output=m["existing"]), r"did not write .*keep\.txt"),
     "dare_p_1": (lambda m, w: merge(m, w, "method=dare_ties", "method.p=1.0"), r"\[0, 1\)"),
     "dare_p_1.5": (lambda m, w: merge(m, w, "method=dare_linear", "method.p=1.5"), r"\[0, 1\)"),
     "sar_three_sources": (lambda m, w: merge(m, w, "method=sar", sources=("sft", "rlvr", "base")), "exactly 2 sources"),

@@ -515,14 +515,19 @@ def test_cli_bad_input_is_one_line_and_leaves_nothing(qwen_bf16, bad_inputs, tmp
 
 
 def test_cli_existing_output_needs_overwrite(qwen_bf16, tmp_path):
-    out = tmp_path / "merged"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    """A previous merge output is replaced only with overwrite=true; a directory holding a file
+    dots did not write never is, overwrite or not (tests/test_data_safety.py has the rest)."""
+    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "merged", method="linear")
     proc = run_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}")
-    assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(errors) == 1 and "output exists" in errors[0] and "overwrite=true" in errors[0]
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert "output exists" in errors[0] and "overwrite=true" in errors[0]
+    (out / "keep.txt").write_text("mine")
+    before = sorted(p.name for p in out.iterdir())
+    proc = run_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}", "overwrite=true")
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(errors) == 1 and "keep.txt" in errors[0], proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == before and (out / "keep.txt").read_text() == "mine"
 
 
 def test_nan_found_after_writing_began_leaves_nothing(qwen_bf16, bad_inputs, tmp_path):
