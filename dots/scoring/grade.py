@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from dots.scoring.equivalence import answers_equivalent, equivalence_classes
-from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, last_boxed, letter_of
+from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, final_boxes, letter_of
 
 
 def consistency_of_labels(labels: Sequence[int | str | None]) -> float:
@@ -85,5 +85,5 @@ def is_correct(
     pred = extract_answer(completion, fallbacks)
     if pred is None:
         return False
-    gold_answer = last_boxed(gold) or gold
+    gold_answer = final_boxes(gold) or gold
     return answers_equivalent(gold_answer, pred)
