@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from test_search import REPO, overrides, run, tiny  # noqa: F401  (tiny is a fixture)
+from helpers import REPO, overrides, run
 
 from dots.errors import DotsError
 

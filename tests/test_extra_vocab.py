@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import greedy, require_vllm
 
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
@@ -116,10 +117,6 @@ def run(ovr):
         return run_search(compose("search", overrides=ovr))
 
 
-def greedy(engine, prompts=PROMPTS):
-    return engine.generate(prompts, n=1, temperature=0.0, max_tokens=12)
-
-
 def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
     """The whole pipeline (selection on the original sources, TPE, export) with a source that
     adds 3 tokens; the export has the added rows and tokens, and the engine after a swap
@@ -150,11 +147,11 @@ def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
         base_ckpt, {k: Checkpoint(v) for k, v in srcs.items()}, SparsifyConfig(**SPARSIFY), root / "cache"
     )
     with HFEngine(model, device="cpu") as fresh:
-        expected, fresh_state = greedy(fresh), fresh.state_dict()
+        expected, fresh_state = greedy(fresh, PROMPTS, 12), fresh.state_dict()
     with HFEngine(run_dir / "engine-init", task_vectors=tv, device="cpu") as live:
         live.swap_coefficients({"sft": 0.3, "rlvr": 1.7})
         live.swap_coefficients(result["coefficients"])
-        got, live_state = greedy(live), live.state_dict()
+        got, live_state = greedy(live, PROMPTS, 12), live.state_dict()
     assert all(torch.equal(live_state[k], fresh_state[k]) for k in fresh_state)
     assert got == expected
     assert any(t in text for texts in got for text in texts for t in ADDED), got  # the added tokens decode
@@ -259,12 +256,9 @@ def test_evaluate_starts_a_new_engine_for_another_vocabulary(tiny):
 def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     """The same swaps on vLLM (one engine start, ~1 min on vLLM-CPU): padded original source,
     source as saved, coefficients; greedy text equals transformers on the written model."""
-    from dots.engines.vllm import VLLMEngine
-    from dots.engines.vllm_env import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not importable")
+    require_vllm()
     from dots.engines.hf import HFEngine
+    from dots.engines.vllm import VLLMEngine
     from dots.export.model import write_synthesized
     from dots.search.engine_model import engine_model, swap_original
 
@@ -274,9 +268,9 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     init = engine_model(engine_cfg(), al, tv, tmp_path)
     with HFEngine(init, task_vectors=tv, device="cpu", dtype="float32") as hf:
         swap_original(hf, al, tv, "rlvr")
-        padded = greedy(hf)
+        padded = greedy(hf, PROMPTS, 12)
     with HFEngine(model, device="cpu", dtype="float32") as fresh:
-        expected = greedy(fresh)
+        expected = greedy(fresh, PROMPTS, 12)
     eng = VLLMEngine(
         init,
         task_vectors=tv,
@@ -288,10 +282,10 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     )
     try:
         swap_original(eng, al, tv, "rlvr")  # swap_weights through a temporary checkpoint
-        assert greedy(eng) == padded
+        assert greedy(eng, PROMPTS, 12) == padded
         swap_original(eng, al, tv, "sft")  # swap_checkpoint
         eng.swap_coefficients(lam)
-        got = greedy(eng)
+        got = greedy(eng, PROMPTS, 12)
     finally:
         eng.close()
     assert got == expected

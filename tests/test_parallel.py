@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_search import REPO, overrides, tiny  # noqa: F401  (fixture)
+from helpers import REPO, overrides
 
 
 def load(storage: Path):

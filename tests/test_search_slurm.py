@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 from conftest_slurm import SlurmCluster, sacct_final_states, slurm_cluster  # noqa: F401  (fixture)
-from test_search import REPO, overrides, tiny  # noqa: F401  (fixture)
+from helpers import REPO, overrides
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
