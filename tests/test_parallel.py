@@ -4,6 +4,7 @@ paths the SLURM array runs (tests/test_search_slurm.py submits them for real).""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO, overrides
+from helpers import REPO, overrides, run
 
 
 def load(storage: Path):
@@ -46,10 +47,16 @@ def worker_cmd(tiny, run_dir, storage, n, worker, extra=()):
     ]
 
 
+@pytest.mark.timeout(900)
 def test_two_workers_share_one_study(tiny, tmp_path):
+    """Two worker processes extend one study to n trials: each scores trials of its own, none
+    twice, and one exports. The shared stages (selection, τ̃) and a first trial are made
+    beforehand, so that both workers start on equal terms (else the one that built the stages
+    has its engine running first and may score every trial before the other starts)."""
     from optuna.trial import TrialState
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 6
+    run(worker_cmd(tiny, run_dir, storage, 1, 0)[3:] + ["export.enabled=false"])
     env = {**os.environ, "DOTS_PROGRESS": "0"}
     procs = [
         subprocess.Popen(
@@ -69,12 +76,15 @@ def test_two_workers_share_one_study(tiny, tmp_path):
     assert len(complete) == n
     params = [tuple(sorted(t.params.items())) for t in complete]
     assert len(set(params)) == n  # no duplicate coefficients
-    # both workers evaluated trials, and exactly one exported
-    assert all("trial" in o or "study already has" in o for o in outs)
+    # both workers scored trials, each its own, together every trial after the first; one exported
+    scored = [{int(number) for number in re.findall(r"\btrial (\d+): .*→ C=", o)} for o in outs]
+    assert all(scored) and not scored[0] & scored[1], (scored, outs)
+    assert scored[0] | scored[1] == {t.number for t in complete} - {0}, scored
     assert sum(any(line.startswith("export: ") for line in o.splitlines()) for o in outs) == 1
     assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == n
 
 
+@pytest.mark.timeout(900)
 def test_dead_workers_trial_is_recovered(tiny, tmp_path):
     """Worker 1 is killed while it runs a trial; worker 0 takes that trial over."""
     from optuna.trial import TrialState
