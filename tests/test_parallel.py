@@ -16,6 +16,14 @@ import yaml
 from helpers import REPO, overrides, run
 
 
+def load_sqlite(db: Path):
+    import optuna
+
+    url = f"sqlite:///{db}"
+    (summary,) = optuna.get_all_study_summaries(url)
+    return optuna.load_study(study_name=summary.study_name, storage=url)
+
+
 def load(storage: Path):
     import optuna
     from optuna.storages import JournalStorage
@@ -184,33 +192,34 @@ def test_partial_point_is_not_retried():
     }
 
 
-def test_fixed_point_that_failed_is_scored_on_rerun():
+def test_fixed_point_that_failed_is_scored_on_rerun(tiny, tmp_path, monkeypatch):
     """A fixed point whose trial failed (an error, not an interruption) is enqueued again by the
-    next run_study call; Optuna's skip_if_exists would match the failed trial and lose the point,
-    replacing it by a TPE sample."""
-    from types import SimpleNamespace
-
+    next run; Optuna's skip_if_exists would match the failed trial and lose the point, replacing
+    it by a TPE sample. The real search on the tiny family; the scorer's second call raises."""
     from optuna.trial import TrialState
 
-    from dots.search.study import run_study
+    from dots.search.scorer import Scorer
 
     points = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
-    scored = []
+    real_score, calls = Scorer.__call__, []
 
-    def scorer(lam, seed):
-        if len(scored) == 1 and not failed:
-            failed.append(dict(lam))
-            raise RuntimeError("out of memory")
-        scored.append((lam["a"], lam["b"]))
-        return SimpleNamespace(
-            consistency=lam["a"], perplexity=lam["b"], per_query=[], tokens=0, samples=0, times={"total": 0}
-        )
+    def out_of_memory_once(self, coefficients, seed):
+        calls.append(dict(coefficients))
+        if len(calls) == 2:
+            raise RuntimeError("CUDA out of memory (injected)")
+        return real_score(self, coefficients, seed)
 
-    failed: list = []
-    study = _study()
-    with pytest.raises(RuntimeError):
-        run_study(study, scorer, ["a", "b"], (0.0, 1.0), 0, seed=0, fixed=points, poll_s=0)
-    run_study(study, scorer, ["a", "b"], (0.0, 1.0), 0, seed=0, fixed=points, poll_s=0)
-    assert sorted(scored) == [tuple(p) for p in points]
-    assert len(study.get_trials(states=(TrialState.FAIL,))) == 1
-    assert sorted(tuple(t.params.values()) for t in study.get_trials(states=(TrialState.COMPLETE,))) == sorted(scored)
+    monkeypatch.setattr(Scorer, "__call__", out_of_memory_once)
+    fixed = "[" + ",".join(f"[{a},{b}]" for a, b in points) + "]"
+    ovr = overrides(tiny, tmp_path / "run", extra=[f"search.fixed={fixed}", "export.enabled=false"])
+    with pytest.raises(RuntimeError, match="out of memory"):
+        run(ovr)
+    run_dir = run(ovr)
+    study = load_sqlite(run_dir / "study.db")
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert [tuple(t.params.values()) for t in failed] == [tuple(points[1])]
+    assert sorted(tuple(t.params.values()) for t in complete) == [tuple(p) for p in points]
+    scored = [(c["sft"], c["rlvr"]) for c in calls]  # the rerun scores the failed point and the last
+    assert scored[:2] == [tuple(p) for p in points[:2]] and sorted(scored[2:]) == [tuple(p) for p in points[1:]]
+    assert all(0 <= t.values[0] <= 1 and t.values[1] > 1 for t in complete)  # scored: consistency, perplexity
