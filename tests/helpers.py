@@ -164,3 +164,52 @@ def alive(pid: int, start: int | None) -> bool:
     from dots.reaper import _alive
 
     return start is not None and _alive(pid, start)
+
+
+# --- figures: what is drawn, not the file's size ------------------------------------------
+
+
+def capture_figures(monkeypatch: Any) -> dict[str, Any]:
+    """Every matplotlib Figure saved from now on (still written), by the file name it gets:
+    `scores.png` for a figure saved to `scores.tmp.png` or `.scores.tmp-123.png` then renamed."""
+    import re
+
+    from matplotlib.figure import Figure
+
+    saved: dict[str, Any] = {}
+    real_savefig = Figure.savefig
+
+    def savefig(self: Any, fname: Any, *args: Any, **kwargs: Any) -> Any:
+        name = re.sub(r"^\.?(.+?)\.tmp[^.]*(\.\w+)$", r"\1\2", Path(fname).name)
+        saved[name] = self
+        return real_savefig(self, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return saved
+
+
+def bar_heights(ax: Any) -> list[float]:
+    """Heights of the bars of an axes, in drawing order (for `barh`: use `bar_widths`)."""
+    from matplotlib.patches import Rectangle
+
+    return [p.get_height() for p in ax.patches if isinstance(p, Rectangle)]
+
+
+def bar_widths(ax: Any) -> list[float]:
+    from matplotlib.patches import Rectangle
+
+    return [p.get_width() for p in ax.patches if isinstance(p, Rectangle)]
+
+
+def line_data(ax: Any) -> dict[str, tuple[list[float], list[float]]]:
+    """label → (x, y) of every labelled line of an axes."""
+    return {
+        line.get_label(): ([float(x) for x in line.get_xdata()], [float(y) for y in line.get_ydata()])
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    }
+
+
+def legend_texts(ax: Any) -> list[str]:
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()] if legend else []
