@@ -1,7 +1,7 @@
 """search.granularity=module (#20 part 3): one λ per source and module group (attention, mlp,
 embed_head, norm) — the classifier, the synthesis (streamed, resident, both engines with either
 synth_cache), the study's parameters (fixed points, requeue, duplicates), the run identity, the
-model card, and lab searches to their export."""
+model card, and a lab search to its export."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Several worker processes on one study (journal storage), without SLURM: the same code
-paths the SLURM array runs (tests/test_search_slurm.py submits them for real)."""
+paths the SLURM array runs (tests/test_search_slurm.py submits them for real); and the
+study's bookkeeping of interrupted and failed trials (SIGTERM, partial points, fixed points)."""
 
 from __future__ import annotations
 
