@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import greedy, require_vllm
+from helpers import greedy, require_vllm, run
+from helpers import overrides as search_overrides
 
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
@@ -82,39 +83,9 @@ def tiny(tmp_path_factory):
 
 
 def overrides(tiny, run_dir, trials=3, extra=()):
-    root, base, srcs, pool = tiny
-    return [
-        "engine=hf",
-        "engine.device=cpu",
-        "engine.dtype=float32",
-        "backbone=custom",
-        "backbone.name=tiny",
-        f"backbone.base={base}",
-        "backbone.prompt=plain",
-        "backbone.max_tokens=6",
-        *[f"+backbone.sources.{k}={v}" for k, v in srcs.items()],
-        "pool=jsonl",
-        f"pool.path={pool}",
-        "selection.n=3",
-        "selection.m=2",
-        "selection.threshold=1.0",
-        f"search.n_trials={trials}",
-        "search.n_startup_trials=2",
-        "search.k=2",
-        f"run_dir={run_dir}",
-        f"cache_dir={root / 'cache'}",
-        "export.device=cpu",
-        *extra,
-    ]
-
-
-def run(ovr):
-    from hydra import compose, initialize_config_dir
-
-    from dots.search.pipeline import run_search
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return run_search(compose("search", overrides=ovr))
+    """The shared search overrides (tests/helpers.py), on float32 and exporting on the CPU."""
+    small = ["engine.device=cpu", "engine.dtype=float32", "export.device=cpu"]
+    return search_overrides(tiny, run_dir, trials=trials, extra=[*small, *extra])
 
 
 def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
