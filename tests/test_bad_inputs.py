@@ -20,10 +20,9 @@ from typing import Callable
 
 import pytest
 import torch
+from helpers import REPO, require_vllm
 
 from dots.testing import make_finetuned, make_tiny_model
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +241,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, inputs, readonly_
             pytest.skip("no read-only directory: mounting is not permitted and root ignores modes")
         inputs = {**inputs, "readonly": readonly_dir}
     if case == "unknown_engine_option":
-        pytest.importorskip("vllm")
+        require_vllm()
     make_args, message = CASES[case]
     work = tmp_path / "work"
     work.mkdir()

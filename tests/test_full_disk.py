@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_search import REPO, overrides, run, tiny  # noqa: F401  (tiny is a fixture)
+from helpers import REPO, overrides, run
 
 from dots.errors import DotsError
 
@@ -50,7 +50,7 @@ def leftovers(root: Path) -> list[str]:
 def _entry_kib(tiny, tmp_path) -> list[int]:
     """KiB a tmpfs needs for each source's τ̃ entry (sft, then rlvr: the build order), from the
     entries built on an ordinary disk with the search's own sparsify options."""
-    from test_search import compose
+    from helpers import compose
 
     from dots.io.checkpoint import Checkpoint
     from dots.plain import to_plain

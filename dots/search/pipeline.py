@@ -108,25 +108,29 @@ def selection_inputs(run: Run) -> dict:
 
 def build_selection(run: Run) -> list[Query]:
     """SPEC §3: difficulty of every pool query under each source, then a balanced draw."""
+    selection = draw_selection(run)
+    save_selection(selection, run.run_dir / "selection.jsonl", stable_hash(selection_inputs(run)))
+    return selection.queries
+
+
+def draw_selection(run: Run) -> Any:
+    """The selection of this run's inputs (the difficulty record makes the same draw again), unsaved."""
     cfg = SelectionConfig(**to_plain(run.cfg.selection))
     key = stable_hash(selection_inputs(run))
     if cfg.strategy == "random":
-        selection = random_selection(run.queries, cfg)
-    else:
-        activate = source_activation(run.engine, cfg.source, run.alignment, run.task_vectors)
-        per_source = score_difficulty(
-            run.queries,
-            run.prompts,
-            activate,
-            run.engine.generate,
-            cfg,
-            run.run_dir / f"difficulty-{key}.jsonl",
-            mode=str(run.cfg.search.get("answer_mode", "math")),
-            rule=str(run.cfg.search.get("consistency", "majority")),
-        )
-        selection = choose(run.queries, per_source, cfg)
-    save_selection(selection, run.run_dir / "selection.jsonl", key)
-    return selection.queries
+        return random_selection(run.queries, cfg)
+    activate = source_activation(run.engine, cfg.source, run.alignment, run.task_vectors)
+    per_source = score_difficulty(
+        run.queries,
+        run.prompts,
+        activate,
+        run.engine.generate,
+        cfg,
+        run.run_dir / f"difficulty-{key}.jsonl",
+        mode=str(run.cfg.search.get("answer_mode", "math")),
+        rule=str(run.cfg.search.get("consistency", "majority")),
+    )
+    return choose(run.queries, per_source, cfg)
 
 
 def load_selected(run: Run) -> list[Query]:
@@ -144,15 +148,16 @@ def load_selected(run: Run) -> list[Query]:
 def reselect(run: Run, damage: DamagedSelection) -> list[Query]:
     """Select again in place of a damaged selection.jsonl (the difficulty record makes the same
     draw without sampling again); safe only if it chose the queries the study was scored on,
-    which the rows before the damage show."""
+    which the rows before the damage show. Refused, the damaged file is left as it is (for restoring)."""
     log.warning("%s; selecting again (the recorded difficulties are reused)", damage)
-    queries = build_selection(run)
-    if not set(damage.intact_ids) <= {q.id for q in queries}:
+    selection = draw_selection(run)
+    if not set(damage.intact_ids) <= {q.id for q in selection.queries}:
         raise DotsError(
             f"{damage}, and selecting again chose other queries than the study was scored on: restore it "
             "from a copy, or move study.db away to start the study again"
         )
-    return queries
+    save_selection(selection, run.run_dir / "selection.jsonl", stable_hash(selection_inputs(run)))
+    return selection.queries
 
 
 def study_name(run: Run) -> str:
