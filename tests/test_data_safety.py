@@ -24,7 +24,7 @@ from typing import Callable
 
 import pytest
 import torch
-from test_search import REPO, compose, overrides, tiny  # noqa: F401  (tiny is a fixture)
+from helpers import REPO, compose, overrides
 
 from dots.errors import DotsError, cli_errors
 from dots.io.checkpoint import Checkpoint

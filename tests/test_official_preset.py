@@ -131,7 +131,7 @@ def test_half_split_takes_the_first_half_by_difficulty():
 def test_default_options_keep_the_keys_runs_and_caches_had():
     assert SparsifyConfig().key() == {"density": 0.3, "scope": "tensor", "rescale": "global"}
     assert SparsifyConfig(cut="ties").key()["cut"] == "ties"
-    from test_search import compose
+    from helpers import compose
 
     from dots.search.identity import run_identity
 
@@ -147,7 +147,7 @@ def test_default_options_keep_the_keys_runs_and_caches_had():
 
 
 def test_the_preset_resolves_to_the_official_rules():
-    from test_search import compose
+    from helpers import compose
 
     cfg = compose(["preset=official"])
     assert (cfg.sparsify.cut, cfg.sparsify.rescale, cfg.sparsify.density) == ("ties", "none", 0.3)
@@ -163,7 +163,7 @@ def test_the_preset_resolves_to_the_official_rules():
 def test_a_search_with_the_preset_through_the_cli(tmp_path):
     import subprocess
 
-    from test_search import overrides
+    from helpers import overrides
 
     root = tmp_path
     base = make_tiny_model(root / "base", dtype=torch.bfloat16)

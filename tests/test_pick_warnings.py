@@ -46,7 +46,7 @@ def test_agreement_compares_answers_by_mathematical_equivalence():
 
 @pytest.mark.slow
 def test_a_search_forced_next_to_the_base_says_so_at_the_end_in_result_and_card(tmp_path):
-    from test_search import overrides
+    from helpers import overrides
 
     from dots.testing import make_finetuned, make_tiny_model
 
