@@ -155,6 +155,16 @@ def run_canary(engine: Any, sources: list[str], run_dir: Path | None = None) -> 
     return canary
 
 
+def checked(engine: Any, sources: list[str], run_dir: Path | None) -> Any:
+    """`engine`, just started, once its canary holds (closed when it fails)."""
+    try:
+        run_canary(engine, sources, run_dir)
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
 def read_canary(run_dir: Path) -> Mapping[str, Any] | None:
     """The last canary of a run (`canary.yaml`), or None."""
     path = Path(run_dir) / FILE

@@ -85,10 +85,12 @@ def render_model_card(
     results: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
     date: str | None = None,
+    swap_canary: str | None = None,
 ) -> str:
     """README.md text of a merged model: Hub metadata + checkpoints, revisions, coefficients,
     options, results and the full configuration. `revisions` maps "base" and each source key
-    to the commit it was read at (None: a local directory)."""
+    to the commit it was read at (None: a local directory); `swap_canary`: the search engine's
+    proof that its weight swaps reached the model (`dots.engines.canary`)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     revisions = dict(revisions or {})
@@ -107,6 +109,7 @@ def render_model_card(
         f"| method | `{method}` |",
         f"| dots version | {dots.__version__} |",
         f"| date | {date or _dt.date.today().isoformat()} |",
+        *([f"| swap canary | {swap_canary} |"] if swap_canary else []),
         "",
         "## Checkpoints",
         "",

@@ -87,6 +87,7 @@ def export_model(
             "selection": {"size": len(selection), "strategy": str(cfg.selection.strategy), "ids": selection},
         },
         config=to_plain(cfg),
+        swap_canary=result.get("swap_canary"),
     )
     config = alignment.output_config(str(backbone.get("config_from", "base")))
     write_synthesized(
