@@ -44,10 +44,11 @@ for version in "$@"; do
   echo "installed in $(($(date +%s) - start)) s: vllm torch = $got"
   [[ ${INSTALL_ONLY:-0} == 1 ]] && continue
   cd "$REPO" || exit 2
-  heavy env PYTHONPATH="$REPO" DOTS_PROGRESS=0 "$py" -m pytest "${TESTS[@]}" -q -p no:cacheprovider \
+  # DOTS_VLLM_CANDIDATE: this release takes the fast path as if it were in the tested range
+  heavy env PYTHONPATH="$REPO" DOTS_PROGRESS=0 DOTS_VLLM_CANDIDATE="$version" "$py" -m pytest "${TESTS[@]}" -q -p no:cacheprovider \
     -o junit_family=xunit2 --junitxml="$venv/junit.xml" >"$venv/tests.log" 2>&1
   tests=$(tail -n 1 "$venv/tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
-  heavy env PYTHONPATH="$REPO" "$py" -m dots.doctor backbone=lab engine=vllm >"$venv/doctor.log" 2>&1
+  heavy env PYTHONPATH="$REPO" DOTS_VLLM_CANDIDATE="$version" "$py" -m dots.doctor backbone=lab engine=vllm >"$venv/doctor.log" 2>&1
   path=$(grep -m1 -oE 'swap path: [a-z]+' "$venv/doctor.log" | cut -d' ' -f3)
   swaps=$(grep -m1 -oE 'swaps [0-9/]+ ms' "$venv/doctor.log")
   echo "tests: $tests; path: ${path:-?}; $swaps"
