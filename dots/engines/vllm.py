@@ -219,6 +219,8 @@ class VLLMEngine:
     def swap_coefficients_public(self, coefficients: Coefficients) -> None:
         """The same swap through vLLM's public path: θ0 + Σλτ̃ streamed from the cache to each
         worker's own `reload_weights` (the swap canary compares it with `swap_coefficients`)."""
+        if self.task_vectors is None:
+            raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
         from dots.vectors.synth import check_coefficients
 
         lambdas = check_coefficients(self.task_vectors, coefficients)
