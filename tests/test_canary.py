@@ -66,7 +66,9 @@ def assert_passed_everywhere(run_dir: Path, out: str) -> None:
 def assert_caught(run_dir: Path, out: str) -> None:
     canary = canary_of(run_dir)
     assert canary["verdict"] == "fell back" and canary["path"] == "public", canary
-    assert "leaves the log-probs of θ0 unchanged" in canary["failures"][0]
+    # HF: nothing reaches the model; vLLM: the parameters rebuilt after the write still do, so
+    # λ = 0.5 moves the log-probs, but not to where the public path puts them
+    assert any(why in canary["failures"][0] for why in ("unchanged", "public loading path differs")), canary
     switched = [line for line in out.splitlines() if "the fast swap failed" in line]
     assert len(switched) == 1 and "switching to the public loading path" in switched[0]
     assert "swap canary: fell back, path public" in out
