@@ -61,7 +61,7 @@ def generate(config: dict, out: Path, shape: str, layers: int, sources: list[str
         )
         dtype = DTYPES.get(str(config.get("torch_dtype") or config.get("dtype")), torch.bfloat16)
     else:
-        widths, dtype = dict(TINY), torch.float32
+        widths, dtype = dict(TINY), torch.bfloat16  # what vLLM-CPU computes in: its fast path is covered
     tied = bool(config.get("tie_word_embeddings", False))
     base = make_tiny_model(out / "base", arch=arch, dtype=dtype, tie_word_embeddings=tied, num_layers=layers, **widths)
     made = {
@@ -154,9 +154,21 @@ def _canary_and_swaps(engine: Any, keys: list[str], workdir: Path, run_canary: A
         engine.swap_coefficients(dict.fromkeys(keys, value))
         times.append((time.perf_counter() - t0) * 1e3)
     path = str(getattr(engine, "swap_path", "fast"))
-    rows.append(Row("swap path", "ok" if path == "fast" else "warn", f"swap path: {path}"))
+    rows.append(Row("swap path", "ok" if path == "fast" else "warn", f"swap path: {path}{_layout(engine)}"))
     rows.append(Row("swaps", "ok", "swaps " + "/".join(f"{t:.0f}" for t in times) + f" ms (λ = {SWAPS})"))
     return rows
+
+
+def _layout(engine: Any) -> str:
+    """vLLM: where its workers hold θ0 and τ̃ (the parameters' layout: written in place; the
+    checkpoint's: reloaded, and why)."""
+    info = getattr(engine, "resident_info", None)
+    if not callable(info):
+        return ""
+    workers = info()
+    layouts = sorted({str(w.get("layout")) for w in workers})
+    note = next((w["note"] for w in workers if w.get("note")), "")
+    return f" (τ̃ resident in the {'/'.join(layouts)} layout{': ' + note if note else ''})"
 
 
 def _todo(options: dict) -> str:
