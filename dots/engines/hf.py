@@ -6,6 +6,8 @@ vLLM's `SamplingParams`), so greedy outputs match the vLLM engine's. Prompt NLL 
 forward pass per batch (right padding). A swap copies each tensor into the existing
 parameter storage (`param.copy_`), so nothing is re-allocated and the next call sees
 only the new weights (HF builds a fresh KV cache per `generate`). Runs on CPU or CUDA.
+The public loading path (`swap_path` "public", the swap canary's check and fallback) hands the
+tensors to the model's own `load_state_dict` instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import torch
 
 from dots.engines.base import check_synth_cache
+from dots.engines.canary import broken_swap
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.scoring.perplexity import PromptNLL
@@ -74,6 +77,7 @@ class HFEngine:
         self.task_vectors = task_vectors
         self.synth_cache = check_synth_cache(synth_cache)
         self._resident: ResidentSynthesizer | None = None
+        self.swap_path = "fast"  # "public": every swap through load_state_dict (dots.engines.canary)
         torch.manual_seed(seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         if self.tokenizer.pad_token_id is None:
@@ -166,6 +170,9 @@ class HFEngine:
         A subset of the tensors is fine (the others keep their values). A bad name or shape
         raises DotsError; tensors copied before it stay copied.
         """
+        if self.swap_path == "public":
+            return self._load_public(weights)
+        broken = broken_swap()  # tests only: a swap broken on purpose, which the canary must catch
         for name, tensor in weights:
             target = self._targets.get(name)
             if target is None:
@@ -173,7 +180,27 @@ class HFEngine:
             if tuple(target.shape) != tuple(tensor.shape):
                 raise DotsError(f"swap: {name} has shape {tuple(tensor.shape)}, the live model {tuple(target.shape)}")
             with torch.profiler.record_function("dots.hf.copy"):
-                target.copy_(tensor)
+                (target.clone() if broken == "copy-params" else target).copy_(tensor)
+
+    @torch.no_grad()
+    def _load_public(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The public loading path: each tensor through the model's own `load_state_dict`."""
+        for name, tensor in weights:
+            if name not in self._targets:
+                raise DotsError(f"swap: {name!r} is not a tensor of the live model {self.model_path}")
+            result = self.model.load_state_dict({name: tensor}, strict=False)
+            if result.unexpected_keys:
+                raise DotsError(f"swap: the model did not load {name!r}")
+
+    def swap_coefficients_public(self, coefficients: Coefficients) -> None:
+        """θ0 + Σ λ_i τ̃_i through the public loading path (the swap canary compares the two)."""
+        from dots.vectors.synth import synthesize
+
+        self._load_public(synthesize(self.task_vectors, coefficients, device=self.device))
+
+    def use_public_path(self) -> None:
+        """Every later swap through `load_state_dict` (a failed canary's fallback)."""
+        self.swap_path = "public"
 
     def _check_checkpoint(self, ckpt: Checkpoint) -> None:
         unknown = [n for n in ckpt.names if n not in self._targets]

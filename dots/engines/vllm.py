@@ -37,13 +37,13 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from dots.checks import check_choice
+from dots.engines import vllm_compat as compat
 from dots.engines.base import check_synth_cache
 from dots.engines.vllm_env import (
     cpu_thread_binding,
     environment,
     export_import_path,
     log_to_file,
-    on_cpu_platform,
     scratch_dir,
     vllm_available,
 )
@@ -96,7 +96,8 @@ class VLLMEngine:
         self.reference = Checkpoint(model)  # validates the directory; names/shapes for swaps
         self.model_path = self.reference.path
         self.seed = seed
-        on_cpu = on_cpu_platform()
+        compat.check_worker_extensions()  # one line where this vLLM cannot run dots' swaps at all
+        on_cpu = compat.on_cpu_platform()
         if gpu_memory_utilization is None:
             gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu else GPU_MEMORY_UTILIZATION
         env = cpu_thread_binding(int(tensor_parallel_size)) if on_cpu else {}
@@ -128,6 +129,12 @@ class VLLMEngine:
         with environment(env):
             self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
+        paths = self.llm.collective_rpc("dots_swap_paths")
+        self.swap_path = compat.choose_path(
+            str(paths[0]["version"]), all(p["fast"] for p in paths), all(p["public"] for p in paths)
+        )
+        if self.swap_path == "public":
+            self.llm.collective_rpc("dots_use_public_path")
         self.task_vectors = None
         if task_vectors is not None:
             self.set_task_vectors(task_vectors)
@@ -209,6 +216,24 @@ class VLLMEngine:
         self.llm.collective_rpc("dots_swap_coefficients", args=(lambdas,))
         self._after_swap()
 
+    def swap_coefficients_public(self, coefficients: Coefficients) -> None:
+        """The same swap through vLLM's public path: θ0 + Σλτ̃ streamed from the cache to each
+        worker's own `reload_weights` (the swap canary compares it with `swap_coefficients`)."""
+        if self.task_vectors is None:
+            raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
+        from dots.vectors.synth import check_coefficients
+
+        lambdas = check_coefficients(self.task_vectors, coefficients)
+        self.llm.collective_rpc("dots_swap_public", args=(lambdas,))
+        self._after_swap()
+
+    def use_public_path(self) -> None:
+        """Every later swap through vLLM's public `reload_weights` (a failed canary's fallback)."""
+        self.swap_path = "public"
+        self.llm.collective_rpc("dots_use_public_path")
+        if self.task_vectors is not None:
+            self.set_task_vectors(self.task_vectors)
+
     def _check_checkpoint(self, ckpt: Checkpoint) -> None:
         ref = self.reference
         unknown = [n for n in ckpt.names if n not in ref]
@@ -275,12 +300,7 @@ class VLLMEngine:
         if llm is None:
             return
         self.llm = None  # type: ignore[assignment]
-        core = getattr(llm.llm_engine, "engine_core", None)
-        if core is not None and hasattr(core, "shutdown"):
-            try:
-                core.shutdown()
-            except Exception as exc:  # already gone
-                log.debug("vLLM shutdown: %s", exc)
+        compat.shutdown(llm)
         del llm
         gc.collect()
 

@@ -27,9 +27,10 @@ def vllm_available() -> bool:
 
 
 def on_cpu_platform() -> bool:
-    from vllm.platforms import current_platform
+    """vLLM runs on CPU (`dots.engines.vllm_compat.on_cpu_platform`)."""
+    from dots.engines.vllm_compat import on_cpu_platform as on_cpu
 
-    return bool(current_platform.is_cpu())
+    return on_cpu()
 
 
 def export_import_path() -> None:

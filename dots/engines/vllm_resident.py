@@ -30,7 +30,8 @@ dtype that cannot hold the checkpoint's exactly; `rescale: tensor` (a fused para
 mix several γ); a θ0 with −0.0 entries in a merged parameter (the sign of a zero sum there
 depends on which sources take part, see `dots.vectors.compact`).
 
-This module imports vLLM only inside functions: only worker processes call it.
+vLLM's internals are reached through `dots.engines.vllm_compat` only (which imports vLLM inside
+its functions: only worker processes call this module).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from dots.engines import vllm_compat as compat
+from dots.engines.canary import broken_swap
 from dots.io.checkpoint import Checkpoint
 from dots.memory import freeing_as_it_goes
 from dots.vectors.cache import TaskVectors
@@ -84,13 +87,9 @@ class Resident:
 def model_units(model: torch.nn.Module) -> list[Unit]:
     """Every floating parameter of the model once, with the layout vLLM loads it in (its
     reload metadata, recorded when the model was built) and the modules that hold it."""
-    from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
-    from vllm.model_executor.model_loader.reload.meta import to_meta_tensor
-
     units: dict[int, Unit] = {}
     for mod_name, module in model.named_modules():
-        info = LAYERWISE_INFO.get(module)
-        restore = info.restore_metadata[0] if info is not None else {}
+        restore = compat.load_time_layout(module)
         for attr, kernel in module._parameters.items():
             if kernel is None or not kernel.is_floating_point():
                 continue
@@ -100,25 +99,10 @@ def model_units(model: torch.nn.Module) -> list[Unit]:
                 continue
             meta = restore.get(attr)
             if meta is None:  # not transformed at load (e.g. `bias`, never put on meta by vLLM)
-                meta = to_meta_tensor(kernel)
+                meta = compat.to_meta_tensor(kernel)
             direct = tuple(kernel.shape) == tuple(meta.shape) and kernel.dtype == meta.dtype and kernel.is_contiguous()
             units[id(kernel)] = Unit(f"{mod_name}.{attr}".lstrip("."), kernel, [(module, attr)], meta, module, direct)
     return list(units.values())
-
-
-def _like(meta: torch.Tensor, owner: torch.nn.Module, data: torch.Tensor) -> torch.Tensor:
-    """`data` dressed as the load-time parameter `meta` (its class and loader attributes). After
-    a `reload_weights` the metadata keeps the loader wrapper of vLLM's layerwise reload, which
-    loads nothing outside a reload: unwrapped to the original loader."""
-    from vllm.model_executor.model_loader.reload.layerwise import _get_original_loader
-    from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
-
-    data.__class__ = meta.__class__
-    data.__dict__ = meta.__dict__.copy()
-    data = restore_layer_refs(data, owner)
-    if "weight_loader" in data.__dict__ or "_weight_loader" in data.__dict__:  # vLLM's parameter classes
-        data.weight_loader = _get_original_loader(data)  # type: ignore[attr-defined]
-    return data
 
 
 def _swap_in(units: list[Unit], tensors: list[torch.Tensor | None]) -> None:
@@ -139,18 +123,15 @@ def place(model: torch.nn.Module, units: list[Unit], weights: Iterator[tuple[str
     """Load `weights` (checkpoint naming) with vLLM's own loader into fresh copies of every
     parameter in its load-time layout; returns those copies (the live parameters are left as
     they were). Entries no weight reaches keep the live value (direct) or 0."""
-    from vllm.config import set_current_vllm_config
-
     scratch: list[torch.Tensor | None] = []
     for unit in units:
         data = torch.zeros(unit.meta.shape, dtype=unit.meta.dtype, device=unit.kernel.device)
         if unit.direct:
             data.copy_(unit.kernel)
-        scratch.append(_like(unit.meta, unit.meta_owner, data))
+        scratch.append(compat.dress_as_loaded(unit.meta, unit.meta_owner, data))
     _swap_in(units, scratch)
     try:
-        with set_current_vllm_config(config), torch.no_grad():
-            model.load_weights(weights)  # type: ignore[operator]
+        compat.load_weights(model, config, weights)
     finally:
         _restore(units)
     return scratch
@@ -236,7 +217,7 @@ class ShardedResident:
         self.kept: list[int] = []  # kept entries per source in this worker's parameters
         base = Checkpoint(tv.base_path)
         units = model_units(model)
-        why = unsupported(tv, base, units, getattr(config, "quant_config", None) is not None)
+        why = unsupported(tv, base, units, compat.is_quantized(config))
         if why is not None:
             raise Unsupported(why)
         self.dtype = base.info(tv.names[0]).dtype if tv.names else torch.float32  # the checkpoint's
@@ -265,7 +246,7 @@ class ShardedResident:
                 break
             for j in more:
                 keep[j] = True
-        bad = [m for m in process if getattr(m, "quant_method", None) is None]
+        bad = [m for m in process if not compat.has_quant_method(m)]
         if bad:
             raise Unsupported(f"{type(bad[0]).__name__} transforms its weights without a quant_method")
         self._process = process
@@ -312,19 +293,22 @@ class ShardedResident:
     def swap(self, coefficients: Coefficients) -> None:
         """Write θ0 + Σ λ_i τ̃_i into the live parameters, then redo the post-load processing."""
         active = self._active(coefficients)
+        broken = broken_swap()  # tests only: a swap broken on purpose, which the canary must catch
         loaded: dict[int, torch.Tensor] = {}  # load-time tensors of units whose kernel differs
         for r in self.params:
             unit = r.unit
-            in_place = unit.direct and unit.kernel.dtype == self.dtype
-            out = self._combine(r, active, unit.kernel if in_place else torch.empty_like(r.theta0))
+            kernel = unit.kernel.clone() if broken == "copy-params" else unit.kernel
+            in_place = unit.direct and kernel.dtype == self.dtype
+            out = self._combine(r, active, kernel if in_place else torch.empty_like(r.theta0))
             if in_place:
                 continue
             value = out if out.dtype == unit.meta.dtype else out.to(unit.meta.dtype)  # the loader's cast
             if unit.direct:
-                unit.kernel.copy_(value)
+                kernel.copy_(value)
             else:
-                loaded[id(unit.kernel)] = _like(unit.meta, unit.meta_owner, value)
-        self._after_write(loaded)
+                loaded[id(unit.kernel)] = compat.dress_as_loaded(unit.meta, unit.meta_owner, value)
+        if broken != "skip-repack":
+            self._after_write(loaded)
 
     def _after_write(self, loaded: dict[int, torch.Tensor]) -> None:
         """What vLLM runs after loading, for every module whose kernel derives from its weights:
@@ -335,9 +319,7 @@ class ShardedResident:
             for attr, kernel in kernels.items():
                 if kernel is not None and id(kernel) in loaded:
                     module._parameters[attr] = loaded[id(kernel)]  # type: ignore[assignment]
-            if hasattr(module, "_already_called_process_weights_after_loading"):
-                delattr(module, "_already_called_process_weights_after_loading")
-            module.quant_method.process_weights_after_loading(module)  # type: ignore[union-attr,operator]
+            compat.reprocess_after_loading(module)
             for attr, kernel in kernels.items():
                 now = module._parameters.get(attr)
                 if kernel is None or now is kernel:
@@ -357,4 +339,4 @@ def _modules_to_process(units: list[Unit], keep: list[bool], cpu: bool) -> list[
     differs from its load-time layout."""
     written = dict.fromkeys(m for u, k in zip(units, keep) if k for m, _ in u.owners)
     transformed = {id(m) for u in units if not u.direct for m, _ in u.owners}
-    return [m for m in written if (cpu and hasattr(m, "cpu_linear")) or id(m) in transformed]
+    return [m for m in written if (cpu and compat.has_cpu_gemm(m)) or id(m) in transformed]

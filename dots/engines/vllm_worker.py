@@ -9,6 +9,9 @@ the full tensors itself (θ0 + Σλτ̃ from disk, on its own device) and hands 
 (`memory`), each worker holds θ0 and τ̃ of its own (sharded, fused) parameters and writes
 θ0 + Σλτ̃ straight into them (`dots.engines.vllm_resident`); where that layout is not
 covered it holds the whole model's (`dots.vectors.synth.ResidentSynthesizer`) and reloads.
+The vLLM internals it reaches go through `dots.engines.vllm_compat`. With `dots_use_public_path`
+(vLLM outside the tested range, or a swap canary that failed on the fast path) every swap is a
+`reload_weights`, vLLM's public path.
 This module must not import vLLM at top level: the engine imports it only by name.
 """
 
@@ -18,6 +21,8 @@ import logging
 import os
 import time
 from typing import TYPE_CHECKING, Any, Mapping
+
+from dots.engines import vllm_compat as compat
 
 if TYPE_CHECKING:
     from dots.vectors.coefficients import Coefficients
@@ -34,6 +39,7 @@ class DotsWorkerExtension:
     _dots_resident_note: str = ""  # why the sharded layout was not used
     _dots_weights_changed: bool = False  # any reload since the engine started
     _dots_not_base: bool = True  # parameters the sharded swap does not write may differ from θ0
+    _dots_public: bool = False  # every swap through vLLM's public reload_weights
 
     def _dots_device(self):
         import torch
@@ -45,6 +51,20 @@ class DotsWorkerExtension:
         """Where this worker runs: pid, device, tensor-parallel rank."""
         rank = getattr(self, "rank", None)
         return {"pid": os.getpid(), "device": str(self._dots_device()), "rank": rank}
+
+    def dots_swap_paths(self) -> dict:
+        """Which swap paths this worker's vLLM has: the fast one's internals, the public reload."""
+        return {
+            "version": compat.vllm_version(),
+            "fast": compat.fast_path_available(),
+            "public": compat.has_public_reload(self),
+        }
+
+    def dots_use_public_path(self) -> None:
+        """From now on every swap is a `reload_weights` (the sharded resident τ̃ is dropped;
+        set the task vectors again to hold the whole model's instead)."""
+        self._dots_public = True
+        self._dots_sharded = None
 
     def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "auto", layout: str = "parameters") -> int:
         """Open the τ̃ cache described by `TaskVectors.spec()` (kept open for later swaps);
@@ -63,8 +83,8 @@ class DotsWorkerExtension:
         reuse_freed_memory()  # every swap allocates model-sized tensors again
 
         self._dots_task_vectors = TaskVectors.from_spec(spec)
-        config = self.vllm_config  # type: ignore[attr-defined]
-        shards = int(config.parallel_config.tensor_parallel_size)
+        config = compat.worker_config(self)
+        shards = compat.tensor_parallel_size(config)
         if resolve_synth_cache(synth_cache, self._dots_task_vectors, self._dots_device(), shards) == "memory":
             from dots.engines.vllm_resident import ShardedResident, Unsupported
             from dots.vectors.synth import ResidentSynthesizer
@@ -72,9 +92,11 @@ class DotsWorkerExtension:
             try:
                 if layout == "checkpoint":
                     raise Unsupported("the checkpoint layout was asked for")
-                model = self.model_runner.get_model()  # type: ignore[attr-defined]
+                if self._dots_public:
+                    raise Unsupported("swaps use vLLM's public reload_weights path")
+                model = compat.worker_model(self)
                 self._dots_sharded = ShardedResident(model, config, self._dots_task_vectors, self._dots_device())
-                started_on = os.path.realpath(str(config.model_config.model))
+                started_on = os.path.realpath(compat.started_on(config))
                 base = os.path.realpath(str(self._dots_task_vectors.base_path))
                 self._dots_not_base = self._dots_weights_changed or started_on != base
                 return self._dots_sharded.nbytes
@@ -138,7 +160,7 @@ class DotsWorkerExtension:
         start = time.perf_counter()
         self._dots_weights_changed = self._dots_not_base = True
         with record_function("dots.vllm.reload_weights"):  # includes the synthesis it consumes
-            self.reload_weights(weights_iterator=tracked())  # type: ignore[attr-defined]
+            compat.reload_weights(self, tracked())
             self._dots_refresh_tied_cpu_gemms(loaded)
         return time.perf_counter() - start
 
@@ -154,13 +176,11 @@ class DotsWorkerExtension:
 
         if self._dots_device().type != "cpu":
             return []
-        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        model = compat.worker_model(self)
         by_storage: dict[int, list[tuple[str, torch.nn.Module]]] = {}
         for name, module in model.named_modules():
             weight = getattr(module, "weight", None)
-            if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.numel() > 0:
+            if compat.has_cpu_gemm(module) and isinstance(weight, torch.Tensor) and weight.numel() > 0:
                 by_storage.setdefault(weight.untyped_storage().data_ptr(), []).append((name, module))
         stale = [
             (name, module)
@@ -169,9 +189,7 @@ class DotsWorkerExtension:
             for name, module in group
             if f"{name}.weight" not in loaded
         ]
-        for _, module in stale:
-            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
-        return [name for name, _ in stale]
+        return [name for name, module in stale if compat.repack_cpu_gemm(module)]
 
     def dots_swap_coefficients(self, coefficients: Coefficients) -> float:
         """Reload θ0 + Σ λ_i τ̃_i (SPEC §2); returns the seconds spent in this worker."""
@@ -198,6 +216,15 @@ class DotsWorkerExtension:
             return self._dots_reload(self._dots_resident(coefficients))
         return self._dots_reload(synthesize(self._dots_task_vectors, coefficients, device=self._dots_device()))
 
+    def dots_swap_public(self, coefficients: Coefficients) -> float:
+        """θ0 + Σ λ_i τ̃_i streamed from the cache to vLLM's public `reload_weights` whatever the
+        worker holds (the swap canary compares it with the fast path)."""
+        if self._dots_task_vectors is None:
+            raise RuntimeError("dots_swap_public before dots_set_task_vectors")
+        from dots.vectors.synth import synthesize
+
+        return self._dots_reload(synthesize(self._dots_task_vectors, coefficients, device=self._dots_device()))
+
     def dots_swap_checkpoint(self, path: str) -> float:
         """Reload every tensor of a saved checkpoint (same architecture and shapes)."""
         from dots.io.checkpoint import Checkpoint
@@ -211,5 +238,5 @@ class DotsWorkerExtension:
     def dots_parameter_checksum(self) -> float:
         """Σ of all live parameters in float64 (tests: did the weights change?)."""
 
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        model = compat.worker_model(self)
         return float(sum(p.detach().double().sum().item() for p in model.parameters()))

@@ -114,11 +114,13 @@ def render_model_card(
     config: Mapping[str, Any] | None = None,
     date: str | None = None,
     base_dir: str | Path | None = None,
+    swap_canary: str | None = None,
 ) -> str:
     """README.md text of a merged model: Hub metadata + checkpoints, revisions, coefficients,
     options, results and the full configuration. `revisions` maps "base" and each source key
     to the commit it was read at (None: a local directory); `base_dir`, the base's local
-    directory, gives the licence (`base_licence`)."""
+    directory, gives the licence (`base_licence`); `swap_canary`: the search engine's proof
+    that its weight swaps reached the model (`dots.engines.canary`)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     revisions = dict(revisions or {})
@@ -142,6 +144,7 @@ def render_model_card(
         f"| dots version | {dots.__version__} |",
         f"| licence | {_licence_cell(licence)} |",
         f"| date | {date or _dt.date.today().isoformat()} |",
+        *([f"| swap canary | {swap_canary} |"] if swap_canary else []),
         "",
         "## Checkpoints",
         "",

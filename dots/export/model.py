@@ -105,6 +105,7 @@ def export_model(
         },
         config=to_plain(cfg),
         base_dir=alignment.base.path,
+        swap_canary=result.get("swap_canary"),
     )
     config = alignment.output_config(str(backbone.get("config_from", "base")))
     write_synthesized(

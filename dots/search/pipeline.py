@@ -375,18 +375,23 @@ def run_held(run: Run) -> Any:
 
 def run_in(run: Run, plan: MemoryPlan) -> Path:
     """The stages of a checked, locked run."""
+    from dots.engines.canary import checked
     from dots.engines.factory import build_engine
 
     cfg = run.cfg
     (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run.run_dir}")
     engine_cfg = plan.engine_options(to_plain(cfg.engine))  # synth_cache decided (and vLLM's share)
-    run.engine = LazyEngine(
-        lambda: build_engine(
-            engine_cfg,
-            engine_model(cfg, run.alignment, run.task_vectors, run.run_dir),
-            run.task_vectors,
-            log_dir=run.run_dir,
+    run.engine = LazyEngine(  # every start (a requeued run's too) proves its swaps first
+        lambda: checked(
+            build_engine(
+                engine_cfg,
+                engine_model(cfg, run.alignment, run.task_vectors, run.run_dir),
+                run.task_vectors,
+                log_dir=run.run_dir,
+            ),
+            run.sources,
+            run.run_dir,
         )
     )
     try:

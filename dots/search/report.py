@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from dots.engines.canary import read_canary, summary
 from dots.search.dashboard import attach_artifacts
 from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, param_names
 from dots.search.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
@@ -75,6 +76,9 @@ def pick_and_report(
         ],
         "complete_trials": len(points),
     }
+    canary = summary(read_canary(run_dir))  # the engine's last swap canary (dots.engines.canary)
+    if canary is not None:
+        result["swap_canary"] = canary
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
     study.set_user_attr("pick", {k: result[k] for k in ("trial", "pick", "coefficients", "objectives")})
     attach_artifacts(study, run_dir, [run_dir / "pareto.png", run_dir / "result.yaml", run_dir / "trials.csv"])
