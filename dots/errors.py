@@ -18,6 +18,12 @@ def one_line(text: str) -> str:
     return " ".join(part.strip() for part in text.splitlines()) or text
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def cli_errors(fn: F) -> F:
     """Wrap a CLI entry so a DotsError (or a config value OmegaConf cannot give: a missing `???`,
     a failed interpolation) prints one `error: ...` line and exits with code 2."""

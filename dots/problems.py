@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dots.checks import positive_int
-from dots.errors import DotsError
+from dots.errors import DotsError, first_line
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def read_records(spec: Any, origin: str, default_split: str = "train") -> list[d
         try:
             ds = datasets.load_dataset(name, _cfg_get(spec, "subset"), split=_cfg_get(spec, "split", default_split))
         except Exception as exc:  # offline, gated, missing split, ...
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            first = first_line(exc)
             raise DotsError(f"{origin}: cannot load Hub dataset {name!r}: {first}") from None
         return [dict(r) for r in ds]
     path = Path(str(_cfg_get(spec, "path", ""))).expanduser()
@@ -126,7 +126,7 @@ def _parquet_records(path: Path) -> Records:
     try:
         rows = pq.read_table(path).to_pylist()
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise DotsError(f"{path}: not a readable parquet file ({str(exc).splitlines()[0] if str(exc) else exc!r})") from None
+        raise DotsError(f"{path}: not a readable parquet file ({first_line(exc)})") from None
     return Records(rows, lambda i: f"{path}: row {i}")
 
 
