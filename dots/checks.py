@@ -9,23 +9,36 @@ from typing import Any, Iterable
 from dots.errors import DotsError
 
 
+def _as_int(value: Any) -> int | None:
+    """`value` as an int when it is a whole number (an int, a float like 3.0, a text like "3")."""
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    except ValueError:  # more digits than Python converts
+        pass
+    return None
+
+
 def positive_int(value: Any, what: str, minimum: int = 1) -> int:
     """`value` as an int >= `minimum` (a whole number; "3" from a command line is fine; never
     a bool, nan or ±inf)."""
-    number: int | None = None
-    try:
-        if isinstance(value, int) and not isinstance(value, bool):
-            number = value
-        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            number = int(value)
-        elif isinstance(value, float) and value.is_integer():
-            number = int(value)
-    except ValueError:  # more digits than Python converts
-        number = None
+    number = _as_int(value)
     if number is None:
         raise DotsError(f"{what} must be an integer >= {minimum}, got {value!r}")
     if number < minimum:
         raise DotsError(f"{what} must be >= {minimum}, got {number}")
+    return number
+
+
+def whole_number(value: Any, what: str) -> int:
+    """`value` as an int of any sign (a seed)."""
+    number = _as_int(value)
+    if number is None:
+        raise DotsError(f"{what} must be an integer, got {value!r}")
     return number
 
 

@@ -91,7 +91,8 @@ def _entry(entry: object, where: str) -> tuple[TensorInfo, int, int]:
 
     if not isinstance(entry, dict):
         raise DotsError(f"{where}: its entry is not a JSON object")
-    dtype = TORCH_DTYPES.get(entry.get("dtype")) if isinstance(entry.get("dtype"), str) else None
+    code = entry.get("dtype")
+    dtype = TORCH_DTYPES.get(code) if isinstance(code, str) else None
     if dtype is None:
         raise DotsError(f"{where}: unsupported dtype {entry.get('dtype')!r}")
     shape, offsets = entry.get("shape"), entry.get("data_offsets")

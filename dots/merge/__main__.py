@@ -101,7 +101,7 @@ def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
         pool=container.get("pool"),
         format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
         device=_device(container.get("device", "auto")),
-        max_shard_bytes=int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES),
+        max_shard_bytes=positive_int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES, "max_shard_bytes"),
         block_entries=positive_int(container.get("block_entries", BLOCK_ENTRIES), "block_entries"),
         card_config=container,
     )

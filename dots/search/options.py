@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from dots.checks import check_choice, number_in, positive_int
+from dots.checks import check_choice, number_in, positive_int, whole_number
 from dots.config import check_backbone_sources
 from dots.errors import DotsError
 from dots.plain import to_plain
@@ -97,10 +97,7 @@ def check_search_config(cfg: DictConfig) -> str:
     from dots.search.pareto import PICKS
     from dots.vectors.sparsify import SparsifyConfig
 
-    try:
-        int(cfg.seed)
-    except (TypeError, ValueError):
-        raise DotsError(f"seed must be an integer, got {cfg.seed!r}") from None
+    whole_number(cfg.seed, "seed")
     check_backbone(cfg)
     check_study_options(cfg.search)
     build_sampler(to_plain(cfg.sampler), int(cfg.seed))  # its name and options
