@@ -55,6 +55,16 @@ def question_from_messages(messages: Any) -> str | None:
     return users[-1] if users and isinstance(users[-1], str) else None
 
 
+def json_type(value: Any) -> str:
+    """JSON's name for the type of a parsed value (null, true/false, number, text, array, object)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    names = {int: "a number", float: "a number", str: "a text", list: "an array", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
 class Records(list):
     """Raw records of a file, each named in errors by `where(i)` (`path:line` of a JSONL line,
     `path: row i` of a parquet row)."""
@@ -81,7 +91,7 @@ def records_to_queries(records: Sequence[Mapping], cfg: Any, origin: str) -> lis
     out = []
     for i, rec in enumerate(records):
         if not isinstance(rec, Mapping):
-            raise DotsError(f"{where(i)}: a record must be a JSON object, got {type(rec).__name__}")
+            raise DotsError(f"{where(i)}: a record must be a JSON object, got {json_type(rec)}")
         question = question_from_messages(_dig(rec, q_key))
         if not question or not question.strip():
             raise DotsError(f"{where(i)}: no question text under {q_key!r}")
@@ -148,7 +158,7 @@ def _jsonl_records(path: Path) -> Records:
             except (ValueError, RecursionError) as exc:  # a number too long, arrays nested too deep
                 raise DotsError(f"{path}:{line_no}: not readable JSON ({type(exc).__name__})") from None
             if not isinstance(record, dict):
-                raise DotsError(f"{path}:{line_no}: a record must be a JSON object, got {type(record).__name__}")
+                raise DotsError(f"{path}:{line_no}: a record must be a JSON object, got {json_type(record)}")
             rows.append(record)
             lines.append(line_no)
     return Records(rows, lambda i: f"{path}:{lines[i]}")

@@ -13,7 +13,8 @@ forked from the warm runner, which does what `python -m MODULE ARGS` does:
   stderr, exit code 1), `sys.exit(n)` ends it with n, and the interpreter's normal shutdown
   (atexit handlers, flushing) runs, as for `python -m`;
 - stdin is /dev/null, stdout and stderr are files, the child leads its own process group (a
-  hung command is killed whole after `timeout` seconds and reported as `timed_out`).
+  hung command is killed whole after `timeout` seconds and reported as `timed_out`; `cpu_s`
+  is the CPU time it used).
 
 What the child shares with the runner is only the state that importing modules creates, the
 same for every request; the runner never imports a `__main__` module (runpy would warn) and
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import runpy
 import signal
 import sys
@@ -48,6 +50,30 @@ PRELOAD = (
     "dots.merge.methods",
     "dots.evaluate.run",
     "dots.engines.factory",
+    "dots.engines.hf",
+    "dots.engines.plan",
+    "dots.search.samplers",
+    "dots.search.selection",
+    "dots.search.pareto",
+    "dots.evaluate.benchmarks",
+    "transformers.generation.utils",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.auto.modeling_auto",
+    "optuna",
+    "hydra._internal.hydra",
+    "hydra._internal.utils",
+    "hydra._internal.core_plugins.basic_launcher",
+    "hydra._internal.core_plugins.basic_sweeper",
+    "hydra._internal.core_plugins.file_config_source",
+    "hydra._internal.core_plugins.importlib_resources_config_source",
+    "hydra._internal.core_plugins.structured_config_source",
+    "hydra._internal.logging_config",
+    "dots.engines.vllm",
+    "dots.reaper",
+    "dots.export.card",
+    "dots.merge.fisher",
+    *(f"dots.merge.methods.{m}" for m in ("dare", "dots_fixed", "linear", "ram", "sar", "task_arithmetic", "ties")),
+    "hydra_plugins",
 )
 
 
@@ -82,6 +108,11 @@ def _wait(pid: int, timeout: float) -> tuple[int, bool]:
         time.sleep(0.01)
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def serve() -> None:
     """Answer requests until stdin closes."""
     import importlib
@@ -98,9 +129,11 @@ def serve() -> None:
         pid = os.fork()
         if pid == 0:
             _child(request, out, err)
+        cpu = _children_cpu()
         code, timed_out = _wait(pid, float(request.get("timeout", 120)))
         with open(out, errors="replace") as fo, open(err, errors="replace") as fe:
             reply = {"rc": code, "stdout": fo.read(), "stderr": fe.read(), "timed_out": timed_out}
+        reply["cpu_s"] = round(_children_cpu() - cpu, 3)
         print(json.dumps(reply), flush=True)
 
 

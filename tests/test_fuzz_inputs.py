@@ -142,7 +142,9 @@ def refused(box: Sandbox, target: str, module: str, argv: list[str], names: list
     lines = [line for line in reply["stderr"].splitlines() if line.strip()]
     if os.environ.get("DOTS_FUZZ_LOG"):  # one line per example: the long run's record
         with open(os.environ["DOTS_FUZZ_LOG"], "a") as log:
-            log.write(json.dumps({"target": target, "rc": reply["rc"], "lines": len(lines), "first": lines[:1]}) + "\n")
+            log.write(
+                json.dumps({"target": target, "rc": reply["rc"], "cpu_s": reply["cpu_s"], "first": lines[:1]}) + "\n"
+            )
     assert not reply["timed_out"], f"hung: {module} {argv}"
     assert "Traceback" not in reply["stdout"] + reply["stderr"], reply["stderr"][-3000:]
     assert reply["rc"] == 2, (reply["rc"], reply["stderr"][-3000:])
