@@ -578,7 +578,7 @@ SEARCH_OPTIONS = {
     "search.grace_s": ("float", 0, INF, True, True),
     "search.adaptive.first": ("int", 1),
     "search.adaptive.step": ("int", 1),
-    "search.adaptive.confidence": ("float", 0, 1, True, True),
+    "search.adaptive.confidence": ("float", 0.5, 1, False, True),
     "selection.n": ("int", 1),
     "selection.m": ("int", 1),
     "selection.batch": ("int", 1),
