@@ -18,13 +18,17 @@ forked from the warm runner, which does what `python -m MODULE ARGS` does:
 
 What the child shares with the runner is only the state that importing modules creates, the
 same for every request; the runner never imports a `__main__` module (runpy would warn) and
-runs no torch op before forking. The environment (DOTS_OUTPUTS, HF_HOME, TMPDIR, ...) is the
-runner's, fixed when it starts: huggingface_hub reads HF_HOME at import, as it would in a
-fresh `python -m`.
+runs no torch op before forking. The imported objects are frozen out of the garbage collector
+while the command runs (a child's collections would otherwise touch, and copy, all of them)
+and unfrozen when it exits, so its shutdown collects and finalizes everything, as python -m's.
+The environment (DOTS_OUTPUTS, HF_HOME, TMPDIR, ...) is the runner's, fixed when it starts:
+huggingface_hub reads HF_HOME at import, as it would in a fresh `python -m`.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import os
 import resource
@@ -80,6 +84,7 @@ PRELOAD = (
 def _child(request: dict, out: str, err: str) -> None:
     """Become `python -m MODULE ARGS` (never returns: the interpreter exits as python -m's would)."""
     os.setpgid(0, 0)
+    atexit.register(gc.unfreeze)  # registered first, runs last: shutdown collects everything, as python -m's does
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     for fd, path in ((1, out), (2, err)):
@@ -119,6 +124,8 @@ def serve() -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # the imported objects: never traversed (nor copied on write) by a child's collector
     io_dir = tempfile.mkdtemp(prefix="dots-cli-runner-", dir=os.environ.get("DOTS_RUNNER_IO"))
     out, err = os.path.join(io_dir, "stdout"), os.path.join(io_dir, "stderr")
     print(json.dumps({"ready": True}), flush=True)
@@ -135,6 +142,7 @@ def serve() -> None:
             reply = {"rc": code, "stdout": fo.read(), "stderr": fe.read(), "timed_out": timed_out}
         reply["cpu_s"] = round(_children_cpu() - cpu, 3)
         print(json.dumps(reply), flush=True)
+    gc.unfreeze()
 
 
 if __name__ == "__main__":
