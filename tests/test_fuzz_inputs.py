@@ -24,17 +24,22 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from dots.io.metadata import CONFIG_FIELDS
 from dots.testing import make_finetuned, make_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
+# no example database (database=None below), and Hypothesis' other caches (constants, unicode
+# tables) outside the repository
+set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "dots-hypothesis")
 PROFILE = os.environ.get("DOTS_FUZZ", "ci")
 LONG = PROFILE == "long"
 FUZZ = settings(
