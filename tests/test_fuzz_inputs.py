@@ -593,6 +593,17 @@ SEARCH_OPTIONS = {
     "engine.batch_size": ("int", 1),
     "engine.nll_batch_size": ("int", 1),
     "engine.seed": ("int", 0),
+    "search.fixed": ("fixed",),
+    "search.granularity": ("choice", "model", "module"),
+    "search.answer_mode": ("choice", "math", "choice"),
+    "sparsify.scope": ("choice", "tensor", "global"),
+    "sparsify.rescale": ("choice", "global", "tensor", "none"),
+    "selection.strategy": ("choice", "balanced", "random", "easy", "medium"),
+    "selection.source": ("choice", "original", "sparsified"),
+    "pick": ("choice", "max_consistency", "knee"),
+    "engine.synth_cache": ("choice", "auto", "memory", "disk"),
+    "engine.dtype": ("choice", "auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "half", "float"),
+    "pool.question_key": ("text",),
 }
 MERGE_OPTIONS = {  # (method, option) -> domain
     ("ties", "method.density"): ("float", 0, 1, True, False),
@@ -610,6 +621,10 @@ MERGE_OPTIONS = {  # (method, option) -> domain
     ("dots_fixed", "method.density"): ("float", 0, 1, True, False),
     ("ties", "max_shard_bytes"): ("int", 1),
     ("ties", "block_entries"): ("int", 1),
+    ("dare_ties", "method.combine"): ("choice", "linear", "ties"),
+    ("ram", "method.scope"): ("choice", "global", "tensor"),
+    ("sar", "method.fisher_dtype"): ("choice", "float32", "bfloat16", "float16", "float64"),
+    ("dots_fixed", "method.rescale"): ("choice", "global", "tensor", "none"),
 }
 EVALUATE_OPTIONS = {
     "limit": ("int", 1, "null"),
@@ -643,6 +658,31 @@ def bad_values(draw, domain: tuple) -> str:
     kind, *rest = domain
     nonfinite = st.sampled_from(["nan", "inf", "-inf"])
     wrong_type = WORDS | st.just("true") | st.just("[1,2,3]") | st.just("{a: 1}")
+    if kind == "choice":  # a word, a number or a list that is none of the choices
+        return draw(
+            st.one_of(WORDS.filter(lambda w: w not in rest), st.integers().map(str), nonfinite, st.just("[1,2,3]"))
+        )
+    if kind == "text":
+        return draw(st.one_of(st.integers().map(str), nonfinite, st.just("[1,2,3]"), st.just("{a: 1}"), st.just("''")))
+    if kind == "fixed":  # search.fixed for 2 sources in search.range [0, 2]
+        point = st.lists(st.floats(0, 2), min_size=2, max_size=2)
+        return draw(
+            st.one_of(
+                WORDS,
+                st.integers().map(str),
+                st.lists(point, min_size=1, max_size=2).map(lambda ps: hydra_value([[*p[:1], INF] for p in ps])),
+                st.lists(point, min_size=1, max_size=2).map(
+                    lambda ps: hydra_value([[*p[:1], float("nan")] for p in ps])
+                ),
+                st.lists(st.floats(0, 2), min_size=1, max_size=5)
+                .filter(lambda v: len(v) != 2)
+                .map(lambda v: hydra_value([v])),
+                st.floats(2.001, 1e9).map(lambda v: hydra_value([[1.0, v]])),
+                st.floats(-1e9, -0.001).map(lambda v: hydra_value([[v, 1.0]])),
+                WORDS.map(lambda w: f"[{w}]"),
+                WORDS.map(lambda w: f"[[1,{w}]]"),
+            )
+        )
     if kind == "range":
         low = st.floats(0, 10)
         return draw(

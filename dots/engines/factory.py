@@ -111,8 +111,9 @@ ENGINE_OPTIONAL_COUNTS = ("max_model_len", "max_num_seqs")
 
 
 def check_engine_numbers(options: Mapping[str, Any]) -> None:
-    """The engine's counts are whole numbers (>= 1; a seed >= 0) and gpu_memory_utilization is in
-    (0, 1]: a bad one is one line now, not a failure once the engine starts mid-run."""
+    """The engine's counts are whole numbers (>= 1; a seed >= 0), gpu_memory_utilization is in
+    (0, 1], dtype and device are known: a bad one is one line now, not a failure once the
+    engine starts mid-run."""
     for key, minimum in ENGINE_COUNTS.items():
         if key in options:
             positive_int(options[key], f"engine.{key}", minimum=minimum)
@@ -121,6 +122,19 @@ def check_engine_numbers(options: Mapping[str, Any]) -> None:
             positive_int(options[key], f"engine.{key}")
     if options.get("gpu_memory_utilization") is not None:
         number_in(options["gpu_memory_utilization"], "engine.gpu_memory_utilization", 0.0, 1.0, low_open=True)
+    if options.get("dtype") is not None:
+        from dots.engines.hf import _DTYPES
+
+        check_choice(options["dtype"], [*_DTYPES, "float"], "engine.dtype")  # vLLM's "float" too
+    if options.get("device") is not None:
+        import torch
+
+        try:
+            torch.device(str(options["device"]))
+        except RuntimeError:
+            raise DotsError(
+                f"engine.device must be a torch device (cpu, cuda, cuda:1, ...), got {options['device']!r}"
+            ) from None
 
 
 def build_engine(

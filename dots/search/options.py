@@ -50,6 +50,9 @@ def check_study_options(search: Any) -> None:
     if not isinstance(search.range, (ListConfig, list)):
         raise DotsError(f"search.range must be [low, high], got {search.range!r}")
     check_range(list(search.range))
+    fixed = search.get("fixed")
+    if fixed is not None and not isinstance(fixed, (ListConfig, list)):
+        raise DotsError(f"search.fixed must be a list of points, e.g. [[1,1],[0.5,0.5]], got {fixed!r}")
     AdaptiveConfig(**to_plain(search.get("adaptive") or {}))
 
 

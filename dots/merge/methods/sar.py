@@ -40,6 +40,7 @@ from dots.merge.methods.base import (
     Method,
     Part,
     TensorStream,
+    check_choice,
     check_probability,
     chunkwise,
     drop_mask,
@@ -48,6 +49,8 @@ from dots.merge.methods.registry import register
 from dots.vectors.topk import RadixSelect, magnitude_bits
 
 log = logging.getLogger(__name__)
+
+FISHER_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class SarOptions:
         positive_int(self.calibration_size, "method.calibration_size")
         positive_int(self.max_new_tokens, "method.max_new_tokens")
         number_in(self.epsilon, "method.epsilon", 0.0, math.inf, high_open=True)
+        check_choice(self.fisher_dtype, FISHER_DTYPES, "method.fisher_dtype")
 
 
 class SarStats:
