@@ -55,7 +55,9 @@ def finite_number(value: Any, what: str) -> float:
 
 def number_in(value: Any, what: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> float:
     """`value` as a finite float in the interval [low, high] (ends opened by low_open / high_open)."""
-    interval = f"{'(' if low_open or low == -math.inf else '['}{low:g}, {high:g}{')' if high_open or high == math.inf else ']'}"
+    opening = "(" if low_open or low == -math.inf else "["
+    closing = ")" if high_open or high == math.inf else "]"
+    interval = f"{opening}{low:g}, {high:g}{closing}"
     try:
         number = finite_number(value, what)
     except DotsError:
