@@ -226,11 +226,13 @@ def fresh(box: Sandbox, name: str) -> Path:
 JSON_SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20)
 )
-JSON_VALUES = st.recursive(
-    JSON_SCALARS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
-)
+
+
+def json_containers(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+
+
+JSON_VALUES = st.recursive(JSON_SCALARS, json_containers, max_leaves=12)
 NOT_OBJECTS = JSON_VALUES.filter(lambda v: not isinstance(v, dict))
 NOT_QUESTIONS = st.one_of(  # what a question key may hold that is not a question's text
     NOT_OBJECTS.filter(lambda v: not (isinstance(v, str) and v.strip()) and not isinstance(v, list)),
