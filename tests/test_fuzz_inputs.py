@@ -12,8 +12,8 @@ The commands run as `python -m dots.<verb>` would, in children forked from one w
 (tests/cli_runner.py explains why that is the same thing), so an example costs the command's
 own work, not an import of torch. Profiles (`DOTS_FUZZ`): `ci` (default: derandomized, a few
 examples per target plus the explicit `@example`s, no example database) and `long`
-(thousands of examples, random; no per-test timeout). Every defect a long run found is kept
-below as an `@example`.
+(thousands of examples, random; no per-test timeout). The issue's inputs and the defects found
+on main are kept as explicit `@example`s (a defect a long run finds joins them).
 """
 
 from __future__ import annotations
@@ -382,7 +382,8 @@ def bad_configs(draw) -> bytes:
 
 @FUZZ
 @given(verb=VERBS, content=bad_configs())
-@example(verb="dots.merge", content=json.dumps({"__field__": ["hidden_size", "64"]}).encode())
+@example(verb="dots.search", content=json.dumps({"__field__": ["hidden_size", "64"]}).encode())  # main ran
+@example(verb="dots.merge", content=b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")  # RecursionError on main
 def test_config_json(box, verb, content):
     model = fresh(box, "model")
     shutil.copytree(box.sft, model)
@@ -725,6 +726,9 @@ def with_option(argv: list[str], option: str, value: str) -> list[str]:
 @example(data="search.range=[0,nan]")  # the issue's: ran 5 minutes and left a run directory
 @example(data="search.range=[0,inf]")
 @example(data="search.n_trials=inf")
+@example(data="search.temperature=inf")  # accepted on main: the search ran
+@example(data="search.fixed=[abc]")  # a traceback on main
+@example(data="pool.limit=nan")  # a traceback on main
 def test_search_options(box, data):
     if isinstance(data, str):
         option, value = data.split("=", 1)
@@ -736,7 +740,9 @@ def test_search_options(box, data):
 
 @FUZZ
 @given(data=st.data())
-@example(data=("ties", "method.scale", "nan"))
+@example(data=("ties", "method.scale", "nan"))  # main wrote a NaN model, exit 0
+@example(data=("task_arithmetic", "method.weights", "abc"))  # a traceback on main
+@example(data=("sar", "method.fisher_dtype", "abc"))  # a traceback on main, mid-merge
 def test_merge_options(box, data):
     if isinstance(data, tuple):
         method, option, value = data
@@ -750,7 +756,8 @@ def test_merge_options(box, data):
 
 @FUZZ
 @given(data=st.data())
-@example(data="seed=abc")
+@example(data="seed=abc")  # a traceback on main, after the evaluation directory was written
+@example(data="max_tokens=inf")  # a traceback on main
 def test_evaluate_options(box, data):
     if isinstance(data, str):
         option, value = data.split("=", 1)
