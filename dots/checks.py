@@ -3,31 +3,65 @@ every command (search, merge methods, sparsify, engines)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 from dots.errors import DotsError
 
 
-def positive_int(value: Any, what: str, minimum: int = 1) -> int:
-    """`value` as an int >= `minimum` (a whole number; "3" from a command line is fine)."""
+def _as_int(value: Any) -> int | None:
+    """`value` as an int when it is a whole number (an int, a float like 3.0, a text like "3")."""
     try:
-        number = int(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or isinstance(value, bool) or (isinstance(value, float) and value != number):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    except ValueError:  # more digits than Python converts
+        pass
+    return None
+
+
+def positive_int(value: Any, what: str, minimum: int = 1) -> int:
+    """`value` as an int >= `minimum` (a whole number; "3" from a command line is fine; never
+    a bool, nan or ±inf)."""
+    number = _as_int(value)
+    if number is None:
         raise DotsError(f"{what} must be an integer >= {minimum}, got {value!r}")
     if number < minimum:
         raise DotsError(f"{what} must be >= {minimum}, got {number}")
     return number
 
 
-def number_in(value: Any, what: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> float:
-    """`value` as a float in the interval [low, high] (ends opened by low_open / high_open)."""
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+def whole_number(value: Any, what: str) -> int:
+    """`value` as an int of any sign (a seed)."""
+    number = _as_int(value)
+    if number is None:
+        raise DotsError(f"{what} must be an integer, got {value!r}")
+    return number
+
+
+def finite_number(value: Any, what: str) -> float:
+    """`value` as a finite float (an int, a float or a number's text; never a bool, nan or ±inf)."""
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise DotsError(f"{what} must be a number in {interval}, got {value!r}") from None
+        number = float(value) if not isinstance(value, bool) and isinstance(value, (int, float, str)) else None
+    except (ValueError, OverflowError):
+        number = None
+    if number is None or not math.isfinite(number):
+        raise DotsError(f"{what} must be a finite number, got {value!r}")
+    return number
+
+
+def number_in(value: Any, what: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> float:
+    """`value` as a finite float in the interval [low, high] (ends opened by low_open / high_open)."""
+    opening = "(" if low_open or low == -math.inf else "["
+    closing = ")" if high_open or high == math.inf else "]"
+    interval = f"{opening}{low:g}, {high:g}{closing}"
+    try:
+        number = finite_number(value, what)
+    except DotsError:
+        raise DotsError(f"{what} must be a finite number in {interval}, got {value!r}") from None
     above = number > low if low_open else number >= low
     below = number < high if high_open else number <= high
     if not (above and below):

@@ -8,7 +8,7 @@ import runpy
 import sys
 from typing import Sequence
 
-from dots.errors import DotsError
+from dots.errors import DotsError, one_line
 from dots.memory import reuse_freed_memory
 from dots.signals import exit_on_sigterm
 
@@ -110,5 +110,5 @@ def check_command_line(config_name: str, argv: Sequence[str] | None = None) -> N
     try:
         check_overrides(config_name, overrides, multirun=multirun)
     except DotsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         sys.exit(2)

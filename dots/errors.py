@@ -13,6 +13,17 @@ class DotsError(Exception):
     """An error caused by the user's input; printed as one line by the CLIs."""
 
 
+def one_line(text: str) -> str:
+    """`text` on one line (a file name or value with a line break in it must not split the error)."""
+    return " ".join(part.strip() for part in text.splitlines()) or text
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def cli_errors(fn: F) -> F:
     """Wrap a CLI entry so a DotsError (or a config value OmegaConf cannot give: a missing `???`,
     a failed interpolation) prints one `error: ...` line and exits with code 2."""
@@ -22,7 +33,7 @@ def cli_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except DotsError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {one_line(str(exc))}", file=sys.stderr)
             sys.exit(2)
         except Exception as exc:
             from omegaconf.errors import OmegaConfBaseException
@@ -31,7 +42,7 @@ def cli_errors(fn: F) -> F:
                 raise
             cause = exc.__cause__ or exc.__context__  # a resolver's own DotsError (${lab:...})
             message = str(cause) if isinstance(cause, DotsError) else f"bad configuration: {str(exc).splitlines()[0]}"
-            print(f"error: {message}", file=sys.stderr)
+            print(f"error: {one_line(message)}", file=sys.stderr)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]

@@ -12,9 +12,10 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from dots.errors import DotsError
+from dots.checks import positive_int
+from dots.errors import DotsError, first_line
 
 
 @dataclass(frozen=True)
@@ -45,22 +46,55 @@ def _dig(record: Mapping, dotted: str) -> Any:
 
 def question_from_messages(messages: Any) -> str | None:
     """The last user message of a chat (verl's `prompt` column); the system prompt is dropped
-    because dots applies its own template (SPEC §8)."""
+    because dots applies its own template. None when there is no such text."""
     if isinstance(messages, str):
         return messages
-    users = [m.get("content") for m in list(messages) if isinstance(m, Mapping) and m.get("role") == "user"]
-    return users[-1] if users else None
+    if not isinstance(messages, (list, tuple)):
+        return None
+    users = [m.get("content") for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
+    return users[-1] if users and isinstance(users[-1], str) else None
+
+
+def json_type(value: Any) -> str:
+    """JSON's name for the type of a parsed value (null, true/false, number, text, array, object)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    names = {int: "a number", float: "a number", str: "a text", list: "an array", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
+class Records(list):
+    """Raw records of a file, each named in errors by `where(i)` (`path:line` of a JSONL line,
+    `path: row i` of a parquet row)."""
+
+    def __init__(self, rows: Sequence[dict], where: Callable[[int], str]):
+        super().__init__(rows)
+        self.where = where
+
+
+def _text_key(cfg: Any, key: str, default: str, origin: str) -> str:
+    value = _cfg_get(cfg, key, default)
+    if not isinstance(value, str) or not value:
+        raise DotsError(f"{origin}: {key} must be a column name (text), got {value!r}")
+    return value
 
 
 def records_to_queries(records: Sequence[Mapping], cfg: Any, origin: str) -> list[Query]:
-    q_key = _cfg_get(cfg, "question_key", "prompt")
-    a_key = _cfg_get(cfg, "answer_key", "reward_model.ground_truth")
-    s_key = _cfg_get(cfg, "source_key", "data_source")
+    """Queries of raw records: the question under `question_key` (text, or verl's chat
+    messages), the gold under `answer_key`; a record without a question names itself."""
+    q_key = _text_key(cfg, "question_key", "prompt", origin)
+    a_key = _text_key(cfg, "answer_key", "reward_model.ground_truth", origin)
+    s_key = _text_key(cfg, "source_key", "data_source", origin)
+    where = getattr(records, "where", lambda i: f"{origin}: record {i}")
     out = []
     for i, rec in enumerate(records):
+        if not isinstance(rec, Mapping):
+            raise DotsError(f"{where(i)}: a record must be a JSON object, got {json_type(rec)}")
         question = question_from_messages(_dig(rec, q_key))
-        if not question:
-            raise DotsError(f"{origin}: record {i} has no question in column {q_key!r}")
+        if not question or not question.strip():
+            raise DotsError(f"{where(i)}: no question text under {q_key!r}")
         answer = _dig(rec, a_key)
         if isinstance(answer, (list, tuple)) and answer:
             answer = answer[0]
@@ -82,25 +116,52 @@ def read_records(spec: Any, origin: str, default_split: str = "train") -> list[d
         try:
             ds = datasets.load_dataset(name, _cfg_get(spec, "subset"), split=_cfg_get(spec, "split", default_split))
         except Exception as exc:  # offline, gated, missing split, ...
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            first = first_line(exc)
             raise DotsError(f"{origin}: cannot load Hub dataset {name!r}: {first}") from None
         return [dict(r) for r in ds]
     path = Path(str(_cfg_get(spec, "path", ""))).expanduser()
     if not path.is_file():
         raise DotsError(f"{origin}: file does not exist: {path}")
     if kind == "parquet":
-        import pyarrow.parquet as pq
+        return _parquet_records(path)
+    if kind != "jsonl":
+        raise DotsError(f"{origin}: unknown kind {kind!r} (parquet, jsonl or hub)")
+    return _jsonl_records(path)
 
-        return pq.read_table(path).to_pylist()
-    rows = []
-    with open(path) as fh:
-        for line_no, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DotsError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
-    return rows
+
+def _parquet_records(path: Path) -> Records:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise DotsError(f"{path}: not a readable parquet file ({first_line(exc)})") from None
+    return Records(rows, lambda i: f"{path}: row {i}")
+
+
+def _jsonl_records(path: Path) -> Records:
+    """One JSON object per line (blank lines skipped), read as UTF-8."""
+    rows, lines = [], []
+    with open(path, "rb") as fh:
+        for line_no, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DotsError(f"{path}:{line_no}: not UTF-8 text (byte {exc.start + 1} of the line)") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DotsError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
+            except (ValueError, RecursionError) as exc:  # a number too long, arrays nested too deep
+                raise DotsError(f"{path}:{line_no}: not readable JSON ({type(exc).__name__})") from None
+            if not isinstance(record, dict):
+                raise DotsError(f"{path}:{line_no}: a record must be a JSON object, got {json_type(record)}")
+            rows.append(record)
+            lines.append(line_no)
+    return Records(rows, lambda i: f"{path}:{lines[i]}")
 
 
 def limit_queries(queries: list[Query], limit: int | None, seed: int) -> list[Query]:
@@ -136,9 +197,13 @@ def load_pool(cfg: Any) -> list[Query]:
         raise DotsError(f"unknown pool kind {kind!r} (parquet, jsonl, hub or lab)")
     sources = _cfg_get(cfg, "data_sources")
     if sources:
-        wanted = set(sources)
+        if isinstance(sources, str) or not all(isinstance(s, (str, int)) for s in sources):
+            raise DotsError(f"pool.data_sources must be a list of names, got {sources!r}")
+        wanted = {str(s) for s in sources}
         queries = [q for q in queries if q.source in wanted]
-    queries = limit_queries(queries, _cfg_get(cfg, "limit"), int(_cfg_get(cfg, "seed", 0)))
+    limit = _cfg_get(cfg, "limit")
+    limit = None if limit is None else positive_int(limit, "pool.limit")
+    queries = limit_queries(queries, limit, positive_int(_cfg_get(cfg, "seed", 0), "pool.seed", minimum=0))
     if not queries:
         raise DotsError(
             f"the pool ({kind}: {_cfg_get(cfg, 'path', '')}) holds no query"

@@ -40,7 +40,7 @@ def test_exact_rule_and_no_answers():
 
 
 def test_bad_options_are_one_line_errors():
-    with pytest.raises(DotsError, match="first and .step"):
+    with pytest.raises(DotsError, match="adaptive.first must be >= 1"):
         AdaptiveConfig(enabled=True, first=0)
     with pytest.raises(DotsError, match="confidence"):
         AdaptiveConfig(enabled=True, confidence=1.0)

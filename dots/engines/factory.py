@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from dots.checks import check_choice
+from dots.checks import check_choice, number_in, positive_int
 from dots.engines.base import Engine
 from dots.errors import DotsError
 from dots.plain import to_plain
@@ -79,6 +79,7 @@ def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     if unknown:
         raise DotsError(f"unknown engine option(s) {unknown}; known: {sorted(known)}")
     check_synth_cache(str(options.get("synth_cache", "disk")))
+    check_engine_numbers(options)
     check_choice(options.get("log", "file"), ("file", "terminal"), "engine.log")
     extra = options.get("extra_args") or {}
     if not isinstance(extra, Mapping):
@@ -92,6 +93,37 @@ def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
                 raise DotsError(f"engine.extra_args.{key} is not an option of vLLM's EngineArgs{hint}")
     accepted = _options(_engine_class(name))
     return name, {k: v for k, v in options.items() if k in accepted}
+
+
+ENGINE_COUNTS = {"batch_size": 1, "nll_batch_size": 1, "seed": 0, "tensor_parallel_size": 1}
+ENGINE_OPTIONAL_COUNTS = ("max_model_len", "max_num_seqs")
+
+
+def check_engine_numbers(options: Mapping[str, Any]) -> None:
+    """The engine's counts are whole numbers (>= 1; a seed >= 0), gpu_memory_utilization is in
+    (0, 1], dtype and device are known: a bad one is one line now, not a failure once the
+    engine starts mid-run."""
+    for key, minimum in ENGINE_COUNTS.items():
+        if key in options:
+            positive_int(options[key], f"engine.{key}", minimum=minimum)
+    for key in ENGINE_OPTIONAL_COUNTS:
+        if options.get(key) is not None:
+            positive_int(options[key], f"engine.{key}")
+    if options.get("gpu_memory_utilization") is not None:
+        number_in(options["gpu_memory_utilization"], "engine.gpu_memory_utilization", 0.0, 1.0, low_open=True)
+    if options.get("dtype") is not None:
+        from dots.engines.hf import _DTYPES
+
+        check_choice(options["dtype"], [*_DTYPES, "float"], "engine.dtype")  # vLLM's "float" too
+    if options.get("device") is not None:
+        import torch
+
+        try:
+            torch.device(str(options["device"]))
+        except RuntimeError:
+            raise DotsError(
+                f"engine.device must be a torch device (cpu, cuda, cuda:1, ...), got {options['device']!r}"
+            ) from None
 
 
 def build_engine(

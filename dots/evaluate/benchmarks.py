@@ -18,11 +18,13 @@ letter/index answer). Options are shown as `A. …` lines followed by `instructi
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from dots.checks import number_in, positive_int, whole_number
 from dots.errors import DotsError
 from dots.evaluate.metrics import MODES, Metric, parse_metric
 from dots.paths import CONF_DIR
@@ -151,12 +153,15 @@ def validate(bench: Benchmark) -> None:
     fmt = bench.data.get("format", "qa")
     if fmt not in FORMATS:
         raise DotsError(f"benchmark {bench.name}: unknown data format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if bench.max_tokens is None or int(bench.max_tokens) < 1:
-        raise DotsError(f"benchmark {bench.name}: max_tokens must be >= 1 (got {bench.max_tokens})")
-    if not 0 <= float(bench.temperature):
-        raise DotsError(f"benchmark {bench.name}: temperature must be >= 0")
-    if bench.limit is not None and int(bench.limit) < 1:
-        raise DotsError(f"benchmark {bench.name}: limit must be >= 1 or null (got {bench.limit})")
+    where = f"benchmark {bench.name}:"
+    positive_int(bench.max_tokens, f"{where} max_tokens")
+    number_in(bench.temperature, f"{where} temperature", 0.0, math.inf, high_open=True)
+    number_in(bench.top_p, f"{where} top_p", 0.0, 1.0, low_open=True)
+    if bench.limit is not None:
+        positive_int(bench.limit, f"{where} limit")
+    if bench.samples is not None:
+        positive_int(bench.samples, f"{where} samples")
+    whole_number(bench.seed, f"{where} seed")
 
 
 # --- records → problems ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+from dots.checks import positive_int, whole_number
 from dots.engines.factory import check_engine_config
 from dots.errors import DotsError
 from dots.evaluate.benchmarks import Benchmark, load_problems, resolve_benchmark
@@ -230,6 +231,7 @@ def output_dir(cfg: DictConfig) -> Path:
 
 def run_evaluate(cfg: DictConfig) -> dict:
     """The CLI's work: resolve models and benchmarks, load every problem, then evaluate."""
+    chunk, seed = positive_int(cfg.chunk, "chunk"), whole_number(cfg.seed, "seed")
     benchmarks = resolve_benchmarks(cfg)
     problems = {b.name: load_problems(b) for b in benchmarks}  # bad data fails before any model loads
     models = resolve_models(cfg)
@@ -246,8 +248,8 @@ def run_evaluate(cfg: DictConfig) -> dict:
         benchmarks,
         out,
         cfg.engine,
-        chunk=int(cfg.chunk),
-        seed=int(cfg.seed),
+        chunk=chunk,
+        seed=seed,
         plot=bool(cfg.plot),
         problems=problems,
         title=str(cfg.name),

@@ -10,7 +10,6 @@ honoured).
 from __future__ import annotations
 
 import copy
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -18,6 +17,7 @@ from typing import Iterable, Iterator
 import torch
 
 from dots.errors import DotsError
+from dots.io.metadata import check_config, check_weight_map, read_json
 from dots.io.safetensors import TensorInfo, read_safetensors_header
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".gguf")
@@ -70,19 +70,12 @@ def snapshot_revision(path: Path) -> str | None:
 
 
 def read_config(model_dir: Path) -> dict:
-    """`model_dir`/config.json as a dict; a one-line DotsError when missing or malformed."""
+    """`model_dir`/config.json as a dict; a one-line DotsError when missing, malformed or a
+    known field has the wrong type (`dots.io.metadata.check_config`)."""
     cfg = model_dir / "config.json"
     if not cfg.exists():
         raise DotsError(f"{model_dir} has no config.json")
-    try:
-        data = json.loads(cfg.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DotsError(f"cannot read {cfg}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise DotsError(f"{cfg} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    if not isinstance(data, dict):
-        raise DotsError(f"{cfg} is not a JSON object")
-    return data
+    return check_config(read_json(cfg, "config"), cfg)
 
 
 class Checkpoint:
@@ -102,11 +95,15 @@ class Checkpoint:
             for name, (info, offset, nbytes) in read_safetensors_header(file).items():
                 self._where[name] = (file, offset, nbytes)
                 self._info[name] = info
+        for name, shard in self._weight_map.items():
+            if self._where.get(name, (None,))[0] != self.path / shard:
+                raise DotsError(f"{self.path / INDEX_NAMES[0]}: tensor {name!r} is not in its shard {shard}")
 
     def _weight_files(self) -> list[Path]:
-        index = self.path / "model.safetensors.index.json"
+        index = self.path / INDEX_NAMES[0]
+        self._weight_map: dict[str, str] = {}
         if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
+            self._weight_map = weight_map = check_weight_map(read_json(index, "index"), index)
             files = sorted({self.path / f for f in weight_map.values()})
             missing = [f.name for f in files if not f.exists()]
             if missing:

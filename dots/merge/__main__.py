@@ -103,10 +103,18 @@ def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
         pool=container.get("pool"),
         format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
         device=_device(container.get("device", "auto")),
-        max_shard_bytes=int(container.get("max_shard_bytes") or DEFAULT_MAX_SHARD_BYTES),
+        max_shard_bytes=positive_int(
+            _or_default(container, "max_shard_bytes", DEFAULT_MAX_SHARD_BYTES), "max_shard_bytes"
+        ),
         block_entries=positive_int(container.get("block_entries", BLOCK_ENTRIES), "block_entries"),
         card_config=container,
     )
+
+
+def _or_default(container: dict, key: str, default: int) -> object:
+    """The configured value, the default for null (0 is a value, to be refused)."""
+    value = container.get(key)
+    return default if value is None else value
 
 
 def _device(device: str | None) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from dots.checks import finite_number
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
@@ -43,19 +44,17 @@ def resolve_weights(weights: Any, keys: Sequence[str]) -> list[float]:
     """Per-source weights from None (all 1), a number (all equal), a list (source order) or a mapping."""
     if weights is None:
         values = [1.0] * len(keys)
-    elif isinstance(weights, (int, float)):
-        values = [float(weights)] * len(keys)
     elif isinstance(weights, Mapping):
         unknown = sorted(set(map(str, weights)) - set(keys))
         if unknown:
             raise DotsError(f"weights name unknown source(s) {', '.join(unknown)} (sources: {', '.join(keys)})")
-        values = [float(weights.get(k, 1.0)) for k in keys]
-    else:
-        values = [float(w) for w in weights]
+        values = [finite_number(weights.get(k, 1.0), f"method.weights.{k}") for k in keys]
+    elif isinstance(weights, (list, tuple)):
+        values = [finite_number(w, "method.weights") for w in weights]
         if len(values) != len(keys):
             raise DotsError(f"{len(values)} weights for {len(keys)} sources")
-    if not all(math.isfinite(v) for v in values):
-        raise DotsError(f"weights must be finite numbers, got {values}")
+    else:
+        values = [finite_number(weights, "method.weights")] * len(keys)
     return values
 
 

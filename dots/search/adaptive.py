@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from math import comb
 from typing import Any, Callable, Sequence
 
-from dots.errors import DotsError
+from dots.checks import number_in, positive_int
 
 Generate = Callable[[list[str], int, int], list[list[str]]]  # (prompts, n, seed) → samples
 
@@ -40,10 +40,9 @@ class AdaptiveConfig:
     confidence: float = 0.95
 
     def __post_init__(self) -> None:
-        if self.first < 1 or self.step < 1:
-            raise DotsError(f"search.adaptive.first and .step must be >= 1, got {self.first} and {self.step}")
-        if not 0.5 <= self.confidence < 1:
-            raise DotsError(f"search.adaptive.confidence must be in [0.5, 1), got {self.confidence}")
+        positive_int(self.first, "search.adaptive.first")
+        positive_int(self.step, "search.adaptive.step")
+        number_in(self.confidence, "search.adaptive.confidence", 0.5, 1.0, high_open=True)
 
 
 def majority_is_settled(labels: Sequence[Any], k: int, confidence: float) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from dots.checks import check_choice
+from dots.checks import check_choice, finite_number
 from dots.errors import DotsError
 from dots.modules import MODULE_GROUPS
 from dots.vectors.coefficients import CheckedCoefficients
@@ -56,7 +56,9 @@ def fixed_point(values: Sequence[float], sources: Sequence[str], granularity: st
     values, each source's λ then given to all four of its groups. Else a one-line DotsError."""
     check_granularity(granularity)
     k = len(sources)
-    point = [float(v) for v in values]
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise DotsError(f"search.fixed must be a list of points (lists of coefficients), got a point {values!r}")
+    point = [finite_number(v, "search.fixed coefficient") for v in values]
     if granularity == "module" and len(point) == k:
         return [v for v in point for _ in MODULE_GROUPS]
     want = k if granularity == "model" else k * len(MODULE_GROUPS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from dots.checks import finite_number
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
@@ -32,10 +33,10 @@ def _section(cfg: Any, name: str, leave_out: tuple[str, ...] = ()) -> dict:
 
 
 def check_range(bounds: Sequence[float]) -> tuple[float, float]:
-    """search.range as (low, high) with 0 <= low < high, else a DotsError."""
+    """search.range as (low, high) with 0 <= low < high, both finite numbers, else a DotsError."""
     if len(bounds) != 2:
         raise DotsError(f"search.range must be [low, high], got {list(bounds)}")
-    lo, hi = float(bounds[0]), float(bounds[1])
+    lo, hi = (finite_number(b, f"search.range[{i}]") for i, b in enumerate(bounds))
     if lo < 0 or hi < 0:
         raise DotsError(f"search.range must not be negative, got [{lo}, {hi}]")
     if hi <= lo:

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from dots.checks import check_choice, number_in, positive_int
+from dots.checks import check_choice, number_in, positive_int, whole_number
 from dots.config import check_backbone_sources
 from dots.errors import DotsError
 from dots.plain import to_plain
@@ -54,6 +54,9 @@ def check_study_options(search: Any) -> None:
     if not isinstance(search.range, (ListConfig, list)):
         raise DotsError(f"search.range must be [low, high], got {search.range!r}")
     check_range(list(search.range))
+    fixed = search.get("fixed")
+    if fixed is not None and not isinstance(fixed, (ListConfig, list)):
+        raise DotsError(f"search.fixed must be a list of points, e.g. [[1,1],[0.5,0.5]], got {fixed!r}")
     AdaptiveConfig(**to_plain(search.get("adaptive") or {}))
 
 
@@ -101,10 +104,7 @@ def check_search_config(cfg: DictConfig) -> str:
     from dots.search.pareto import PICKS
     from dots.vectors.sparsify import SparsifyConfig
 
-    try:
-        int(cfg.seed)
-    except (TypeError, ValueError):
-        raise DotsError(f"seed must be an integer, got {cfg.seed!r}") from None
+    whole_number(cfg.seed, "seed")
     check_backbone(cfg)
     check_study_options(cfg.search)
     build_sampler(to_plain(cfg.sampler), int(cfg.seed))  # its name and options

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from dots.checks import check_choice, check_density, check_probability  # noqa: F401  (the methods' checks)
+from dots.checks import check_choice, check_density, check_probability, finite_number, positive_int  # noqa: F401  (the methods' checks)
 from dots.errors import DotsError
 from dots.keys import name_seed
 from dots.vectors.masks import topk_magnitude_mask  # noqa: F401  (re-exported for the methods)
@@ -110,16 +110,26 @@ class Method:
 
 
 def build_options(method: Method, values: Mapping[str, Any]) -> Any:
-    """Instantiate a method's options dataclass, naming any unknown key."""
-    known = {f.name for f in dataclasses.fields(method.options)}
-    unknown = sorted(set(values) - known)
+    """Instantiate a method's options dataclass, naming any unknown key; each value has its
+    field's type (`float`: a finite number, `int`: a whole number >= 0, `str`: a text)."""
+    fields = {f.name: f.type for f in dataclasses.fields(method.options)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
         raise DotsError(
             f"unknown option(s) for method {method.name}: {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(known)) or 'none'})"
+            f"(known: {', '.join(sorted(fields)) or 'none'})"
         )
+    typed = dict(values)
+    for key, value in values.items():
+        what = f"method.{key}"
+        if fields[key] == "float":
+            typed[key] = finite_number(value, what)
+        elif fields[key] == "int":
+            typed[key] = positive_int(value, what, minimum=0)
+        elif fields[key] == "str" and not isinstance(value, str):
+            raise DotsError(f"{what} must be a text, got {value!r}")
     try:
-        return method.options(**dict(values))
+        return method.options(**typed)
     except TypeError as exc:
         raise DotsError(f"bad options for method {method.name}: {exc}") from None
 

@@ -23,11 +23,13 @@ script's rule.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 
+from dots.checks import number_in
 from dots.merge.methods.base import (
     WHOLE,
     BlockStream,
@@ -54,6 +56,8 @@ class RamOptions:
 
     def __post_init__(self) -> None:
         check_choice(self.scope, SCOPES, "ram scope")
+        for key in ("epsilon", "r", "alpha"):
+            number_in(getattr(self, key), f"method.{key}", 0.0, math.inf, high_open=True)
 
 
 @dataclass(frozen=True)

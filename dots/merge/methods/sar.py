@@ -26,11 +26,13 @@ after `tensor_pass` has found the median |r| of its private entries over all of 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
+from dots.checks import number_in, positive_int
 from dots.merge.methods.base import (
     WHOLE,
     BlockStream,
@@ -38,6 +40,7 @@ from dots.merge.methods.base import (
     Method,
     Part,
     TensorStream,
+    check_choice,
     check_probability,
     chunkwise,
     drop_mask,
@@ -46,6 +49,8 @@ from dots.merge.methods.registry import register
 from dots.vectors.topk import RadixSelect, magnitude_bits
 
 log = logging.getLogger(__name__)
+
+FISHER_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 @dataclass(frozen=True)
@@ -61,10 +66,10 @@ class SarOptions:
 
     def __post_init__(self) -> None:
         check_probability(self.p)
-        if int(self.calibration_size) < 1:
-            from dots.errors import DotsError
-
-            raise DotsError(f"calibration_size must be >= 1, got {self.calibration_size}")
+        positive_int(self.calibration_size, "method.calibration_size")
+        positive_int(self.max_new_tokens, "method.max_new_tokens")
+        number_in(self.epsilon, "method.epsilon", 0.0, math.inf, high_open=True)
+        check_choice(self.fisher_dtype, FISHER_DTYPES, "method.fisher_dtype")
 
 
 class SarStats:

@@ -1,0 +1,149 @@
+"""Run `python -m dots.<verb> ARGS` many times without paying Python's and torch's import each time.
+
+The runner imports torch, Hydra, transformers and dots' heavy modules once, then reads one
+JSON request per line on stdin ({"module", "argv", "cwd", "timeout"}) and answers one JSON
+line on stdout ({"rc", "stdout", "stderr", "timed_out"}). Each request is served by a child
+forked from the warm runner, which does what `python -m MODULE ARGS` does:
+
+- `runpy.run_module(MODULE, run_name="__main__", alter_sys=True)` is `python -m`'s own
+  machinery (`runpy._run_module_as_main` differs only in reusing the interpreter's `__main__`
+  module object): the package is imported, `MODULE.__main__` runs as `__main__`, with
+  `sys.argv = [its file, *ARGS]`, and `sys.path[0]` is the working directory;
+- an uncaught exception leaves the child through the interpreter's top level (traceback on
+  stderr, exit code 1), `sys.exit(n)` ends it with n, and the interpreter's normal shutdown
+  (atexit handlers, flushing) runs, as for `python -m`;
+- stdin is /dev/null, stdout and stderr are files, the child leads its own process group (a
+  hung command is killed whole after `timeout` seconds and reported as `timed_out`; `cpu_s`
+  is the CPU time it used).
+
+What the child shares with the runner is only the state that importing modules creates, the
+same for every request; the runner never imports a `__main__` module (runpy would warn) and
+runs no torch op before forking. The imported objects are frozen out of the garbage collector
+while the command runs (a child's collections would otherwise touch, and copy, all of them)
+and unfrozen when it exits, so its shutdown collects and finalizes everything, as python -m's.
+The environment (DOTS_OUTPUTS, HF_HOME, TMPDIR, ...) is the runner's, fixed when it starts:
+huggingface_hub reads HF_HOME at import, as it would in a fresh `python -m`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import resource
+import runpy
+import signal
+import sys
+import tempfile
+import time
+
+PRELOAD = (
+    "torch",
+    "omegaconf",
+    "hydra",
+    "transformers",
+    "pyarrow.parquet",
+    "dots.config",
+    "dots.cli",
+    "dots.problems",
+    "dots.io.checkpoint",
+    "dots.io.align",
+    "dots.search.pipeline",
+    "dots.merge.executor",
+    "dots.merge.methods",
+    "dots.evaluate.run",
+    "dots.engines.factory",
+    "dots.engines.hf",
+    "dots.engines.plan",
+    "dots.search.samplers",
+    "dots.search.selection",
+    "dots.search.pareto",
+    "dots.evaluate.benchmarks",
+    "transformers.generation.utils",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.auto.modeling_auto",
+    "optuna",
+    "hydra._internal.hydra",
+    "hydra._internal.utils",
+    "hydra._internal.core_plugins.basic_launcher",
+    "hydra._internal.core_plugins.basic_sweeper",
+    "hydra._internal.core_plugins.file_config_source",
+    "hydra._internal.core_plugins.importlib_resources_config_source",
+    "hydra._internal.core_plugins.structured_config_source",
+    "hydra._internal.logging_config",
+    "dots.engines.vllm",
+    "dots.reaper",
+    "dots.export.card",
+    "dots.merge.fisher",
+    *(f"dots.merge.methods.{m}" for m in ("dare", "dots_fixed", "linear", "ram", "sar", "task_arithmetic", "ties")),
+    "hydra_plugins",
+)
+
+
+def _child(request: dict, out: str, err: str) -> None:
+    """Become `python -m MODULE ARGS` (never returns: the interpreter exits as python -m's would)."""
+    os.setpgid(0, 0)
+    atexit.register(gc.unfreeze)  # registered first, runs last: shutdown collects everything, as python -m's does
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, out), (2, err)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+    os.chdir(request["cwd"])
+    sys.path[0] = os.getcwd()
+    sys.argv = [request["module"], *request["argv"]]
+    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+
+def _wait(pid: int, timeout: float) -> tuple[int, bool]:
+    """The child's exit code (as `subprocess` gives it), and whether it had to be killed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), False
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status), True
+        time.sleep(0.01)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def serve() -> None:
+    """Answer requests until stdin closes."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # the imported objects: never traversed (nor copied on write) by a child's collector
+    io_dir = tempfile.mkdtemp(prefix="dots-cli-runner-", dir=os.environ.get("DOTS_RUNNER_IO"))
+    out, err = os.path.join(io_dir, "stdout"), os.path.join(io_dir, "stderr")
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, out, err)
+        cpu = _children_cpu()
+        code, timed_out = _wait(pid, float(request.get("timeout", 120)))
+        with open(out, errors="replace") as fo, open(err, errors="replace") as fe:
+            reply = {"rc": code, "stdout": fo.read(), "stderr": fe.read(), "timed_out": timed_out}
+        reply["cpu_s"] = round(_children_cpu() - cpu, 3)
+        print(json.dumps(reply), flush=True)
+    gc.unfreeze()
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,767 @@
+"""A property-based fuzzer of every reader of user data, through the real command lines.
+
+Hypothesis generates malformed inputs (JSONL and parquet pools, config.json files,
+safetensors headers, safetensors index files, and option values of `dots.search`,
+`dots.merge` and `dots.evaluate`), each bad by construction, and every example asserts what
+a user must see: exit code 2, exactly one stderr line starting `error:` that names the file
+(and the line or row) or the option, no traceback, and nothing created, changed or removed
+anywhere (inputs, working directory, DOTS_OUTPUTS, HF_HOME, XDG_CACHE_HOME, TMPDIR and the
+output's parent all live in one snapshotted tree).
+
+The commands run as `python -m dots.<verb>` would, in children forked from one warm runner
+(tests/cli_runner.py explains why that is the same thing), so an example costs the command's
+own work, not an import of torch. Profiles (`DOTS_FUZZ`): `ci` (default: derandomized, a few
+examples per target plus the explicit `@example`s, no example database) and `long`
+(thousands of examples, random; no per-test timeout). The issue's inputs and the defects found
+on main are kept as explicit `@example`s (a defect a long run finds joins them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
+
+from dots.io.metadata import CONFIG_FIELDS
+from dots.testing import make_finetuned, make_tiny_model
+
+REPO = Path(__file__).resolve().parent.parent
+# no example database (database=None below), and Hypothesis' other caches (constants, unicode
+# tables) outside the repository
+set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "dots-hypothesis")
+PROFILE = os.environ.get("DOTS_FUZZ", "ci")
+LONG = PROFILE == "long"
+FUZZ = settings(
+    max_examples=int(os.environ.get("DOTS_FUZZ_EXAMPLES", 600 if LONG else 4)),
+    derandomize=not LONG,
+    database=None,
+    deadline=None,
+    print_blob=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
+if LONG:
+    pytestmark = pytest.mark.timeout(0)
+COUNTS: dict[str, int] = {}  # examples run per target (the long run's record)
+
+
+# --- the warm runner and the sandbox ---------------------------------------------------------------
+
+
+class Sandbox:
+    """Inputs, working directories, outputs and caches under one root, and the runner whose
+    environment points every output and cache there."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.inputs = root / "inputs"
+        base = make_tiny_model(self.inputs / "base", dtype=torch.bfloat16)
+        self.base = base
+        self.sft = make_finetuned(base, self.inputs / "sft", seed=1, scale=0.02)
+        self.rlvr = make_finetuned(base, self.inputs / "rlvr", seed=2, scale=0.01, density=0.3)
+        self.sharded = make_finetuned(base, self.inputs / "sharded", seed=3, scale=0.01, max_shard_bytes=40_000)
+        self.pool = self.inputs / "pool.jsonl"
+        self.pool.write_text(
+            "".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(6))
+        )
+        self.work = root / "work"
+        self.work.mkdir()
+        env = {k: v for k, v in os.environ.items() if k not in ("DOTS_CACHE", "HF_HUB_CACHE", "TRANSFORMERS_CACHE")}
+        for name, sub in (("DOTS_OUTPUTS", "outputs"), ("HF_HOME", "hf"), ("XDG_CACHE_HOME", "xdg"), ("TMPDIR", "tmp")):
+            (root / sub).mkdir()
+            env[name] = str(root / sub)
+        io_dir = root.parent / (root.name + "-runner-io")  # the runner's own files: outside the snapshot
+        io_dir.mkdir()
+        env.update(
+            DOTS_PROGRESS="0",
+            HF_HUB_OFFLINE="1",
+            DOTS_RUNNER_IO=str(io_dir),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("cli_runner.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=root,
+        )
+        assert self.proc.stdout is not None
+        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+        self.n = 0
+
+    def run(self, module: str, argv: list[str], timeout: float = 120) -> dict:
+        """`python -m module argv` in a fresh working directory; the runner's reply."""
+        self.n += 1
+        cwd = self.work / str(self.n)
+        cwd.mkdir(parents=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"module": module, "argv": argv, "cwd": str(cwd), "timeout": timeout}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory):
+    sandbox = Sandbox(tmp_path_factory.mktemp("fuzz"))
+    yield sandbox
+    sandbox.close()
+    if COUNTS:
+        print(f"\nexamples run per target ({PROFILE}): {json.dumps(COUNTS)}")
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under `root`: files with size and mtime, directories and links by name."""
+    out: dict[str, tuple] = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(dirpath, name)
+            st_ = os.lstat(path)
+            out[path] = ("dir",) if name in dirs else (st_.st_size, st_.st_mtime_ns)
+    return out
+
+
+def refused(box: Sandbox, target: str, module: str, argv: list[str], names: list[str]) -> str:
+    """Run the command; assert the refusal (exit 2, one `error:` line containing every string of
+    `names`, no traceback, the sandbox untouched); return the line."""
+    COUNTS[target] = COUNTS.get(target, 0) + 1
+    before = snapshot(box.root)
+    reply = box.run(module, argv)
+    after = snapshot(box.root)
+    work = str(box.work / str(box.n))
+    before.pop(work, None), after.pop(work, None)  # the runner made it, empty, before the command
+    lines = [line for line in reply["stderr"].splitlines() if line.strip()]
+    if os.environ.get("DOTS_FUZZ_LOG"):  # one line per example: the long run's record
+        with open(os.environ["DOTS_FUZZ_LOG"], "a") as log:
+            log.write(
+                json.dumps({"target": target, "rc": reply["rc"], "cpu_s": reply["cpu_s"], "first": lines[:1]}) + "\n"
+            )
+    assert not reply["timed_out"], f"hung: {module} {argv}"
+    assert "Traceback" not in reply["stdout"] + reply["stderr"], reply["stderr"][-3000:]
+    assert reply["rc"] == 2, (reply["rc"], reply["stderr"][-3000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), reply["stderr"][-3000:]
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    created = sorted(set(after) - set(before))
+    changed = sorted(p for p in before if p in after and before[p] != after[p])
+    removed = sorted(set(before) - set(after))
+    assert not created and not changed and not removed, (created, changed, removed)
+    return lines[0]
+
+
+def search_argv(
+    box: Sandbox, *extra: str, sources: dict[str, Path] | None = None, pool: tuple[str, ...] | None = None
+) -> list[str]:
+    """A cheap search on the tiny family (it would run, were its input good)."""
+    sources = sources or {"sft": box.sft, "rlvr": box.rlvr}
+    return [
+        "engine=hf",
+        "backbone=custom",
+        "backbone.name=tiny",
+        f"backbone.base={box.base}",
+        "backbone.prompt=plain",
+        "backbone.max_tokens=4",
+        *[f"+backbone.sources.{k}={v}" for k, v in sources.items()],
+        *(pool or ("pool=jsonl", f"pool.path={box.pool}")),
+        "selection.n=2",
+        "selection.m=2",
+        "search.n_trials=2",
+        "search.k=2",
+        f"run_dir={box.work / 'run'}",
+        *extra,
+    ]
+
+
+def merge_argv(box: Sandbox, *extra: str, sources: dict[str, Path] | None = None) -> list[str]:
+    sources = sources or {"sft": box.sft, "rlvr": box.rlvr}
+    return [
+        "backbone=custom",
+        f"backbone.base={box.base}",
+        *[f"+backbone.sources.{k}={v}" for k, v in sources.items()],
+        f"output={box.inputs / 'merged'}",  # beside the inputs: their directory is in the snapshot
+        *extra,
+    ]
+
+
+def evaluate_argv(box: Sandbox, *extra: str, model: Path | None = None) -> list[str]:
+    return [
+        "engine=hf",
+        "include_backbone=false",
+        f"+models.x={model or box.sft}",
+        "benchmarks=[lab_add]",
+        "limit=2",
+        f"output_dir={box.work / 'eval'}",
+        *extra,
+    ]
+
+
+def fresh(box: Sandbox, name: str) -> Path:
+    """A new path among the inputs (removed first if an earlier example left one)."""
+    path = box.inputs / "fuzzed" / name
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    path.parent.mkdir(exist_ok=True)
+    return path
+
+
+# --- pools -------------------------------------------------------------------------------------------
+
+JSON_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20)
+)
+
+
+def json_containers(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+
+
+JSON_VALUES = st.recursive(JSON_SCALARS, json_containers, max_leaves=12)
+NOT_OBJECTS = JSON_VALUES.filter(lambda v: not isinstance(v, dict))
+NOT_QUESTIONS = st.one_of(  # what a question key may hold that is not a question's text
+    NOT_OBJECTS.filter(lambda v: not (isinstance(v, str) and v.strip()) and not isinstance(v, list)),
+    st.lists(st.integers() | st.floats() | st.none(), max_size=3),
+    st.lists(
+        st.fixed_dictionaries({"role": st.sampled_from(["system", "assistant"]), "content": st.text()}), max_size=3
+    ),
+    st.dictionaries(st.text(max_size=8), JSON_SCALARS, max_size=3),
+)
+BAD_UTF8 = st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xe2\x82", b"\x80", b"\xf8\x88\x80\x80\x80"])
+
+
+def good_line(i: int) -> bytes:
+    return json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}).encode()
+
+
+@st.composite
+def bad_jsonl_lines(draw) -> bytes:
+    """One line a JSONL pool must refuse."""
+    kind = draw(st.sampled_from(["not_object", "no_question", "bad_question", "not_utf8", "not_json", "deep", "long"]))
+    if kind == "not_object":
+        return json.dumps(draw(NOT_OBJECTS)).encode()
+    if kind == "no_question":
+        record = draw(st.dictionaries(st.text(max_size=8).filter(lambda k: k != "question"), JSON_VALUES, max_size=4))
+        return json.dumps(record).encode()
+    if kind == "bad_question":
+        return json.dumps({"question": draw(NOT_QUESTIONS), "answer": "2"}).encode()
+    if kind == "not_utf8":
+        line = good_line(0)
+        at = draw(st.integers(0, len(line)))
+        return line[:at] + draw(BAD_UTF8) + line[at:]
+    if kind == "not_json":
+        line = good_line(0)
+        return line[: draw(st.integers(1, len(line) - 1))]
+    if kind == "deep":
+        n = draw(st.integers(1_000, 200_000))
+        return b"[" * n + b"]" * n
+    return b'{"question": "1+1=", "answer": ' + b"7" * draw(st.integers(5_000, 20_000)) + b"}"
+
+
+@FUZZ
+@given(
+    before=st.integers(0, 3), blanks=st.lists(st.booleans(), max_size=4), bad=bad_jsonl_lines(), after=st.integers(0, 2)
+)
+@example(before=2, blanks=[], bad=b"[1, 2]", after=1)  # the issue's record that is not an object
+@example(before=3, blanks=[], bad=b'{"q": "1+1=", "answer": "2"}', after=0)  # no configured question key
+@example(before=4, blanks=[], bad=b'{"question": "caf\xe9 1+1=", "answer": "2"}', after=0)  # not UTF-8
+def test_jsonl_pool(box, before, blanks, bad, after):
+    path = fresh(box, "pool.jsonl")
+    lines = [good_line(i) for i in range(before)] + [b"" for _ in blanks] + [bad] + [good_line(9)] * after
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    refused(
+        box,
+        "jsonl pool",
+        "dots.search",
+        search_argv(box, pool=("pool=jsonl", f"pool.path={path}")),
+        [f"{path}:{before + len(blanks) + 1}"],
+    )
+
+
+@st.composite
+def bad_parquet(draw, path: Path) -> list[str]:
+    """Write a parquet pool `pool=parquet` must refuse; the strings its error must name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    kind = draw(st.sampled_from(["no_column", "bad_rows", "not_parquet"]))
+    n = draw(st.integers(1, 5))
+    if kind == "no_column":
+        names = draw(
+            st.lists(
+                st.text(min_size=1, max_size=8).filter(lambda c: c != "prompt"), min_size=1, max_size=3, unique=True
+            )
+        )
+        pq.write_table(pa.table({c: [f"{i}+{i}=" for i in range(n)] for c in names}), path)
+        return [str(path), "row 0"]
+    if kind == "bad_rows":
+        bad_at = draw(st.integers(0, n - 1))
+        column = draw(st.sampled_from(["text", "numbers", "messages"]))
+        if column == "text":  # a text column with an empty, blank or missing question
+            values = [f"{i}+{i}=" for i in range(n)]
+            values[bad_at] = draw(st.sampled_from([None, "", "   ", "\n"]))
+            bad_at = bad_at
+        elif column == "numbers":
+            values = draw(st.lists(st.integers(-(2**63), 2**63 - 1) | st.none(), min_size=n, max_size=n))
+            bad_at = 0
+        else:  # verl's chat messages without a user message
+            values = [[{"role": "user", "content": f"{i}+{i}="}] for i in range(n)]
+            values[bad_at] = [{"role": draw(st.sampled_from(["system", "assistant"])), "content": "x"}]
+        pq.write_table(pa.table({"prompt": values, "answer": [str(i) for i in range(n)]}), path)
+        return [str(path), f"row {bad_at}"]
+    data = draw(st.binary(min_size=0, max_size=200))
+    path.write_bytes(data)
+    return [str(path)]
+
+
+@FUZZ
+@given(data=st.data())
+@example(data=None)  # the issue's parquet pool without the configured question column
+def test_parquet_pool(box, data):
+    path = fresh(box, "pool.parquet")
+    if data is None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"problem": ["1+1=", "2+2="], "answer": ["2", "4"]}), path)
+        names = [str(path), "row 0"]
+    else:
+        names = data.draw(bad_parquet(path))
+    argv = search_argv(box, pool=("pool=parquet", f"pool.path={path}"))
+    refused(box, "parquet pool", "dots.search", argv, names)
+
+
+# --- checkpoints: config.json, safetensors headers, the index ----------------------------------------
+
+VERBS = st.sampled_from(["dots.merge", "dots.search", "dots.evaluate"])
+
+
+def with_checkpoint(box: Sandbox, verb: str, model: Path) -> list[str]:
+    """The command line of `verb` reading `model` (as a source, or as the evaluated model)."""
+    if verb == "dots.merge":
+        return merge_argv(box, sources={"sft": model, "rlvr": box.rlvr})
+    if verb == "dots.search":
+        return search_argv(box, sources={"sft": model, "rlvr": box.rlvr})
+    return evaluate_argv(box, model=model)
+
+
+@st.composite
+def bad_configs(draw) -> bytes:
+    """config.json bytes a reader must refuse."""
+    kind = draw(st.sampled_from(["field", "field", "not_object", "not_utf8", "not_json", "deep"]))
+    if kind == "field":
+        key = draw(st.sampled_from(sorted(CONFIG_FIELDS)))
+        what, ok = CONFIG_FIELDS[key]
+        value = draw(JSON_VALUES.filter(lambda v: v is not None and not ok(v)))
+        return json.dumps({"__field__": [key, value]}).encode()  # filled in by the test (needs the good config)
+    if kind == "not_object":
+        return json.dumps(draw(NOT_OBJECTS)).encode()
+    if kind == "not_utf8":
+        return b'{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen' + draw(BAD_UTF8) + b'2"}'
+    if kind == "not_json":
+        text = b'{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64}'
+        return text[: draw(st.integers(1, len(text) - 1))]
+    n = draw(st.integers(1_000, 200_000))
+    return b'{"a": ' + b"[" * n + b"]" * n + b"}"
+
+
+@FUZZ
+@given(verb=VERBS, content=bad_configs())
+@example(verb="dots.search", content=json.dumps({"__field__": ["hidden_size", "64"]}).encode())  # main ran
+@example(verb="dots.merge", content=b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")  # RecursionError on main
+def test_config_json(box, verb, content):
+    model = fresh(box, "model")
+    shutil.copytree(box.sft, model)
+    config = model / "config.json"
+    if content.startswith(b'{"__field__"'):
+        key, value = json.loads(content)["__field__"]
+        content = json.dumps({**json.loads(config.read_text()), key: value}).encode()
+    config.write_bytes(content)
+    refused(box, "config.json", verb, with_checkpoint(box, verb, model), [str(config)])
+
+
+def _header(file: Path) -> tuple[dict, bytes]:
+    raw = file.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8 : 8 + size]), raw[8 + size :]
+
+
+def _write(file: Path, header_bytes: bytes, data: bytes, size: int | None = None) -> None:
+    header_bytes += b" " * (-len(header_bytes) % 8)
+    file.write_bytes((len(header_bytes) if size is None else size).to_bytes(8, "little") + header_bytes + data)
+
+
+NOT_COUNTS = st.one_of(
+    st.integers(max_value=-1),
+    st.floats(),
+    st.text(max_size=4),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(0, 3), max_size=2),
+)
+
+
+@st.composite
+def bad_headers(draw, file: Path) -> None:
+    """Rewrite the safetensors file `file` with a header a reader must refuse."""
+    header, data = _header(file)
+    names = sorted(n for n in header if n != "__metadata__")
+    kind = draw(
+        st.sampled_from(["size", "bytes", "not_object", "metadata", "entry", "dtype", "shape", "offsets", "beyond"])
+    )
+    name = draw(st.sampled_from(names))
+    entry = dict(header[name])
+    if kind == "size":
+        body = json.dumps(header).encode()
+        size = draw(
+            st.sampled_from([0, len(body) + len(data) + 9, 2**63, 2**64 - 1])
+            | st.integers(len(body) + len(data) + 1, 2**40)
+        )
+        return _write(file, body, data, size)
+    if kind == "bytes":
+        return _write(
+            file,
+            draw(st.sampled_from([b"{\xff}", b"{", b"nope", b'{"a": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"])),
+            data,
+        )
+    if kind == "not_object":
+        return _write(file, json.dumps(draw(NOT_OBJECTS)).encode(), data)
+    if kind == "metadata":
+        header["__metadata__"] = draw(
+            NOT_OBJECTS
+            | st.dictionaries(
+                st.text(max_size=4), JSON_VALUES.filter(lambda v: not isinstance(v, str)), min_size=1, max_size=2
+            )
+        )
+    elif kind == "entry":
+        header[name] = draw(NOT_OBJECTS)
+    elif kind == "dtype":
+        header[name] = {
+            **entry,
+            "dtype": draw(
+                JSON_VALUES.filter(
+                    lambda v: (
+                        v
+                        not in (
+                            "F64",
+                            "F32",
+                            "F16",
+                            "BF16",
+                            "I64",
+                            "I32",
+                            "I16",
+                            "I8",
+                            "U8",
+                            "BOOL",
+                            "F8_E4M3",
+                            "F8_E5M2",
+                        )
+                    )
+                )
+            ),
+        }
+    elif kind == "shape":
+        shape = draw(st.lists(NOT_COUNTS | st.integers(0, 10**6), max_size=3) | NOT_OBJECTS)
+        if isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+            if math.prod(shape) == math.prod(entry["shape"]):  # as many entries: a valid header, not a bad one
+                shape = [-1]
+        header[name] = {**entry, "shape": shape}
+    elif kind == "offsets":
+        start, end = entry["data_offsets"]
+        header[name] = {
+            **entry,
+            "data_offsets": draw(
+                st.sampled_from(
+                    [
+                        [end, start],
+                        [start],
+                        [start, end, end],
+                        [start, end + 1],
+                        [-1, end],
+                        [start, float(end)],
+                        [str(start), end],
+                        None,
+                        [start, True],
+                    ]
+                )
+            ),
+        }
+    else:  # within its size, but past the end of the file
+        shift = len(data) + draw(st.integers(1, 2**40))
+        header[name] = {**entry, "data_offsets": [entry["data_offsets"][0] + shift, entry["data_offsets"][1] + shift]}
+    return _write(file, json.dumps(header).encode(), data)
+
+
+@FUZZ
+@given(verb=VERBS, data=st.data())
+def test_safetensors_header(box, verb, data):
+    model = fresh(box, "model")
+    shutil.copytree(box.sft, model)
+    file = model / "model.safetensors"
+    data.draw(bad_headers(file))
+    refused(box, "safetensors header", verb, with_checkpoint(box, verb, model), [str(file)])
+
+
+@st.composite
+def bad_indexes(draw, model: Path) -> None:
+    """Rewrite `model`'s model.safetensors.index.json into one a reader must refuse."""
+    index = model / "model.safetensors.index.json"
+    content = json.loads(index.read_text())
+    weight_map = content["weight_map"]
+    shards = sorted(set(weight_map.values()))
+    kind = draw(st.sampled_from(["bytes", "not_object", "no_map", "bad_file", "wrong_shard", "empty"]))
+    if kind == "bytes":
+        return index.write_bytes(draw(st.sampled_from([b'{"weight_map": {\xff}}', b"{", b"", b"[" * 100_000])))
+    if kind == "not_object":
+        content = draw(NOT_OBJECTS)
+    elif kind == "no_map":
+        content = {"metadata": {}, **({"weight_map": draw(NOT_OBJECTS)} if draw(st.booleans()) else {})}
+    elif kind == "bad_file":
+        name = draw(st.sampled_from(sorted(weight_map)))
+        bad = st.sampled_from(
+            [
+                "../sft/model.safetensors",
+                "/etc/passwd",
+                "nope.safetensors",
+                "sub/x.safetensors",
+                "",
+                "..",
+                "config.json",
+            ]
+        )
+        weight_map[name] = draw(bad | JSON_VALUES.filter(lambda v: not isinstance(v, str)))
+    elif kind == "wrong_shard":
+        name = draw(st.sampled_from(sorted(weight_map)))
+        weight_map[name] = draw(st.sampled_from([s for s in shards if s != weight_map[name]]))
+    else:
+        content["weight_map"] = {}
+    index.write_text(json.dumps(content))
+
+
+@FUZZ
+@given(verb=VERBS, data=st.data())
+def test_index_json(box, verb, data):
+    model = fresh(box, "model")
+    shutil.copytree(box.sharded, model)
+    data.draw(bad_indexes(model))
+    refused(box, "safetensors index", verb, with_checkpoint(box, verb, model), [str(model)])
+
+
+# --- option values -----------------------------------------------------------------------------------
+
+# option -> its domain: ("int", minimum) | ("float", low, high, low_open, high_open) | ("range",);
+# a trailing "null" allows null
+INF = float("inf")
+SEARCH_OPTIONS = {
+    "seed": ("int", -(2**63)),
+    "search.n_trials": ("int", 1),
+    "search.k": ("int", 1),
+    "search.n_startup_trials": ("int", 0),
+    "search.temperature": ("float", 0, INF, False, True),
+    "search.top_p": ("float", 0, 1, True, False),
+    "search.max_tokens": ("int", 1),
+    "search.range": ("range",),
+    "search.workers": ("int", 1),
+    "search.heartbeat_s": ("float", 0, INF, True, True),
+    "search.grace_s": ("float", 0, INF, True, True),
+    "search.adaptive.first": ("int", 1),
+    "search.adaptive.step": ("int", 1),
+    "search.adaptive.confidence": ("float", 0.5, 1, False, True),
+    "selection.n": ("int", 1),
+    "selection.m": ("int", 1),
+    "selection.batch": ("int", 1),
+    "selection.temperature": ("float", 0, INF, False, True),
+    "selection.top_p": ("float", 0, 1, True, False),
+    "selection.threshold": ("float", 0, 1, False, False, "null"),
+    "selection.easy_fraction": ("float", 0, 1, False, False),
+    "sparsify.density": ("float", 0, 1, True, False),
+    "backbone.max_tokens": ("int", 1),
+    "pool.limit": ("int", 1, "null"),
+    "pool.seed": ("int", 0),
+    "engine.batch_size": ("int", 1),
+    "engine.nll_batch_size": ("int", 1),
+    "engine.seed": ("int", 0),
+    "search.fixed": ("fixed",),
+    "search.granularity": ("choice", "model", "module"),
+    "search.answer_mode": ("choice", "math", "choice"),
+    "sparsify.scope": ("choice", "tensor", "global"),
+    "sparsify.rescale": ("choice", "global", "tensor", "none"),
+    "selection.strategy": ("choice", "balanced", "random", "easy", "medium"),
+    "selection.source": ("choice", "original", "sparsified"),
+    "pick": ("choice", "max_consistency", "knee"),
+    "engine.synth_cache": ("choice", "auto", "memory", "disk"),
+    "engine.dtype": ("choice", "auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "half", "float"),
+    "pool.question_key": ("text",),
+}
+MERGE_OPTIONS = {  # (method, option) -> domain
+    ("ties", "method.density"): ("float", 0, 1, True, False),
+    ("ties", "method.scale"): ("float", -INF, INF, True, True),
+    ("task_arithmetic", "method.scale"): ("float", -INF, INF, True, True),
+    ("task_arithmetic", "method.weights"): ("float", -INF, INF, True, True),
+    ("dare_ties", "method.p"): ("float", 0, 1, False, True),
+    ("dare_linear", "method.seed"): ("int", 0),
+    ("ram", "method.epsilon"): ("float", 0, INF, False, True),
+    ("ram_plus", "method.r"): ("float", 0, INF, False, True),
+    ("ram_plus", "method.alpha"): ("float", 0, INF, False, True),
+    ("sar", "method.calibration_size"): ("int", 1),
+    ("sar", "method.max_new_tokens"): ("int", 1),
+    ("sar", "method.epsilon"): ("float", 0, INF, False, True),
+    ("dots_fixed", "method.density"): ("float", 0, 1, True, False),
+    ("ties", "max_shard_bytes"): ("int", 1),
+    ("ties", "block_entries"): ("int", 1),
+    ("dare_ties", "method.combine"): ("choice", "linear", "ties"),
+    ("ram", "method.scope"): ("choice", "global", "tensor"),
+    ("sar", "method.fisher_dtype"): ("choice", "float32", "bfloat16", "float16", "float64"),
+    ("dots_fixed", "method.rescale"): ("choice", "global", "tensor", "none"),
+}
+EVALUATE_OPTIONS = {
+    "limit": ("int", 1, "null"),
+    "max_tokens": ("int", 1, "null"),
+    "chunk": ("int", 1),
+    "seed": ("int", -(2**63)),
+    "engine.batch_size": ("int", 1),
+    "engine.nll_batch_size": ("int", 1),
+}
+WORDS = st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
+    lambda w: w not in ("nan", "inf", "null", "true", "false") and not w.startswith("_")
+)
+
+
+def hydra_value(value: object) -> str:
+    """`value` written as a Hydra override value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (INF, -INF):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, list):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+@st.composite
+def bad_values(draw, domain: tuple) -> str:
+    """A value outside `domain`, as a Hydra override value."""
+    kind, *rest = domain
+    nonfinite = st.sampled_from(["nan", "inf", "-inf"])
+    wrong_type = WORDS | st.just("true") | st.just("[1,2,3]") | st.just("{a: 1}")
+    if kind == "choice":  # a word, a number or a list that is none of the choices
+        return draw(
+            st.one_of(WORDS.filter(lambda w: w not in rest), st.integers().map(str), nonfinite, st.just("[1,2,3]"))
+        )
+    if kind == "text":
+        return draw(st.one_of(st.integers().map(str), nonfinite, st.just("[1,2,3]"), st.just("{a: 1}"), st.just("''")))
+    if kind == "fixed":  # search.fixed for 2 sources in search.range [0, 2]
+        point = st.lists(st.floats(0, 2), min_size=2, max_size=2)
+        return draw(
+            st.one_of(
+                WORDS,
+                st.integers().map(str),
+                st.lists(point, min_size=1, max_size=2).map(lambda ps: hydra_value([[*p[:1], INF] for p in ps])),
+                st.lists(point, min_size=1, max_size=2).map(
+                    lambda ps: hydra_value([[*p[:1], float("nan")] for p in ps])
+                ),
+                st.lists(st.floats(0, 2), min_size=1, max_size=5)
+                .filter(lambda v: len(v) != 2)
+                .map(lambda v: hydra_value([v])),
+                st.floats(2.001, 1e9).map(lambda v: hydra_value([[1.0, v]])),
+                st.floats(-1e9, -0.001).map(lambda v: hydra_value([[v, 1.0]])),
+                WORDS.map(lambda w: f"[{w}]"),
+                WORDS.map(lambda w: f"[[1,{w}]]"),
+            )
+        )
+    if kind == "range":
+        low = st.floats(0, 10)
+        return draw(
+            st.one_of(
+                st.tuples(low, nonfinite).map(lambda t: f"[{t[0]},{t[1]}]"),
+                st.tuples(nonfinite, low).map(lambda t: f"[{t[0]},{t[1]}]"),
+                st.tuples(low, low).filter(lambda t: t[1] <= t[0]).map(lambda t: f"[{t[0]},{t[1]}]"),
+                st.floats(-10, -0.001).map(lambda v: f"[{v},1]"),
+                st.lists(st.floats(0, 2), max_size=4).filter(lambda v: len(v) != 2).map(hydra_value),
+                wrong_type,
+            )
+        )
+    if kind == "int":
+        minimum = rest[0]
+        below = st.integers(-(10**6), minimum - 1).map(str) if minimum > -(2**63) else st.nothing()
+        fraction = st.floats(-1e6, 1e6).filter(lambda v: v != int(v)).map(repr)
+        return draw(st.one_of(nonfinite, wrong_type, below, fraction))
+    low, high, low_open, high_open = rest[:4]
+    outside = st.nothing()
+    if low > -INF:
+        outside |= st.floats(max_value=low, exclude_max=not low_open, allow_infinity=False).map(repr)
+    if high < INF:
+        outside |= st.floats(min_value=high, exclude_min=not high_open, allow_infinity=False).map(repr)
+    return draw(st.one_of(nonfinite, wrong_type, outside))
+
+
+def leaf(option: str) -> str:
+    return option.rsplit(".", 1)[-1]
+
+
+def with_option(argv: list[str], option: str, value: str) -> list[str]:
+    """`argv` with `option=value` in place of any value it gave the option."""
+    return [a for a in argv if a.split("=", 1)[0] != option] + [f"{option}={value}"]
+
+
+@FUZZ
+@given(data=st.data())
+@example(data="search.range=[0,nan]")  # the issue's: ran 5 minutes and left a run directory
+@example(data="search.range=[0,inf]")
+@example(data="search.n_trials=inf")
+@example(data="search.temperature=inf")  # accepted on main: the search ran
+@example(data="search.fixed=[abc]")  # a traceback on main
+@example(data="pool.limit=nan")  # a traceback on main
+def test_search_options(box, data):
+    if isinstance(data, str):
+        option, value = data.split("=", 1)
+    else:
+        option = data.draw(st.sampled_from(sorted(SEARCH_OPTIONS)), label="option")
+        value = data.draw(bad_values(SEARCH_OPTIONS[option]), label="value")
+    refused(box, "search options", "dots.search", with_option(search_argv(box), option, value), [leaf(option)])
+
+
+@FUZZ
+@given(data=st.data())
+@example(data=("ties", "method.scale", "nan"))  # main wrote a NaN model, exit 0
+@example(data=("task_arithmetic", "method.weights", "abc"))  # a traceback on main
+@example(data=("sar", "method.fisher_dtype", "abc"))  # a traceback on main, mid-merge
+def test_merge_options(box, data):
+    if isinstance(data, tuple):
+        method, option, value = data
+    else:
+        method, option = data.draw(st.sampled_from(sorted(MERGE_OPTIONS)), label="option")
+        value = data.draw(bad_values(MERGE_OPTIONS[(method, option)]), label="value")
+    extra = [f"method={method}", f"{option}={value}"]
+    sources = {"sft": box.sft, "rlvr": box.rlvr}
+    refused(box, "merge options", "dots.merge", merge_argv(box, *extra, sources=sources), [leaf(option)])
+
+
+@FUZZ
+@given(data=st.data())
+@example(data="seed=abc")  # a traceback on main, after the evaluation directory was written
+@example(data="max_tokens=inf")  # a traceback on main
+def test_evaluate_options(box, data):
+    if isinstance(data, str):
+        option, value = data.split("=", 1)
+    else:
+        option = data.draw(st.sampled_from(sorted(EVALUATE_OPTIONS)), label="option")
+        value = data.draw(bad_values(EVALUATE_OPTIONS[option]), label="value")
+    refused(box, "evaluate options", "dots.evaluate", with_option(evaluate_argv(box), option, value), [leaf(option)])
