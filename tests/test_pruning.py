@@ -1,0 +1,184 @@
+"""Exact dominance pruning (search.prune) and stopping a converged study (search.stop).
+
+The bound is checked exhaustively on small random fronts: a trial the rule prunes, completed
+to any consistency, is dominated and leaves the front and both picks as they were. Through
+the real CLI (tiny generated checkpoints, transformers engine): pruned trials are recorded,
+never picked and count toward search.n_trials; the stop rule ends a study early, says why in
+one line and in result.yaml, and holds on resume.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from test_search import REPO, overrides, tiny  # noqa: F401  (the tiny fixture)
+
+from dots.search.pareto import Point, pareto_front, pick
+from dots.search.pruning import PRUNED_BY, consistency_bound, dominator
+from dots.search.stopping import STOPPED, StopRule, hypervolume, relative_gain, stop_reason
+
+GRID = [j / 4 for j in range(5)]  # per-query consistency of k = 4 samples
+
+
+def completions(scored: list[float], n: int):
+    """Every way the queries not yet scored can end (k = 4: consistency in GRID)."""
+    for rest in itertools.product(GRID, repeat=n - len(scored)):
+        yield scored + list(rest)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_pruned_trial_completed_to_any_consistency_changes_neither_front_nor_pick(seed):
+    """Exhaustive over completions, on random fronts with ties (a coarse PPL grid): whenever
+    the rule prunes after b of Q queries, every completion is dominated by a complete trial,
+    and adding it leaves the front and both picks unchanged. Conversely an unpruned trial can
+    still reach the front (completing with 1.0 gives C = C_ub, which nothing dominates)."""
+    rng = random.Random(seed)
+    q = 4
+    complete = [
+        Point(i, sum(rng.choice(GRID) for _ in range(q)) / q, rng.choice([1.5, 2.0, 2.5]), {}) for i in range(6)
+    ]
+    pruned = kept = 0
+    for _ in range(30):
+        per_query = [rng.choice(GRID) for _ in range(q)]
+        ppl = rng.choice([1.5, 2.0, 2.5])
+        for b in range(1, q):
+            scored = per_query[:b]
+            bound = consistency_bound(scored, q)
+            by = dominator([(p.number, p.consistency, p.perplexity) for p in complete], bound, ppl)
+            if by is None:
+                kept += 1
+                best = Point(99, sum(scored + [1.0] * (q - b)) / q, ppl, {})
+                assert best in pareto_front([*complete, best])
+                continue
+            pruned += 1
+            for values in completions(scored, q):
+                done = Point(99, sum(values) / len(values), ppl, {})
+                assert done.consistency <= bound
+                front = pareto_front([*complete, done])
+                assert done not in front and front == pareto_front(complete)
+                for rule in ("max_consistency", "knee"):
+                    assert pick(front, rule) == pick(pareto_front(complete), rule)
+            break
+    assert pruned and kept  # the draw exercised both sides of the rule
+
+
+def test_a_trial_that_could_tie_a_front_point_is_never_pruned():
+    """C_ub and PPL equal to a complete trial's: not dominated (a tie could change the pick
+    of max_consistency by trial number with several workers), so it runs on."""
+    assert consistency_bound([1.0, 0.5], 4) == 0.875
+    assert dominator([(0, 0.875, 2.0)], 0.875, 2.0) is None
+    assert dominator([(0, 0.875, 1.999)], 0.875, 2.0) == 0
+    assert dominator([(0, 0.876, 2.0)], 0.875, 2.0) == 0
+    assert dominator([(0, float("nan"), 1.0)], 0.5, 2.0) is None
+
+
+def test_hypervolume_of_a_staircase_and_the_relative_gain():
+    assert hypervolume([(0.0, 1.0), (1.0, 0.0)], (2.0, 2.0)) == pytest.approx(3.0)
+    assert hypervolume([(0.0, 1.0), (1.0, 0.0), (1.5, 1.5)], (2.0, 2.0)) == pytest.approx(3.0)  # dominated
+    assert hypervolume([(3.0, 0.0)], (2.0, 2.0)) == 0.0  # outside the reference
+    flat = [(0.5, 2.0), (0.9, 1.5)] + [(0.1, 3.0)] * 4  # the last four add nothing
+    assert relative_gain(flat, 4) == 0.0
+    assert relative_gain(flat[:2] + [(1.0, 1.2)], 1) > 0.1
+    assert relative_gain([(0.5, 2.0), None, None], 2) == 0.0  # pruned trials add nothing
+
+
+def synthetic_study(values):
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    dist = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    for i, v in enumerate(values):
+        study.add_trial(optuna.trial.create_trial(params={"x": i / 100}, distributions=dist, values=list(v)))
+    return study
+
+
+def test_the_stop_rule_waits_for_two_windows_fires_on_no_gain_and_is_kept():
+    rule = StopRule("hypervolume", window=3, threshold=0.01)
+    gains = [(0.1 * i, 3.0 - 0.1 * i) for i in range(5)]  # every trial improves the front
+    assert stop_reason(synthetic_study(gains), rule) is None
+    stuck = synthetic_study(gains[:3] + [(0.0, 9.0)] * 2)
+    assert stop_reason(stuck, rule) is None  # five scored trials < 2·window
+    stuck.add_trial(
+        optuna.trial.create_trial(
+            params={"x": 0.9}, distributions={"x": optuna.distributions.FloatDistribution(0.0, 1.0)}, values=[0, 9]
+        )
+    )
+    reason = stop_reason(stuck, rule)
+    assert reason and "after 6 scored trials" in reason
+    assert stuck.user_attrs[STOPPED]["trials"] == 6
+    assert stop_reason(stuck, rule) == reason  # kept: a resume or another worker stops too
+    assert stop_reason(stuck, StopRule()) is None  # rule none: the study goes on
+
+
+def add_perfect_trial(storage: Path, name: str) -> None:
+    """A complete trial at C = 1, PPL = 1 in the study the CLI will open: it dominates every
+    λ the tiny models can score, so pruning must stop each new trial after its first block."""
+    study = optuna.create_study(storage=f"sqlite:///{storage}", study_name=name, directions=["maximize", "minimize"])
+    dist = {n: optuna.distributions.FloatDistribution(0.0, 2.0) for n in ("lambda_sft", "lambda_rlvr")}
+    study.add_trial(
+        optuna.trial.create_trial(params={"lambda_sft": 1.0, "lambda_rlvr": 1.0}, distributions=dist, values=[1.0, 1.0])
+    )
+
+
+def cli(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dots.search", *args], cwd=REPO, capture_output=True, text=True, check=True
+    )
+
+
+def test_pruned_trials_through_the_cli_are_recorded_counted_and_never_picked(tiny, tmp_path):  # noqa: F811
+    """sampler=random draws the same points with and without pruning: the runs' fronts and
+    picks are identical, the pruned run's trials after the perfect one are PRUNED after one
+    block with their partial values and bound, and cost fewer tokens."""
+    runs = {}
+    for prune in ("false", "true"):
+        run_dir = tmp_path / f"prune-{prune}"
+        run_dir.mkdir()
+        add_perfect_trial(run_dir / "s.db", "s")
+        extra = [
+            "sampler=random",
+            "search.batch=1",
+            f"search.prune={prune}",
+            f"search.storage=sqlite:///{run_dir / 's.db'}",
+            "search.study_name=s",
+            "export.enabled=false",
+        ]
+        cli(overrides(tiny, run_dir, trials=4, extra=extra))
+        result = yaml.safe_load((run_dir / "result.yaml").read_text())
+        study = optuna.load_study(study_name="s", storage=f"sqlite:///{run_dir / 's.db'}")
+        runs[prune] = (result, study.get_trials())
+    (on, on_trials), (off, off_trials) = runs["true"], runs["false"]
+    assert on["front"] == off["front"] and on["trial"] == off["trial"] == 0
+    assert [t.params for t in on_trials] == [t.params for t in off_trials]
+    pruned = [t for t in on_trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert len(pruned) == 3 and on["pruned_trials"] == 3 and on["complete_trials"] == 1
+    for t, full in zip(pruned, off_trials[1:]):
+        record = t.user_attrs[PRUNED_BY]
+        assert record["queries_scored"] == 1 and record["queries"] == 3 and record["dominated_by"] == 0
+        assert record["consistency_bound"] == pytest.approx((record["consistency_partial"] + 2) / 3)
+        assert record["perplexity"] == pytest.approx(full.values[1])  # PPL first, exactly the full run's
+        assert t.user_attrs["per_query_consistency"] == full.user_attrs["per_query_consistency"][:1]
+        assert t.user_attrs["tokens_generated"] < full.user_attrs["tokens_generated"]
+
+
+def test_the_stop_rule_ends_the_study_early_says_why_and_holds_on_resume(tiny, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    args = overrides(
+        tiny,
+        run_dir,
+        trials=20,
+        extra=["search.stop.rule=hypervolume", "search.stop.window=2", "search.stop.threshold=0.995"],
+    )
+    first = cli(args)
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    lines = [line for line in first.stdout.splitlines() if line.startswith("search stopped after")]
+    assert len(lines) == 1 and result["stopped"]["reason"] == lines[0]
+    assert result["complete_trials"] == 4  # the first check: 2·window scored trials (gain ≤ 0.992 < 0.995)
+    again = cli(args)  # a resume stops at once, with the same reason
+    assert lines[0] in again.stdout
+    assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == result["complete_trials"]
