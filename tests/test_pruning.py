@@ -10,6 +10,7 @@ one line and in result.yaml, and holds on resume.
 from __future__ import annotations
 
 import itertools
+import re
 import random
 import subprocess
 import sys
@@ -182,3 +183,48 @@ def test_the_stop_rule_ends_the_study_early_says_why_and_holds_on_resume(tiny, t
     again = cli(args)  # a resume stops at once, with the same reason
     assert lines[0] in again.stdout
     assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == result["complete_trials"]
+
+
+def test_new_options_keep_the_identity_of_runs_made_before_them():
+    """search.batch/prune enter a run's identity only away from their defaults; search.stop never
+    (a stopped study goes on with the rule off), like n_trials."""
+    from omegaconf import open_dict
+    from test_search import compose
+
+    from dots.search.identity import run_identity
+
+    class Fingerprinted:
+        def fingerprint(self):
+            return "x"
+
+    def identity(cfg):
+        return run_identity(cfg, Fingerprinted(), {"sft": Fingerprinted()})
+
+    before = compose([])
+    with open_dict(before):
+        for key in ("batch", "prune", "stop"):
+            del before.search[key]
+    assert identity(compose([])) == identity(before)
+    assert identity(compose(["search.stop.rule=hypervolume", "search.stop.window=3"])) == identity(before)
+    assert identity(compose(["search.prune=true"]))["search"]["prune"] is True
+    assert identity(compose(["search.batch=16"]))["search"]["batch"] == 16
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("search.prune=3", "search.prune must be true or false"),
+        ("search.batch=0", "search.batch"),
+        ("search.stop.rule=plateau", "search.stop.rule must be one of none, hypervolume"),
+        ("search.stop.window=0", "search.stop.window must be >= 1"),
+        ("search.stop.threshold=1.5", "search.stop.threshold must be in [0, 1)"),
+    ],
+)
+def test_bad_prune_and_stop_options_are_one_line(extra, message):
+    from test_search import compose
+
+    from dots.errors import DotsError
+    from dots.search.options import check_study_options
+
+    with pytest.raises(DotsError, match=re.escape(message)):
+        check_study_options(compose([extra]).search)
