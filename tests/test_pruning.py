@@ -10,8 +10,8 @@ one line and in result.yaml, and holds on resume.
 from __future__ import annotations
 
 import itertools
-import re
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
