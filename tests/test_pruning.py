@@ -14,11 +14,12 @@ import random
 import re
 import subprocess
 import sys
-from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import yaml
+from test_parallel import load, worker_cmd
 from test_search import REPO, overrides, tiny  # noqa: F401  (the tiny fixture)
 
 from dots.search.pareto import Point, pareto_front, pick
@@ -116,10 +117,10 @@ def test_the_stop_rule_waits_for_two_windows_fires_on_no_gain_and_is_kept():
     assert stop_reason(stuck, StopRule()) is None  # rule none: the study goes on
 
 
-def add_perfect_trial(storage: Path, name: str) -> None:
+def add_perfect_trial(storage: Any, name: str) -> None:
     """A complete trial at C = 1, PPL = 1 in the study the CLI will open: it dominates every
     λ the tiny models can score, so pruning must stop each new trial after its first block."""
-    study = optuna.create_study(storage=f"sqlite:///{storage}", study_name=name, directions=["maximize", "minimize"])
+    study = optuna.create_study(storage=storage, study_name=name, directions=["maximize", "minimize"])
     dist = {n: optuna.distributions.FloatDistribution(0.0, 2.0) for n in ("lambda_sft", "lambda_rlvr")}
     study.add_trial(
         optuna.trial.create_trial(params={"lambda_sft": 1.0, "lambda_rlvr": 1.0}, distributions=dist, values=[1.0, 1.0])
@@ -140,7 +141,7 @@ def test_pruned_trials_through_the_cli_are_recorded_counted_and_never_picked(tin
     for prune in ("false", "true"):
         run_dir = tmp_path / f"prune-{prune}"
         run_dir.mkdir()
-        add_perfect_trial(run_dir / "s.db", "s")
+        add_perfect_trial(f"sqlite:///{run_dir / 's.db'}", "s")
         extra = [
             "sampler=random",
             "search.batch=1",
@@ -228,3 +229,45 @@ def test_bad_prune_and_stop_options_are_one_line(extra, message):
 
     with pytest.raises(DotsError, match=re.escape(message)):
         check_study_options(compose([extra]).search)
+
+
+def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_path):  # noqa: F811
+    """Two workers on one journal study holding a perfect trial: each prunes its trials against
+    the front it reads from the storage, and the stop rule (no gain: the perfect trial dominates
+    everything) ends the study for both at 2·window scored trials, recorded in result.yaml."""
+    import os
+
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    run_dir, storage = tmp_path / "run", tmp_path / "study.journal"
+    add_perfect_trial(JournalStorage(JournalFileBackend(str(storage))), "s")
+    extra = [
+        "search.study_name=s",
+        "search.prune=true",
+        "search.batch=1",
+        "search.stop.rule=hypervolume",
+        "search.stop.window=2",
+        "search.stop.threshold=0.995",
+    ]
+    procs = [
+        subprocess.Popen(
+            worker_cmd(tiny, run_dir, storage, 12, w, extra),
+            cwd=REPO,
+            env={**os.environ, "DOTS_PROGRESS": "0"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for w in (0, 1)
+    ]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    trials = load(storage).get_trials()
+    scored = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE or PRUNED_BY in t.user_attrs]
+    assert [t.number for t in scored if t.state == optuna.trial.TrialState.COMPLETE] == [0]
+    assert all(t.user_attrs[PRUNED_BY]["dominated_by"] == 0 for t in scored[1:])
+    assert 4 <= len(scored) <= 5 < 12  # the rule fires at 4; the other worker may finish one more
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    assert result["stopped"]["trials"] == 4 and result["pruned_trials"] == len(scored) - 1
+    assert all(result["stopped"]["reason"] in o for o in outs)
