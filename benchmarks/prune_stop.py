@@ -1,7 +1,14 @@
 """What pruning (search.prune) and stopping (search.stop) save on finished searches (#30).
 
+    python benchmarks/prune_stop.py lab [--samplers tpe random] [--seeds 0 1 2] [--trials 25] [--batch 16]
     python benchmarks/prune_stop.py compare OFF_RUN_DIR ON_RUN_DIR [--pick max_consistency]
     python benchmarks/prune_stop.py stop RUN_DIR... [--windows 5 10] [--thresholds 0.001 0.01]
+
+`lab` runs dots' own study (`open_study`/`run_study`, the sampler registry, the `Scorer` with
+search.batch blocks and pruning, the pick) on the shipped lab (seed 0) with prune off and on,
+generating with the lab's fast KV-cached sampler as benchmarks/lab_samplers.py does (its `Lab`
+and `LabEngine`: ~15× faster than transformers' generate on the lab); one run directory per
+(sampler, seed, prune) under $DOTS_OUTPUTS/bench/prune_stop/ (study.db), then compares them.
 
 `compare` reads two run directories of the same search, one with search.prune=false and one
 with search.prune=true (same search.batch): are the proposed points, the Pareto fronts and the
@@ -15,7 +22,9 @@ of the trials up to that point is the study's final pick. Tokens are the trials'
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,10 +120,49 @@ def stop(run_dirs: list[Path], windows: list[int], thresholds: list[float], rule
                 )
 
 
+def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> None:
+    """Prune off and on for each sampler and seed on the shipped lab; then `compare` and `stop`."""
+    import os
+
+    import optuna
+
+    from benchmarks.lab_samplers import Lab, search_cfg
+    from dots.search.scorer import Scorer
+    from dots.search.study import open_storage, open_study, run_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    lab = Lab(0)
+    root = Path(os.environ.get("DOTS_OUTPUTS") or ROOT / "outputs") / "bench" / "prune_stop"
+    for seed in seeds:
+        for sampler in samplers:
+            dirs = []
+            for prune in ("false", "true"):
+                out = root / f"{sampler}-seed{seed}-prune-{prune}"
+                out.mkdir(parents=True, exist_ok=True)
+                extra = [f"sampler={sampler}", f"seed={seed}", f"search.batch={batch}", f"search.prune={prune}"]
+                cfg = search_cfg(0, lab.paths, [*extra, f"search.n_trials={trials}", f"run_dir={out}"])
+                study = open_study(cfg, open_storage(None, out), "prune-stop")
+                began = time.perf_counter()
+                scorer = Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer)
+                run_study(study, scorer, list(lab.tv.sources), tuple(cfg.search.range), trials, seed)
+                print(f"{out.name}: {time.perf_counter() - began:.0f} s", flush=True)
+                dirs.append(out)
+            print(f"\n### {sampler}, seed {seed}\n")
+            compare(dirs[0], dirs[1], "max_consistency")
+            print()
+            stop([dirs[0]], [5, 10], [0.001, 0.01], "max_consistency")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pick", default="max_consistency")
     sub = parser.add_subparsers(dest="cmd", required=True)
+    lab = sub.add_parser("lab")
+    lab.add_argument("--samplers", nargs="+", default=["tpe", "random"])
+    lab.add_argument("--seeds", type=int, nargs="+", default=[0])
+    lab.add_argument("--trials", type=int, default=25)
+    lab.add_argument("--batch", type=int, default=16)
     c = sub.add_parser("compare")
     c.add_argument("off", type=Path)
     c.add_argument("on", type=Path)
@@ -123,7 +171,9 @@ def main() -> None:
     s.add_argument("--windows", type=int, nargs="+", default=[5, 10])
     s.add_argument("--thresholds", type=float, nargs="+", default=[0.001, 0.01])
     args = parser.parse_args()
-    if args.cmd == "compare":
+    if args.cmd == "lab":
+        lab_runs(args.samplers, args.seeds, args.trials, args.batch)
+    elif args.cmd == "compare":
         compare(args.off, args.on, args.pick)
     else:
         stop(args.runs, args.windows, args.thresholds, args.pick)
