@@ -271,3 +271,39 @@ def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_
     result = yaml.safe_load((run_dir / "result.yaml").read_text())
     assert result["stopped"]["trials"] == 4 and result["pruned_trials"] == len(scored) - 1
     assert all(result["stopped"]["reason"] in o for o in outs)
+
+
+def test_a_proposal_of_a_pruned_point_is_set_aside_as_a_duplicate():
+    """A bound-pruned point is scored: proposed again, it is set aside like a complete one (as it
+    would be without pruning), not generated again."""
+    from dots.search.study import DUPLICATE_OF, set_aside_duplicate
+
+    class Stuck(optuna.samplers.BaseSampler):
+        def infer_relative_search_space(self, study, trial):
+            return {}
+
+        def sample_relative(self, study, trial, search_space):
+            return {}
+
+        def sample_independent(self, study, trial, name, distribution):
+            return 0.5
+
+        def reseed_rng(self):
+            pass
+
+    names = ["lambda_a", "lambda_b"]
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=Stuck())
+    dist = {n: optuna.distributions.FloatDistribution(0.0, 2.0) for n in names}
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={n: 0.5 for n in names},
+            distributions=dist,
+            state=optuna.trial.TrialState.PRUNED,
+            user_attrs={PRUNED_BY: {"queries_scored": 16}},
+        )
+    )
+    trial = study.ask()
+    for n in names:
+        trial.suggest_float(n, 0.0, 2.0)
+    assert set_aside_duplicate(study, trial, names)
+    assert study.trials[-1].user_attrs[DUPLICATE_OF] == 0

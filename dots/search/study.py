@@ -21,7 +21,7 @@ from typing import Any
 from dots.errors import DotsError
 from dots.plain import to_plain
 from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
-from dots.search.pruning import attach, count_bound_pruned, outcome, tell_scored
+from dots.search.pruning import attach, count_bound_pruned, is_bound_pruned, outcome, tell_scored
 from dots.search.samplers import build_sampler
 from dots.search.scorer import Scorer
 from dots.search.stopping import StopRule, stop_reason
@@ -243,14 +243,16 @@ def enqueue_random_point(study: Any, names: list[str], bounds: tuple[float, floa
 
 def set_aside_duplicate(study: Any, trial: Any, names: list[str]) -> bool:
     """True (the trial told PRUNED, tagged DUPLICATE_OF, the sampler reseeded) when the sampler
-    proposed a point that a complete or running trial already has; an enqueued point (a retry
+    proposed a point that a complete, running or bound-pruned trial already has; an enqueued point (a retry
     of an interrupted trial) is never a duplicate."""
     from optuna.trial import TrialState
 
     if "fixed_params" in study._storage.get_trial(trial._trial_id).system_attrs:
         return False
     mine = point_key(trial.params, names)
-    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)):
+        if other.state == TrialState.PRUNED and not is_bound_pruned(other):  # (a set-aside proposal)
+            continue
         if other.number != trial.number and set(other.params) == set(names) and point_key(other.params, names) == mine:
             trial.set_user_attr(DUPLICATE_OF, other.number)
             study.tell(trial, state=TrialState.PRUNED)
