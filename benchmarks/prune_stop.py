@@ -1,8 +1,15 @@
 """What pruning (search.prune) and stopping (search.stop) save on finished searches (#30).
 
     python benchmarks/prune_stop.py lab [--samplers tpe random] [--seeds 0 1 2] [--trials 25] [--batch 16]
+    python benchmarks/prune_stop.py simulate [--samplers tpe random] [--seeds 20] [--trials 30] [--aligned]
     python benchmarks/prune_stop.py compare OFF_RUN_DIR ON_RUN_DIR [--pick max_consistency]
     python benchmarks/prune_stop.py stop RUN_DIR... [--windows 5 10] [--thresholds 0.001 0.01]
+
+`simulate` runs dots' study, Scorer (blocks, pruning) and pick against a synthetic engine (no
+model: each query's answer is right with a probability that falls with the distance of λ from an
+optimum; PPL is a quadratic in λ with its own optimum, or near the consistency's with --aligned,
+which makes fronts of 1–3 points) to ask, over many seeds in seconds, whether pruning changes the
+points TPE visits, the front or the pick.
 
 `lab` runs dots' own study (`open_study`/`run_study`, the sampler registry, the `Scorer` with
 search.batch blocks and pruning, the pick) on the shipped lab (seed 0) with prune off and on,
@@ -154,10 +161,101 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
             stop([dirs[0]], [5, 10], [0.001, 0.01], "max_consistency")
 
 
+class SynthEngine:
+    """The Engine protocol without a model (for `simulate`): answers and NLL are functions of λ."""
+
+    def __init__(self, ppl_center: tuple[float, float]):
+        self.lam: dict = {}
+        self.center = ppl_center
+
+    def swap_coefficients(self, coefficients: Any) -> None:
+        self.lam = dict(coefficients)
+
+    def prompt_nll(self, texts: Any) -> list:
+        from dots.scoring.perplexity import PromptNLL
+
+        a, b = self.lam["a"], self.lam["b"]
+        nll = 1.0 + (a - self.center[0]) ** 2 + 0.5 * (b - self.center[1]) ** 2
+        return [PromptNLL(5 * nll, 5) for _ in texts]
+
+    def generate(self, prompts: Any, n: int, temperature: float, top_p: float, max_tokens: int, seed: int) -> list:
+        import hashlib
+        import random
+
+        a, b = self.lam["a"], self.lam["b"]
+        out = []
+        for prompt in prompts:
+            d = int(prompt.split()[1])
+            right = max(0.05, min(0.98, 0.95 - 0.3 * ((a - 1.2) ** 2 + (b - 1.0) ** 2) - 0.01 * (d % 30)))
+            rng = random.Random(hashlib.sha256(f"{prompt}|{seed}|{a:.12f}|{b:.12f}".encode()).digest())
+            out.append(
+                [f"\\boxed{{{d}}}" if rng.random() < right else f"\\boxed{{{rng.randint(0, 3)}}}" for _ in range(n)]
+            )
+        return out
+
+
+def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool) -> None:
+    """Prune off and on against SynthEngine; one row per (sampler, seed), then the totals."""
+    import statistics
+
+    import optuna
+    from omegaconf import OmegaConf
+
+    from dots.search.samplers import build_sampler
+    from dots.search.scorer import Scorer
+    from dots.search.study import run_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    center = (1.1, 0.9) if aligned else (0.3, 0.4)
+
+    def one(sampler: str, seed: int, prune: bool) -> Any:
+        search = {"k": 8, "temperature": 0.6, "top_p": 1.0, "max_tokens": 32, "answer_mode": "math"}
+        cfg = OmegaConf.create({"search": {**search, "batch": 16, "prune": prune}})
+        study = optuna.create_study(
+            directions=["maximize", "minimize"], sampler=build_sampler({"name": sampler, "n_startup_trials": 10}, seed)
+        )
+        scorer = Scorer(SynthEngine(center), [f"q {i}" for i in range(64)], cfg)
+        run_study(study, scorer, ["a", "b"], (0.0, 2.0), trials, seed)
+        return study
+
+    print(
+        "| sampler | seed | same points | same front | same picks (both rules) | pruned | tokens saved | front size |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    rows = []
+    for sampler in samplers:
+        for seed in range(seeds):
+            off, on = one(sampler, seed, False), one(sampler, seed, True)
+            f_off = pareto_front([point(t) for t in off.get_trials() if t.state.name == "COMPLETE"])
+            f_on = pareto_front([point(t) for t in on.get_trials() if t.state.name == "COMPLETE"])
+            row = (
+                [t.params for t in off.get_trials()] == [t.params for t in on.get_trials()],
+                f_off == f_on,
+                all(pick(f_off, r) == pick(f_on, r) for r in ("max_consistency", "knee")),
+                sum(is_bound_pruned(t) for t in on.get_trials()),
+                1 - tokens(on.get_trials()) / tokens(off.get_trials()),
+            )
+            rows.append(row)
+            cells = [sampler, seed, *row[:4], f"{100 * row[4]:.1f}%", len(f_off)]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+    print(
+        f"\nsame points {sum(r[0] for r in rows)}/{len(rows)}, same front {sum(r[1] for r in rows)}/{len(rows)}, "
+        f"same picks {sum(r[2] for r in rows)}/{len(rows)}; "
+        f"pruned trials median {statistics.median(r[3] for r in rows)}, "
+        f"tokens saved median {100 * statistics.median(r[4] for r in rows):.1f}% "
+        f"[{100 * min(r[4] for r in rows):.1f}–{100 * max(r[4] for r in rows):.1f}%]"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pick", default="max_consistency")
     sub = parser.add_subparsers(dest="cmd", required=True)
+    sim = sub.add_parser("simulate")
+    sim.add_argument("--samplers", nargs="+", default=["tpe", "random"])
+    sim.add_argument("--seeds", type=int, default=20)
+    sim.add_argument("--trials", type=int, default=30)
+    sim.add_argument("--aligned", action="store_true")
     lab = sub.add_parser("lab")
     lab.add_argument("--samplers", nargs="+", default=["tpe", "random"])
     lab.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -171,7 +269,9 @@ def main() -> None:
     s.add_argument("--windows", type=int, nargs="+", default=[5, 10])
     s.add_argument("--thresholds", type=float, nargs="+", default=[0.001, 0.01])
     args = parser.parse_args()
-    if args.cmd == "lab":
+    if args.cmd == "simulate":
+        simulate(args.samplers, args.seeds, args.trials, args.aligned)
+    elif args.cmd == "lab":
         lab_runs(args.samplers, args.seeds, args.trials, args.batch)
     elif args.cmd == "compare":
         compare(args.off, args.on, args.pick)
