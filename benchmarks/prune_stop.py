@@ -104,19 +104,24 @@ def compare(off_dir: Path, on_dir: Path, rule: str) -> None:
     )
 
 
+def fires(trials: list[Any], window: int, threshold: float) -> int | None:
+    """The number of scored trials after which the stop rule fires on these trials, or None."""
+    history = [(t.values[0], t.values[1]) if t.values is not None else None for t in trials]
+    return next(
+        (n for n in range(2 * window, len(trials) + 1) if relative_gain(history[:n], window) <= threshold),
+        None,
+    )
+
+
 def stop(run_dirs: list[Path], windows: list[int], thresholds: list[float], rule: str) -> None:
     print("| run | window | threshold | fires after (scored trials) | tokens until then | of all | pick kept |")
     print("|---|---|---|---|---|---|---|")
     for run_dir in run_dirs:
         trials = load_trials(run_dir)
-        history = [(t.values[0], t.values[1]) if t.values is not None else None for t in trials]
         final = pick_of(trials, rule).number
         for window in windows:
             for threshold in thresholds:
-                at = next(
-                    (n for n in range(2 * window, len(trials) + 1) if relative_gain(history[:n], window) <= threshold),
-                    None,
-                )
+                at = fires(trials, window, threshold)
                 if at is None:
                     print(f"| {run_dir.name} | {window} | {threshold} | never ({len(trials)}) | — | — | — |")
                     continue
@@ -222,7 +227,8 @@ def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool) -> Non
         "| sampler | seed | same points | same front | same picks (both rules) | pruned | tokens saved | front size |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    rows = []
+    rows: list[tuple] = []
+    stops: list[tuple] = []
     for sampler in samplers:
         for seed in range(seeds):
             off, on = one(sampler, seed, False), one(sampler, seed, True)
@@ -235,6 +241,11 @@ def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool) -> Non
                 sum(is_bound_pruned(t) for t in on.get_trials()),
                 1 - tokens(on.get_trials()) / tokens(off.get_trials()),
             )
+            done = sorted(off.get_trials(), key=lambda t: (t.datetime_complete, t.number))
+            for window, threshold in ((5, 0.01), (10, 0.01)):
+                at = fires(done, window, threshold)
+                kept = at is not None and pick_of(done[:at], "max_consistency") == pick_of(done, "max_consistency")
+                stops.append((window, at, kept))
             rows.append(row)
             cells = [sampler, seed, *row[:4], f"{100 * row[4]:.1f}%", len(f_off)]
             print("| " + " | ".join(str(c) for c in cells) + " |")
@@ -245,6 +256,15 @@ def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool) -> Non
         f"tokens saved median {100 * statistics.median(r[4] for r in rows):.1f}% "
         f"[{100 * min(r[4] for r in rows):.1f}–{100 * max(r[4] for r in rows):.1f}%]"
     )
+    for window in (5, 10):
+        at = [(n, kept) for w, n, kept in stops if w == window]
+        fired = [n for n, _ in at if n is not None]
+        median = statistics.median(fired) if fired else "—"
+        print(
+            f"stop rule W={window}, threshold 1% (prune off studies of {trials} trials): "
+            f"fired in {len(fired)}/{len(at)}, median after {median} trials, "
+            f"pick kept {sum(k for _, k in at)}/{len(fired)}"
+        )
 
 
 def main() -> None:
