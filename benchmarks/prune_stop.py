@@ -1,7 +1,7 @@
 """What pruning (search.prune) and stopping (search.stop) save on finished searches (#30).
 
     python benchmarks/prune_stop.py lab [--samplers tpe random] [--seeds 0 1 2] [--trials 25] [--batch 16]
-    python benchmarks/prune_stop.py simulate [--samplers tpe random] [--seeds 20] [--trials 30] [--aligned]
+    python benchmarks/prune_stop.py simulate [--samplers tpe random] [--seeds 20] [--trials 30] [--aligned] [--batch 16]
     python benchmarks/prune_stop.py compare OFF_RUN_DIR ON_RUN_DIR [--pick max_consistency]
     python benchmarks/prune_stop.py stop RUN_DIR... [--windows 5 10] [--thresholds 0.001 0.01]
 
@@ -199,7 +199,7 @@ class SynthEngine:
         return out
 
 
-def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool) -> None:
+def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool, batch: int = 16) -> None:
     """Prune off and on against SynthEngine; one row per (sampler, seed), then the totals."""
     import statistics
 
@@ -215,7 +215,7 @@ def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool) -> Non
 
     def one(sampler: str, seed: int, prune: bool) -> Any:
         search = {"k": 8, "temperature": 0.6, "top_p": 1.0, "max_tokens": 32, "answer_mode": "math"}
-        cfg = OmegaConf.create({"search": {**search, "batch": 16, "prune": prune}})
+        cfg = OmegaConf.create({"search": {**search, "batch": batch, "prune": prune}})
         study = optuna.create_study(
             directions=["maximize", "minimize"], sampler=build_sampler({"name": sampler, "n_startup_trials": 10}, seed)
         )
@@ -276,6 +276,7 @@ def main() -> None:
     sim.add_argument("--seeds", type=int, default=20)
     sim.add_argument("--trials", type=int, default=30)
     sim.add_argument("--aligned", action="store_true")
+    sim.add_argument("--batch", type=int, default=16)
     lab = sub.add_parser("lab")
     lab.add_argument("--samplers", nargs="+", default=["tpe", "random"])
     lab.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -290,7 +291,7 @@ def main() -> None:
     s.add_argument("--thresholds", type=float, nargs="+", default=[0.001, 0.01])
     args = parser.parse_args()
     if args.cmd == "simulate":
-        simulate(args.samplers, args.seeds, args.trials, args.aligned)
+        simulate(args.samplers, args.seeds, args.trials, args.aligned, args.batch)
     elif args.cmd == "lab":
         lab_runs(args.samplers, args.seeds, args.trials, args.batch)
     elif args.cmd == "compare":
