@@ -105,6 +105,7 @@ def tell_scored(study: Any, trial: Any, res: Any) -> None:
         ("per_query_consistency", res.per_query),
         ("tokens_generated", res.tokens),
         ("samples_drawn", res.samples),
+        ("majority_answers", res.answers),
         ("time", res.times),
     ):
         trial.set_user_attr(name, value)

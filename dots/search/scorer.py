@@ -11,8 +11,7 @@ from functools import partial
 from typing import Any, Callable
 
 from dots.plain import to_plain
-from dots.scoring.grade import answer_labels
-from dots.scoring.grade import consistency as answer_consistency
+from dots.scoring.grade import answer_labels, consistency_and_majority
 from dots.scoring.perplexity import perplexity
 from dots.search.adaptive import AdaptiveConfig, sample_adaptively
 from dots.search.pruning import DEFAULT_BATCH
@@ -27,6 +26,7 @@ class TrialResult:
     tokens: int
     times: dict[str, float]
     samples: int = 0  # completions drawn (k per query, fewer with adaptive sampling)
+    answers: list[str | None] | None = None  # each query's majority answer (None: no answer)
     pruned: dict | None = None  # the pruning record (dots.search.pruning.PRUNED_BY) of a stopped trial
 
 
@@ -75,6 +75,7 @@ class Scorer:
         t2 = time.perf_counter()
         outs: list[list[str]] = []
         per_query: list[float] = []
+        graded: list[tuple[float, str | None]] = []
         pruned = None
         spent = {"generate": 0.0, "consistency": 0.0}
         n = len(self.prompts)
@@ -83,7 +84,8 @@ class Scorer:
             got = self.sample(self.prompts[first : first + self.batch], seed + block * BLOCK_SEED)
             scored = time.perf_counter()
             outs += got
-            per_query += [answer_consistency(samples, mode=self.mode, rule=self.rule) for samples in got]
+            graded += [consistency_and_majority(samples, self.mode, self.rule) for samples in got]
+            per_query = [c for c, _ in graded]
             spent["generate"] += scored - began
             spent["consistency"] += time.perf_counter() - scored
             if self.pruner is not None and len(per_query) < n:
@@ -111,6 +113,7 @@ class Scorer:
                 "engine_start": engine_start,
             },
             len(texts),
+            [answer for _, answer in graded],
             pruned,
         )
 

@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 from dots.errors import DotsError
 from dots.problems import Query
 from dots.progress import progress_bar
-from dots.scoring.grade import consistency
+from dots.scoring.grade import consistency_and_majority
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,9 @@ def _score_source(
         )
         with open(record, "a") as fh:
             for q, samples in zip(batch, outs):
-                done[q.id] = consistency(samples, mode=mode, rule=rule)
-                fh.write(json.dumps({"source": source, "id": q.id, "consistency": done[q.id]}) + "\n")
+                done[q.id], answer = consistency_and_majority(samples, mode, rule)
+                row = {"source": source, "id": q.id, "consistency": done[q.id], "answer": answer}
+                fh.write(json.dumps(row) + "\n")  # the answer: the pick's check (dots.search.diagnosis)
 
 
 def score_difficulty(

@@ -213,9 +213,7 @@ class _StreamingSafetensors:
 
 
 def _cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig, version: int = CACHE_VERSION) -> str:
-    return stable_hash(
-        {"v": version, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": cfg.key()}, 20
-    )
+    return stable_hash({"v": version, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": cfg.key()}, 20)
 
 
 def _note_older_entries(root: Path, base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig) -> None:
