@@ -1,6 +1,7 @@
 """dots' grader against the graders the field uses, on the same (completion, gold) pairs.
 
     python benchmarks/graders_vs_peers.py --record --machine '...'
+    python benchmarks/graders_vs_peers.py --no-peers --baseline-ref REF --lab-problems 0   # before/after
 
 Pairs, each with a truth (whether the completion answers the gold):
 - `renderings`: every gold of dots/data/math/valid.all.dedup.parquet written the ways
@@ -358,12 +359,13 @@ def analyse(pairs: list[dict], verdicts: dict[str, list], peers: list[str]) -> d
             if len(row["examples"]) < 3:
                 tail = p["completion"].rsplit("</think>", 1)[-1].strip()[-70:]
                 row["examples"].append(f"gold `{p['gold']}` / `{tail}` → dots {bool(verdicts['dots'][i])}")
-    acc["peer majority"] = {
-        s: sum(majority[i] == p["truth"] for i, p in enumerate(pairs) if p["set"] == s)
-        / max(1, sum(p["set"] == s for p in pairs))
-        for s in sets
-        if any(p["set"] == s for p in pairs)
-    }
+    if peers:  # without peers (--no-peers) there is no majority to compare with
+        acc["peer majority"] = {
+            s: sum(majority[i] == p["truth"] for i, p in enumerate(pairs) if p["set"] == s)
+            / max(1, sum(p["set"] == s for p in pairs))
+            for s in sets
+            if any(p["set"] == s for p in pairs)
+        }
     benchmarks = sorted({p["source"] for p in pairs if p["set"] == "renderings"})
 
     def share(g: str, keep) -> str:
@@ -377,6 +379,7 @@ def analyse(pairs: list[dict], verdicts: dict[str, list], peers: list[str]) -> d
             "ALL": share(g, lambda p: p["truth"]),
             "sci": share(g, lambda p: p["kind"].startswith("sci_")),
             "pct": share(g, lambda p: p["kind"].startswith("pct_")),
+            "spans": share(g, lambda p: p["kind"].startswith("spans_")),
             "perturbed": share(g, lambda p: not p["truth"]),
         }
         for g in verdicts
@@ -404,11 +407,13 @@ def markdown(result: dict) -> str:
         )
     bench = result["analysis"]["benchmarks"]
     lines += ["", "Gold renderings per benchmark: share graded correct (perturbed: share graded wrong).", ""]
-    lines += ["| grader | " + " | ".join(bench) + " | sci-notation rows | percent rows | perturbed |"]
-    lines += ["|---|" + "---|" * (len(bench) + 3)]
+    lines += ["| grader | " + " | ".join(bench) + " | sci-notation rows | percent rows | multi-span rows | perturbed |"]
+    lines += ["|---|" + "---|" * (len(bench) + 4)]
     for g, by in result["analysis"]["per_benchmark"].items():
-        cells = [by[b] for b in bench] + [by["sci"], by["pct"], by["perturbed"]]
+        cells = [by[b] for b in bench] + [by["sci"], by["pct"], by["spans"], by["perturbed"]]
         lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    if "peer majority" not in acc:
+        return "\n".join(lines)
     lines += [
         "",
         "| set/kind | pairs | dots ≠ peer majority | of which dots is right | peers tied | examples |",
@@ -436,6 +441,9 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--out", default=str(REPO / "outputs" / "bench" / "graders_vs_peers.json"))
     ap.add_argument("--record", action="store_true")
+    ap.add_argument(
+        "--no-peers", action="store_true", help="grade with dots (and --baseline-ref) only: no peer venvs, no network"
+    )
     ap.add_argument("--machine", default=None)
     args = ap.parse_args()
     if args.worker:
@@ -468,7 +476,7 @@ def main() -> None:
         else:
             info["errors"][f"dots@{args.baseline_ref}"] = got["error"]
     peers = []
-    for venv in VENVS:
+    for venv in [] if args.no_peers else VENVS:
         setup = setup_venv(root, venv, args.reinstall)
         info["venvs"][venv] = setup
         names = [p for p, v in PEERS.items() if v == venv]
@@ -491,12 +499,14 @@ def main() -> None:
         "seconds": seconds,
         "pairs": pairs,
         "verdicts": verdicts,
-        "analysis": analyse(pairs, verdicts, peers) if peers else {"accuracy": {}, "disagreements": {}},
+        "analysis": analyse(pairs, verdicts, peers)
+        if peers or args.no_peers
+        else {"accuracy": {}, "disagreements": {}},
     }
     if args.timing:
         result["timing"] = timing(pairs, args.trials)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    report = markdown(result) if peers else "no peer grader ran: " + json.dumps(info["errors"])
+    report = markdown(result) if peers or args.no_peers else "no peer grader ran: " + json.dumps(info["errors"])
     print(report)
     if "timing" in result:
         print(json.dumps(result["timing"], indent=1))

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny generated checkpoint families (nothing is downloaded).
+"""Shared fixtures: tiny generated checkpoint families (nothing is downloaded), and the search
+family `tiny`. Shared functions: tests/helpers.py.
 
 A family is a base model plus two "fine-tuned" sources derived from it with seeded
 noise (`dots.testing`): `sft` dense, `rlvr` sparse (30% of entries changed), so merges
@@ -8,6 +9,7 @@ see shared, unique and unchanged entries. Families are built once per session.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import tempfile
@@ -25,6 +27,16 @@ os.environ["DOTS_CACHE"] = SESSION_CACHE
 atexit.register(shutil.rmtree, SESSION_CACHE, True)
 
 REPO = Path(__file__).resolve().parent.parent
+LONG_TIMEOUT_S = 900  # tests marked slow, vllm or slurm (pyproject's default timeout is 300 s)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The known long tests (marked slow, vllm or slurm) get LONG_TIMEOUT_S unless they set their own."""
+    for item in items:
+        if item.get_closest_marker("timeout") is None and any(
+            item.get_closest_marker(m) for m in ("slow", "vllm", "slurm")
+        ):
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
 
 
 @dataclass
@@ -101,3 +113,20 @@ def llama_fp32_tied(tiny_family) -> Family:
 def qwen_fp32_bf16_sources(tiny_family) -> Family:
     """Qwen2 float32 base (sharded) with bfloat16 sources: output must come back in float32."""
     return tiny_family("qwen_fp32_bf16_sources")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The search family (helpers.overrides): a bf16 Qwen2 base, sources sft / rlvr / third,
+    and a pool of 10 sums; (root, base, {key: source}, pool)."""
+    from dots.testing import make_finetuned, make_tiny_model
+
+    root = tmp_path_factory.mktemp("search")
+    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
+    srcs = {
+        k: make_finetuned(base, root / k, seed=i + 1, scale=s)
+        for i, (k, s) in enumerate([("sft", 0.02), ("rlvr", 0.005), ("third", 0.01)])
+    }
+    pool = root / "pool.jsonl"
+    pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(10)))
+    return root, base, srcs, pool

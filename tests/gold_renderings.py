@@ -15,6 +15,12 @@ For every gold `g` (the parquet's `reward_model.ground_truth`, as is):
 - `exact_alt` (plain numeric golds): the same exact value in another form — `142.0` as
   `142`, `0.15` as `\\frac{3}{20}`, `\\frac{3}{2}` as `1.5`, `025` as `25`, `-1./3` as
   `-\\frac{1}{3}`; never a rounded decimal.
+- `spans_tag`, `spans_boxed`, `spans_answer_is` (golds of several `$…$` spans, the way
+  OlympiadBench writes multi-answer golds, e.g. `$69$,$84$`): the gold as written inside
+  `<answer>…</answer>`; and, when only `,` / `;` / "and" part the spans (a list), one
+  `$\\boxed{…}$` per span with the gold's separators kept, and "The answer is $69$,$84$.";
+  `spans_perturbed`: the gold as written in `<answer>` with its first number changed,
+  graded wrong (reading only the last span would still grade it right).
 `perturbed`: the model form with its first number changed (integer part + 1; for an
 e-notation gold the mantissa, written in LaTeX scientific notation), which must be
 graded wrong. Golds without a digit get no perturbation.
@@ -34,6 +40,8 @@ THINK = "<think>\nLet me work through the problem step by step and check the res
 _SCI_RE = re.compile(r"^\s*(-?)(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)\s*$")
 _PCT_RE = re.compile(r"^\s*\$?\s*(-?\d+(?:\.\d+)?)\s*\\?%\s*\$?\s*$")
 _FIRST_NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
+_SPAN_RE = re.compile(r"(?<!\\)\$(.+?)(?<!\\)\$")
+_LIST_GAP_RE = re.compile(r"\s*(?:[,;]|and)\s*")
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,37 @@ def pct_forms(gold: str) -> list[tuple[str, str]]:
     return [("pct_latex", number + "\\%"), ("pct_number", number), ("pct_fraction", fraction)]
 
 
+def spans(gold: str) -> tuple[list[str], bool]:
+    """The `$…$` spans of a gold written as several (else []), and whether only `,` / `;` /
+    "and" part them (a list of answers) rather than prose."""
+    if len(re.findall(r"(?<!\\)\$", gold)) % 2:
+        return [], False  # an unpaired `$` (`$221,$8$`): not a span list
+    found = list(_SPAN_RE.finditer(gold))
+    if len(found) < 2:
+        return [], False
+    gaps = [gold[a.end() : b.start()] for a, b in zip(found, found[1:])]
+    ends = gold[: found[0].start()] + gold[found[-1].end() :]
+    is_list = all(_LIST_GAP_RE.fullmatch(g) for g in gaps) and not ends.strip()
+    return [m.group(1) for m in found], is_list
+
+
+def span_forms(gold: str) -> list[tuple[str, str, str]]:
+    """(kind, style, text) renderings of a gold of several spans; [] for any other gold."""
+    parts, is_list = spans(gold)
+    if not parts:
+        return []
+    forms = [("spans_tag", "answer_tag_raw", gold)]
+    if is_list:
+        boxed = _SPAN_RE.sub(lambda m: f"$\\boxed{{{m.group(1)}}}$", gold)
+        forms += [("spans_boxed", "final_raw", boxed), ("spans_answer_is", "answer_is_raw", gold)]
+    hit = _FIRST_NUMBER_RE.search(gold)
+    if hit is not None:
+        head, dot, tail = hit.group(0).partition(".")
+        wrong = gold[: hit.start()] + str(int(head) + 1) + dot + tail + gold[hit.end() :]
+        forms.append(("spans_perturbed", "answer_tag_raw", wrong))
+    return forms
+
+
 def perturb(gold: str) -> str | None:
     """The model form with its first number changed (see `perturbed` above)."""
     sci = _SCI_RE.match(gold)
@@ -175,11 +214,16 @@ def perturb(gold: str) -> str | None:
 
 
 def completions(kind: str, answer: str) -> str:
-    """A think-then-answer completion stating `answer` (LaTeX) in the format `kind`."""
-    if kind == "answer_tag":
+    """A think-then-answer completion stating `answer` (LaTeX; `_raw` kinds: text with its own
+    `$` spans) in the format `kind`."""
+    if kind in ("answer_tag", "answer_tag_raw"):
         return f"{THINK}<answer>{answer}</answer>"
     if kind == "answer_is":
         return f"{THINK}The answer is ${answer}$."
+    if kind == "answer_is_raw":
+        return f"{THINK}The answer is {answer}."
+    if kind == "final_raw":
+        return f"{THINK}So the final answer is {answer}."
     return f"{THINK}So the final answer is $\\boxed{{{answer}}}$."
 
 
@@ -200,6 +244,8 @@ def renderings(golds: list[tuple[str, str]] | None = None) -> list[Rendering]:
             add(kind, text)
         for text in exact_alternatives(gold):
             add("exact_alt", text)
+        for kind, style, text in span_forms(gold):
+            add(kind, text, expect=kind != "spans_perturbed", style=style)
         wrong = perturb(gold)
         if wrong is not None:
             add("perturbed", wrong, expect=False)

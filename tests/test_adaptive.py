@@ -3,13 +3,14 @@ through a real engine, and the objective computed from what was drawn."""
 
 from __future__ import annotations
 
-import random
 from math import comb
 
 import pytest
+from helpers import lab_scorer
 
 from dots.errors import DotsError
-from dots.search.adaptive import AdaptiveConfig, majority_is_settled, sample_adaptively
+from dots.scoring.grade import answer_labels, consistency
+from dots.search.adaptive import AdaptiveConfig, majority_is_settled
 
 
 def beta_tail_by_integration(a: int, b: int, steps: int = 200_000) -> float:
@@ -45,25 +46,49 @@ def test_bad_options_are_one_line_errors():
         AdaptiveConfig(enabled=True, confidence=1.0)
 
 
-def test_rounds_stop_settled_queries_and_draw_the_rest_to_k():
-    """A fake-free check of the loop: each prompt answers from its own seeded distribution."""
-    shares = {"sure": 1.0, "split": 0.5, "lean": 0.75}
+@pytest.fixture(scope="module")
+def lab_scorer_adaptive(tmp_path_factory):
+    """The search's Scorer on the shipped lab trio (transformers engine), adaptive rounds on."""
+    scorer = lab_scorer(tmp_path_factory.mktemp("adaptive"), k=K, queries=4, adaptive=ROUNDS)
+    scorer.engine.swap_coefficients({"sft": 1.0, "rlvr": 1.0})
+    yield scorer
+    scorer.engine.close()
+
+
+K = 6
+ROUNDS = {"enabled": True, "first": 2, "step": 2, "confidence": 0.95}
+
+
+def test_rounds_stop_settled_queries_and_draw_the_rest_to_k(lab_scorer_adaptive):
+    """Rounds through a real engine: the lab model's sampled answers, labelled by the grader,
+    stop each query at the first round whose majority is settled, else at k. The trial's
+    objective is computed from what the rounds drew (the same draws again: seeded)."""
+    scorer = lab_scorer_adaptive
     calls = []
+    generate = scorer._generate
 
-    def generate(prompts, n, seed):
-        calls.append((list(prompts), n))
-        out = []
-        for p in prompts:
-            rng = random.Random(f"{p}-{seed}")
-            out.append(["A" if rng.random() < shares[p] else "B" for _ in range(n)])
-        return out
+    def counted(prompts, n, seed):
+        calls.append((list(prompts), n, seed))
+        return generate(prompts, n, seed)
 
-    cfg = AdaptiveConfig(enabled=True, first=4, step=2)
-    drawn = sample_adaptively(list(shares), 8, generate, lambda s: list(s), cfg, seed=0)
-    assert len(drawn[0]) == 4  # unanimous after the first round
-    assert all(len(d) <= 8 for d in drawn) and calls[0] == (list(shares), 4)
-    for d, (_prompt, n) in zip(drawn, [(p, len(d)) for p, d in zip(shares, drawn)]):
-        if n < 8:
-            assert majority_is_settled(d, 8, 0.95)
-        assert n == 4 or not majority_is_settled(d[: n - 2], 8, 0.95)  # stopped at the first settled round
-    assert drawn == sample_adaptively(list(shares), 8, generate, lambda s: list(s), cfg, seed=0)  # seeded
+    scorer._generate = counted
+    try:
+        drawn = scorer.sample(seed=3)
+    finally:
+        del scorer._generate
+    k, first, step = K, ROUNDS["first"], ROUNDS["step"]
+    assert calls[0] == (scorer.prompts, first, 3) and all(n == step for _, n, _ in calls[1:])
+    assert [seed for _, _, seed in calls] == list(range(3, 3 + len(calls)))  # round r: seed + r
+    for prompt, samples in zip(scorer.prompts, drawn):
+        labels = answer_labels(samples)
+        n = len(samples)
+        assert n in range(first, k + 1, step), (prompt, n)
+        assert n == k or majority_is_settled(labels, k, 0.95), (prompt, samples)  # stopped: settled
+        for m in range(first, n, step):  # not settled at any earlier round, else it would have stopped
+            assert not majority_is_settled(answer_labels(samples[:m]), k, 0.95), (prompt, m, samples)
+        assert sum(prompt in p for p, _, _ in calls) == 1 + (n - first) // step  # drawn only while open
+    assert any(len(d) < k for d in drawn)  # the lab model is sure of some answers: they stop early
+    result = scorer({"sft": 1.0, "rlvr": 1.0}, seed=3)  # the trial: swap (the same λ), rounds, Eq. 4
+    assert result.per_query == [consistency(samples) for samples in drawn]
+    assert result.consistency == sum(result.per_query) / len(drawn)
+    assert result.samples == sum(map(len, drawn)) < k * len(drawn)

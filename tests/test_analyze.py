@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import bar_heights, bar_widths, capture_figures, legend_texts, line_data
 
 from dots.analyze.run import AnalyzeConfig, analyze, compute_analysis
 from dots.errors import DotsError
@@ -492,22 +493,18 @@ def test_tied_source_with_added_tokens(tmp_path):
 # --- files, reuse, errors, CLI ----------------------------------------------------------------
 
 
-def test_writes_json_and_figures_and_reuses_them(bf16_trio, tmp_path):
+def test_writes_json_and_figures_and_reuses_them(bf16_trio, tmp_path, monkeypatch):
+    """analysis.json and the six figures, each drawing the report's numbers; a second call
+    reuses the JSON and redraws only a missing figure."""
+    figures = capture_figures(monkeypatch)
     d = bf16_trio
     out = tmp_path / "out"
     sources = {"sft": d / "sft", "rlvr": d / "rlvr"}
     report = analyze(d / "base", sources, out, AnalyzeConfig(relative_eps=0.01))
     assert json.loads((out / "analysis.json").read_text())["summary"] == report["summary"]
-    figures = {
-        "norms_per_layer.png",
-        "sign_interference.png",
-        "module_activation.png",
-        "sparsity.png",
-        "overlap.png",
-        "regions.png",
-    }
-    for name in figures:
-        assert (out / name).stat().st_size > 10_000, name
+    names = ["norms_per_layer", "sign_interference", "module_activation", "sparsity", "overlap", "regions"]
+    assert sorted(figures) == sorted(f"{n}.png" for n in names) and all((out / f).exists() for f in figures)
+    check_figures_draw_the_report(figures, report)
     stamp = (out / "analysis.json").stat().st_mtime_ns
     (out / "regions.png").unlink()
     again = analyze(d / "base", sources, out, AnalyzeConfig(relative_eps=0.01, chunk_entries=999))
@@ -578,3 +575,55 @@ def test_cli_writes_analysis(bf16_trio, tmp_path):
     )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: roles.sft='nope'")
     assert not (tmp_path / "bad").exists()
+
+
+def _close(got, want):
+    """Drawn numbers equal the report's (nested lists flattened)."""
+
+    def flat(x):
+        return [v for item in x for v in flat(item)] if isinstance(x, (list, tuple)) else [x]
+
+    assert flat(got) == pytest.approx(flat(want), rel=1e-6, abs=1e-9), (got, want)
+
+
+def _per_layer(values):
+    return [i for i, v in enumerate(values) if v is not None], [v for v in values if v is not None]
+
+
+def check_figures_draw_the_report(figures, report):
+    """Each analysis figure draws the numbers of the report it was made from."""
+    keys = list(report["norms"]["per_layer"])
+    ax = figures["norms_per_layer.png"].axes[0]
+    lines = line_data(ax)
+    for key in keys:
+        (label,) = [lb for lb in lines if lb.startswith(f"{key} (‖τ‖₂ = ")]
+        _close(list(lines[label]), list(_per_layer(report["norms"]["per_layer"][key])))
+    si = report["sign_interference"]
+    ax = figures["sign_interference.png"].axes[0]
+    _close(bar_heights(ax), [(c or 0.0) * 100 for c in si["conflict"]])
+    _close(list(ax.get_xticks()), [r * 100 for r in si["retentions"]])
+    ma = report["module_activation"]
+    ax = figures["module_activation.png"].axes[0]
+    _close(bar_heights(ax), [v * 100 for shares in ma["share_of_module"].values() for v in shares.values()])
+    assert legend_texts(ax) == [f"uniform ({ma['fraction'] * 100:g}%)", *ma["share_of_module"]]
+    sp = report["sparsity"]
+    per_layer, by_module = figures["sparsity.png"].axes[:2]
+    lines = line_data(per_layer)
+    for key in keys:
+        (label,) = [lb for lb in lines if lb.startswith(f"{key} (overall ")]
+        xs, ys = _per_layer(sp["per_layer"][key])
+        _close(list(lines[label]), [xs, [y * 100 for y in ys]])
+    _close(bar_heights(by_module), [v * 100 for shares in sp["by_module"].values() for v in shares.values()])
+    density, shared = figures["overlap.png"].axes[:2]
+    _close(bar_heights(density), [(1.0 - sp["overall"][k]) * 100 for k in report["overlap"]["sources"]])
+    ov = report["overlap"]["sources"]
+    stacked = [(ov[k]["histogram"][j] or 0.0) * 100 for j in range(len(ov)) for k in ov]
+    _close(bar_heights(shared), stacked)
+    regions, cosine = figures["regions.png"].axes[:2]
+    pairs = report["pairs"]
+    parts = ("conflict", "agree", "private", "unchanged")
+    _close(bar_widths(regions), [pairs[p]["regions"][part] * 100 for part in parts for p in pairs])
+    assert [t.get_text() for t in regions.get_yticklabels()] == list(pairs)
+    for p in pairs:
+        (label,) = [lb for lb in line_data(cosine) if lb.startswith(f"{p} (global ")]
+        _close(list(line_data(cosine)[label]), list(_per_layer(pairs[p]["cosine_per_layer"])))

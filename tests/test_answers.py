@@ -53,6 +53,17 @@ EXTRACTION = [
     # an empty box is no answer, never the literal markup
     ("\\boxed{} The answer is \\boxed{}.", None),
     ("\\boxed{4} and then \\boxed{}", "4"),
+    # an answer of several parts is read whole in every wrapper (OlympiadBench's `$69$,$84$`)
+    ("<answer>$69$,$84$</answer>", "69, 84"),
+    ("<answer>$\\boxed{69}$, $\\boxed{84}$</answer>", "69, 84"),
+    ("So the final answer is $\\boxed{69}$,$\\boxed{84}$.", "69, 84"),
+    ("\\boxed{1} and \\boxed{2}", "1, 2"),
+    ("The answer is $69$, $84$.", "69, 84"),
+    ("The answer is \\(1\\) and \\(2\\).", "1, 2"),
+    ("<answer>$f(x)=ax+b$, where $b$ is any integer</answer>", "$f(x)=ax+b$, where $b$ is any integer"),
+    ("x = \\boxed{1}, so y = \\boxed{2}", "2"),  # prose between boxes: the last one
+    ("The answer is $5$, since $x$ is odd.", "5"),  # a clause after the span is not the answer
+    ("<answer>$12$ square units</answer>", "12"),
     ("The answer is \\boxed{}. Hmm, the answer is 6.", "6"),
 ]
 

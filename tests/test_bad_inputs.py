@@ -20,10 +20,9 @@ from typing import Callable
 
 import pytest
 import torch
+from helpers import REPO, require_vllm
 
 from dots.testing import make_finetuned, make_tiny_model
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +184,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "no_sources": (lambda m, w: search(m, w, sources=()), "source"),
     "merge_no_sources": (lambda m, w: merge(m, w, sources=()), "source"),
     "unknown_method": (lambda m, w: merge(m, w, "method=nope"), "unknown method 'nope'"),
-    "existing_output": (lambda m, w: merge(m, w, output=m["existing"]), "output exists"),
+    "existing_output": (lambda m, w: merge(m, w, output=m["existing"]), r"did not write .*keep\.txt"),
     "dare_p_1": (lambda m, w: merge(m, w, "method=dare_ties", "method.p=1.0"), r"\[0, 1\)"),
     "dare_p_1.5": (lambda m, w: merge(m, w, "method=dare_linear", "method.p=1.5"), r"\[0, 1\)"),
     "sar_three_sources": (lambda m, w: merge(m, w, "method=sar", sources=("sft", "rlvr", "base")), "exactly 2 sources"),
@@ -242,7 +241,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, inputs, readonly_
             pytest.skip("no read-only directory: mounting is not permitted and root ignores modes")
         inputs = {**inputs, "readonly": readonly_dir}
     if case == "unknown_engine_option":
-        pytest.importorskip("vllm")
+        require_vllm()
     make_args, message = CASES[case]
     work = tmp_path / "work"
     work.mkdir()

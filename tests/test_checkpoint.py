@@ -111,14 +111,24 @@ def test_writer_rows_in_any_order(tmp_path):
     assert not (tmp_path / "partial").exists()
 
 
-def test_writer_refuses_existing_output(tmp_path):
+def test_writer_replaces_only_its_own_output(tmp_path):
+    """An empty directory takes the output; a previous one is replaced only with overwrite=true,
+    and never when a file dots did not write is in it (`dots.io.destination`)."""
+    plan = {"a": TensorInfo((1,), torch.float32)}
     (tmp_path / "out").mkdir()
+    with CheckpointWriter(tmp_path / "out", plan) as w:
+        w.write("a", torch.zeros(1))
+        w.commit()
     with pytest.raises(DotsError, match="overwrite=true"):
-        CheckpointWriter(tmp_path / "out", {"a": TensorInfo((1,), torch.float32)})
-    with CheckpointWriter(tmp_path / "out", {"a": TensorInfo((1,), torch.float32)}, overwrite=True) as w:
+        CheckpointWriter(tmp_path / "out", plan)
+    with CheckpointWriter(tmp_path / "out", plan, overwrite=True) as w:
         w.write("a", torch.ones(1))
         w.commit()
     assert torch.equal(Checkpoint(tmp_path / "out").get("a"), torch.ones(1))
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    with pytest.raises(DotsError, match="notes.txt"):
+        CheckpointWriter(tmp_path / "out", plan, overwrite=True)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 
 def test_bad_paths_are_one_line_errors(tmp_path):

@@ -4,15 +4,13 @@ how to recover, or — where rebuilding is safe — is rebuilt, said once."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
 import sys
 
-import pytest
-from test_search import REPO, overrides, run, tiny  # noqa: F401  (tiny is a fixture)
-
-from dots.errors import DotsError
+from helpers import REPO, overrides, run
 
 
 def cli(ovr):
@@ -69,12 +67,25 @@ def test_selection_cut_mid_line_is_selected_again_the_same(tiny, tmp_path):
     assert complete(tmp_path / "run" / "study.db") == 4
 
 
-def test_a_reselection_that_differs_from_the_scored_one_stops(monkeypatch, tmp_path):
-    from dots.problems import Query
-    from dots.search import pipeline
-    from dots.search.selection import DamagedSelection
-
-    monkeypatch.setattr(pipeline, "build_selection", lambda run: [Query("a", "1+1="), Query("b", "2+2=")])
-    assert [q.id for q in pipeline.reselect(None, DamagedSelection(tmp_path / "s", 3, ["a"]))] == ["a", "b"]
-    with pytest.raises(DotsError, match=r"damaged at line 3, and selecting again chose other queries.*study.db"):
-        pipeline.reselect(None, DamagedSelection(tmp_path / "s", 3, ["a", "c"]))
+def test_a_reselection_that_differs_from_the_scored_one_stops(tiny, tmp_path):
+    """selection.jsonl cut mid-line whose intact rows name a query that selecting again does not
+    choose (the study was scored on other queries): one line, exit 2; the damaged file is kept
+    as it was for restoring, and the study is not extended on other queries by a rerun."""
+    ovr = overrides(tiny, tmp_path / "run", extra=["export.enabled=false"])
+    run(ovr)
+    path = tmp_path / "run" / "selection.jsonl"
+    header, first, second, *rest = path.read_text().splitlines(keepends=True)
+    chosen = {json.loads(line)["id"] for line in (first, second, *rest)}
+    other = next(f"pool.jsonl-{i}" for i in range(10) if f"pool.jsonl-{i}" not in chosen)
+    row = {**json.loads(first), "id": other}  # the study "was scored" on a query the draw does not make
+    damaged = header + json.dumps(row) + "\n" + second[: len(second) // 2]
+    path.write_text(damaged)
+    more = overrides(tiny, tmp_path / "run", trials=4, extra=["export.enabled=false"])
+    for _ in range(2):  # and again: the first stop must not have replaced the evidence
+        proc = cli(more)
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]  # (and HF's loading bar)
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert f"{path} is damaged at line 3, and selecting again chose other queries" in lines[0]
+        assert "study.db" in lines[0]
+        assert path.read_text() == damaged
+    assert complete(tmp_path / "run" / "study.db") == 3

@@ -4,13 +4,13 @@ import math
 
 import pytest
 import torch
+from helpers import greedy, save_merged
 
 from dots.engines import Engine
 from dots.engines.factory import build_engine, resolve_engine_name
 from dots.engines.hf import HFEngine
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
-from dots.io.writer import CheckpointWriter
 from dots.paths import CONF_DIR
 from dots.scoring import perplexity
 from dots.scoring.perplexity import perplexity
@@ -21,14 +21,6 @@ from dots.vectors.synth import synthesize
 
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "The answer is \\boxed{"]
 LAMBDA = {"sft": 0.8, "rl": 1.6}
-
-
-def save_merged(tv, coefficients, base: Checkpoint, out):
-    """A saved copy of θ0 + Σλτ̃: what the official code would write and restart on."""
-    plan = {n: base.info(n) for n in base.names}
-    with CheckpointWriter(out, plan) as writer:
-        writer.write_all(synthesize(tv, coefficients, device="cpu"))
-        return writer.commit(copy_from=base)
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +44,12 @@ def engine(models):
     eng.close()
 
 
-def greedy(engine, prompts=PROMPTS):
-    return engine.generate(prompts, n=1, temperature=0.0, max_tokens=24)
-
-
 def test_is_an_engine(engine):
     assert isinstance(engine, Engine)
 
 
 def test_batched_left_padded_generation_equals_one_by_one(engine):
-    batched = greedy(engine)
+    batched = greedy(engine, PROMPTS)
     single = [greedy(engine, [p])[0] for p in PROMPTS]
     assert batched == single
     assert all(len(r) == 1 and r[0] for r in batched)
@@ -92,21 +80,21 @@ def test_prompt_nll_matches_a_plain_forward_pass(engine):
 
 
 def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, models):
-    before, nll_before = greedy(engine), engine.prompt_nll(PROMPTS)
+    before, nll_before = greedy(engine, PROMPTS), engine.prompt_nll(PROMPTS)
     fresh = HFEngine(models["merged"], device="cpu")
-    expected, nll_expected = greedy(fresh), fresh.prompt_nll(PROMPTS)
+    expected, nll_expected = greedy(fresh, PROMPTS), fresh.prompt_nll(PROMPTS)
     fresh_state = fresh.state_dict()
     fresh.close()
 
     engine.swap_coefficients(LAMBDA)
-    after = greedy(engine)  # same prompts as before the swap: no stale answer
+    after = greedy(engine, PROMPTS)  # same prompts as before the swap: no stale answer
     assert after == expected and after != before
     assert [r.nll for r in engine.prompt_nll(PROMPTS)] == [r.nll for r in nll_expected]
     live = engine.state_dict()
     assert all(torch.equal(live[k], fresh_state[k]) for k in fresh_state)
 
     engine.swap_coefficients({"sft": 0.0, "rl": 0.0})  # back to θ0
-    assert greedy(engine) == before
+    assert greedy(engine, PROMPTS) == before
     assert [r.nll for r in engine.prompt_nll(PROMPTS)] == [r.nll for r in nll_before]
 
 
@@ -118,7 +106,7 @@ def test_memory_synth_cache_swaps_to_the_same_model(engine, models):
     resident.swap_coefficients(LAMBDA)
     got = resident.state_dict()
     assert all(torch.equal(got[k], expected[k]) for k in expected)
-    assert greedy(resident) == greedy(engine)
+    assert greedy(resident, PROMPTS) == greedy(engine, PROMPTS)
     resident.close()
     engine.swap_checkpoint(models["base"])
     with pytest.raises(DotsError, match="synth_cache"):
@@ -126,16 +114,16 @@ def test_memory_synth_cache_swaps_to_the_same_model(engine, models):
 
 
 def test_swap_checkpoint_and_weights(engine, models):
-    before = greedy(engine)
+    before = greedy(engine, PROMPTS)
     engine.swap_checkpoint(models["merged"])
-    merged = greedy(engine)
+    merged = greedy(engine, PROMPTS)
     assert merged != before
     engine.swap_weights(Checkpoint(models["base"]).tensors())
-    assert greedy(engine) == before
+    assert greedy(engine, PROMPTS) == before
     engine.swap_weights(synthesize(models["tv"], LAMBDA, device="cpu"))
-    assert greedy(engine) == merged
+    assert greedy(engine, PROMPTS) == merged
     engine.swap_checkpoint(models["base"])
-    assert greedy(engine) == before
+    assert greedy(engine, PROMPTS) == before
 
 
 def test_bad_swaps_are_user_errors(engine, models, tmp_path):
@@ -156,13 +144,13 @@ def test_tied_embeddings_swap(tmp_path):
     base = make_tiny_model(tmp_path / "tied", tie_word_embeddings=True)
     ft = make_finetuned(base, tmp_path / "tied_ft", seed=4, scale=0.05)
     eng = HFEngine(base, device="cpu")
-    before = greedy(eng)
+    before = greedy(eng, PROMPTS)
     eng.swap_checkpoint(ft)
     assert torch.equal(eng.model.lm_head.weight, Checkpoint(ft).get("model.embed_tokens.weight"))
     fresh = HFEngine(ft, device="cpu")
-    assert greedy(eng) == greedy(fresh)
+    assert greedy(eng, PROMPTS) == greedy(fresh, PROMPTS)
     eng.swap_checkpoint(base)
-    assert greedy(eng) == before
+    assert greedy(eng, PROMPTS) == before
 
 
 def test_factory_builds_hf_and_rejects_typos(models):

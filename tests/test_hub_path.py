@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from helpers import run_cli
 
 from dots.config import compose
 from dots.testing import make_finetuned, make_tiny_model, put_in_hub_cache
@@ -45,10 +44,6 @@ def offline_env(tmp: Path, cache: Path) -> dict[str, str]:
     return env
 
 
-def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
-
-
 def tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
@@ -73,7 +68,7 @@ def test_qwen7b_search_runs_offline_from_the_hub_cache(hub_cache, tmp_path):
     how to retry."""
     cache, commits = hub_cache
     env = offline_env(tmp_path, cache)
-    done = run_cli(["dots.search", "backbone=qwen7b", *SMALL, "export.push_to_hub=me/dots-qwen7b"], env, tmp_path)
+    done = run_cli("dots.search", "backbone=qwen7b", *SMALL, "export.push_to_hub=me/dots-qwen7b", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = next((tmp_path / "outputs" / "search").glob("qwen7b-*"))
     stages = {p.stem for p in (run_dir / ".stages").glob("*.json")}
@@ -108,7 +103,7 @@ def test_qwen7b_search_runs_offline_from_the_hub_cache(hub_cache, tmp_path):
 def test_an_empty_cache_stops_in_one_line_naming_the_repo(tmp_path):
     env = offline_env(tmp_path, tmp_path / "empty-cache")
     before = tree(tmp_path)
-    done = run_cli(["dots.search", "backbone=qwen7b", *SMALL], env, tmp_path)
+    done = run_cli("dots.search", "backbone=qwen7b", *SMALL, env=env, cwd=tmp_path)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -121,7 +116,7 @@ def test_hub_backbones_resolve_and_explain_every_missing_id(backbone, tmp_path):
     """`--cfg job --resolve` resolves; every source the paper gives no id for is explained, and
     running without it says exactly which values to pass (before touching the Hub)."""
     env = offline_env(tmp_path, tmp_path / "empty-cache")
-    shown = run_cli(["dots.search", f"backbone={backbone}", "--cfg", "job", "--resolve"], env, tmp_path)
+    shown = run_cli("dots.search", f"backbone={backbone}", "--cfg", "job", "--resolve", env=env, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     cfg = yaml.safe_load(shown.stdout)
     assert cfg["backbone"]["base"].count("/") == 1 and cfg["pool"]["path"].endswith(".parquet")
@@ -130,7 +125,7 @@ def test_hub_backbones_resolve_and_explain_every_missing_id(backbone, tmp_path):
         return
     assert cfg["backbone"].get("sources_note")
     before = tree(tmp_path)
-    done = run_cli(["dots.search", f"backbone={backbone}"], env, tmp_path)
+    done = run_cli("dots.search", f"backbone={backbone}", env=env, cwd=tmp_path)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert cfg["backbone"]["sources_note"] in line

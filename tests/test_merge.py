@@ -8,13 +8,12 @@ transformers; every bad input is tried through the CLI in a subprocess.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import cli_env, run_cli
 from safetensors.torch import load_file
 from test_methods import ref_dare, ref_linear, ref_ram, ref_ram_lambdas, ref_sar, ref_task_arithmetic, ref_ties
 
@@ -359,16 +358,9 @@ def test_row_blocked_merge_appends_extra_vocab_rows(qwen_bf16, tmp_path):
 # --- the CLI ------------------------------------------------------------------------------
 
 
-def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "DOTS_PROGRESS": "0",
-        "DOTS_OUTPUTS": str(tmp_path / "outputs"),
-        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "dots.merge", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+def merge_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m dots.merge args…` run in tmp_path, its outputs under tmp_path/outputs."""
+    return run_cli("dots.merge", *args, cwd=tmp_path, env=cli_env(tmp_path / "outputs"), timeout=300)
 
 
 def family_args(fam, keys=("sft", "rlvr")) -> list[str]:
@@ -377,21 +369,21 @@ def family_args(fam, keys=("sft", "rlvr")) -> list[str]:
 
 def test_cli_merges_as_documented(qwen_bf16, tmp_path):
     out = tmp_path / "merged"
-    proc = run_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}")
+    proc = merge_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}")
     assert proc.returncode == 0, proc.stderr
     assert "ties" in (out / "README.md").read_text()
     expected = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "api", method="ties")
     a, b = load_state(out), load_state(expected)
     assert all(torch.equal(a[n], b[n]) for n in b)
     # an existing output is replaced only with overwrite=true
-    proc = run_cli(tmp_path, "method=linear", *family_args(qwen_bf16), f"output={out}", "overwrite=true")
+    proc = merge_cli(tmp_path, "method=linear", *family_args(qwen_bf16), f"output={out}", "overwrite=true")
     assert proc.returncode == 0, proc.stderr
     assert "`linear`" in (out / "README.md").read_text()
 
 
 def test_cli_dare_is_identical_across_runs(qwen_bf16, tmp_path):
     for out in ("one", "two"):
-        proc = run_cli(
+        proc = merge_cli(
             tmp_path, "method=dare_ties", "method.p=0.3", *family_args(qwen_bf16), f"output={tmp_path / out}"
         )
         assert proc.returncode == 0, proc.stderr
@@ -502,7 +494,7 @@ BAD = {
 def test_cli_bad_input_is_one_line_and_leaves_nothing(qwen_bf16, bad_inputs, tmp_path, case):
     make_args, message = BAD[case]
     out = tmp_path / "merged"
-    proc = run_cli(tmp_path, *make_args(qwen_bf16, bad_inputs), f"output={out}")
+    proc = merge_cli(tmp_path, *make_args(qwen_bf16, bad_inputs), f"output={out}")
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("error: "), proc.stderr
@@ -515,14 +507,19 @@ def test_cli_bad_input_is_one_line_and_leaves_nothing(qwen_bf16, bad_inputs, tmp
 
 
 def test_cli_existing_output_needs_overwrite(qwen_bf16, tmp_path):
-    out = tmp_path / "merged"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
-    proc = run_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}")
-    assert proc.returncode != 0
+    """A previous merge output is replaced only with overwrite=true; a directory holding a file
+    dots did not write never is, overwrite or not (tests/test_data_safety.py has the rest)."""
+    out = merge_checkpoints(qwen_bf16.base, qwen_bf16.sources, tmp_path / "merged", method="linear")
+    proc = merge_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}")
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(errors) == 1 and "output exists" in errors[0] and "overwrite=true" in errors[0]
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert "output exists" in errors[0] and "overwrite=true" in errors[0]
+    (out / "keep.txt").write_text("mine")
+    before = sorted(p.name for p in out.iterdir())
+    proc = merge_cli(tmp_path, "method=ties", *family_args(qwen_bf16), f"output={out}", "overwrite=true")
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(errors) == 1 and "keep.txt" in errors[0], proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == before and (out / "keep.txt").read_text() == "mine"
 
 
 def test_nan_found_after_writing_began_leaves_nothing(qwen_bf16, bad_inputs, tmp_path):

@@ -1,9 +1,11 @@
 """Several worker processes on one study (journal storage), without SLURM: the same code
-paths the SLURM array runs (tests/test_search_slurm.py submits them for real)."""
+paths the SLURM array runs (tests/test_search_slurm.py submits them for real); and the
+study's bookkeeping of interrupted and failed trials (SIGTERM, partial points, fixed points)."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +14,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_search import REPO, overrides, tiny  # noqa: F401  (fixture)
+from helpers import REPO, overrides, run
+
+
+def load_sqlite(db: Path):
+    import optuna
+
+    url = f"sqlite:///{db}"
+    (summary,) = optuna.get_all_study_summaries(url)
+    return optuna.load_study(study_name=summary.study_name, storage=url)
 
 
 def load(storage: Path):
@@ -46,10 +56,16 @@ def worker_cmd(tiny, run_dir, storage, n, worker, extra=()):
     ]
 
 
+@pytest.mark.timeout(900)
 def test_two_workers_share_one_study(tiny, tmp_path):
+    """Two worker processes extend one study to n trials: each scores trials of its own, none
+    twice, and one exports. The shared stages (selection, τ̃) and a first trial are made
+    beforehand, so that both workers start on equal terms (else the one that built the stages
+    has its engine running first and may score every trial before the other starts)."""
     from optuna.trial import TrialState
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 6
+    run(worker_cmd(tiny, run_dir, storage, 1, 0)[3:] + ["export.enabled=false"])
     env = {**os.environ, "DOTS_PROGRESS": "0"}
     procs = [
         subprocess.Popen(
@@ -69,12 +85,15 @@ def test_two_workers_share_one_study(tiny, tmp_path):
     assert len(complete) == n
     params = [tuple(sorted(t.params.items())) for t in complete]
     assert len(set(params)) == n  # no duplicate coefficients
-    # both workers evaluated trials, and exactly one exported
-    assert all("trial" in o or "study already has" in o for o in outs)
+    # both workers scored trials, each its own, together every trial after the first; one exported
+    scored = [{int(number) for number in re.findall(r"\btrial (\d+): .*→ C=", o)} for o in outs]
+    assert all(scored) and not scored[0] & scored[1], (scored, outs)
+    assert scored[0] | scored[1] == {t.number for t in complete} - {0}, scored
     assert sum(any(line.startswith("export: ") for line in o.splitlines()) for o in outs) == 1
     assert yaml.safe_load((run_dir / "result.yaml").read_text())["complete_trials"] == n
 
 
+@pytest.mark.timeout(900)
 def test_dead_workers_trial_is_recovered(tiny, tmp_path):
     """Worker 1 is killed while it runs a trial; worker 0 takes that trial over."""
     from optuna.trial import TrialState
@@ -174,33 +193,34 @@ def test_partial_point_is_not_retried():
     }
 
 
-def test_fixed_point_that_failed_is_scored_on_rerun():
+def test_fixed_point_that_failed_is_scored_on_rerun(tiny, tmp_path, monkeypatch):
     """A fixed point whose trial failed (an error, not an interruption) is enqueued again by the
-    next run_study call; Optuna's skip_if_exists would match the failed trial and lose the point,
-    replacing it by a TPE sample."""
-    from types import SimpleNamespace
-
+    next run; Optuna's skip_if_exists would match the failed trial and lose the point, replacing
+    it by a TPE sample. The real search on the tiny family; the scorer's second call raises."""
     from optuna.trial import TrialState
 
-    from dots.search.study import run_study
+    from dots.search.scorer import Scorer
 
     points = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
-    scored = []
+    real_score, calls = Scorer.__call__, []
 
-    def scorer(lam, seed):
-        if len(scored) == 1 and not failed:
-            failed.append(dict(lam))
-            raise RuntimeError("out of memory")
-        scored.append((lam["a"], lam["b"]))
-        return SimpleNamespace(
-            consistency=lam["a"], perplexity=lam["b"], per_query=[], tokens=0, samples=0, times={"total": 0}
-        )
+    def out_of_memory_once(self, coefficients, seed):
+        calls.append(dict(coefficients))
+        if len(calls) == 2:
+            raise RuntimeError("CUDA out of memory (injected)")
+        return real_score(self, coefficients, seed)
 
-    failed: list = []
-    study = _study()
-    with pytest.raises(RuntimeError):
-        run_study(study, scorer, ["a", "b"], (0.0, 1.0), 0, seed=0, fixed=points, poll_s=0)
-    run_study(study, scorer, ["a", "b"], (0.0, 1.0), 0, seed=0, fixed=points, poll_s=0)
-    assert sorted(scored) == [tuple(p) for p in points]
-    assert len(study.get_trials(states=(TrialState.FAIL,))) == 1
-    assert sorted(tuple(t.params.values()) for t in study.get_trials(states=(TrialState.COMPLETE,))) == sorted(scored)
+    monkeypatch.setattr(Scorer, "__call__", out_of_memory_once)
+    fixed = "[" + ",".join(f"[{a},{b}]" for a, b in points) + "]"
+    ovr = overrides(tiny, tmp_path / "run", extra=[f"search.fixed={fixed}", "export.enabled=false"])
+    with pytest.raises(RuntimeError, match="out of memory"):
+        run(ovr)
+    run_dir = run(ovr)
+    study = load_sqlite(run_dir / "study.db")
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert [tuple(t.params.values()) for t in failed] == [tuple(points[1])]
+    assert sorted(tuple(t.params.values()) for t in complete) == [tuple(p) for p in points]
+    scored = [(c["sft"], c["rlvr"]) for c in calls]  # the rerun scores the failed point and the last
+    assert scored[:2] == [tuple(p) for p in points[:2]] and sorted(scored[2:]) == [tuple(p) for p in points[1:]]
+    assert all(0 <= t.values[0] <= 1 and t.values[1] > 1 for t in complete)  # scored: consistency, perplexity

@@ -1,6 +1,7 @@
-"""Pick rules on hand-made fronts."""
+"""Pick rules on hand-made fronts, and the Pareto plot: what it draws."""
 
 import pytest
+from helpers import capture_figures, legend_texts, line_data
 
 from dots.errors import DotsError
 from dots.search.pareto import Point, pareto_front, pick, plot_front
@@ -38,11 +39,23 @@ def test_unknown_rule_and_empty_front():
         pick([], "knee")
 
 
-def test_plot_is_written(tmp_path):
-    points = pts((0.5, 10.0), (0.6, 9.0), (0.7, 12.0))
+def test_plot_draws_every_trial_the_front_and_the_pick(tmp_path, monkeypatch):
+    """What pareto.png shows: every trial at (perplexity, consistency), the front as a line in
+    order of perplexity, the pick as a star at its point with its λ in the legend."""
+    figures = capture_figures(monkeypatch)
+    points = pts((0.5, 10.0), (0.6, 9.0), (0.7, 12.0), (0.4, 20.0))
     front = pareto_front(points)
-    plot_front(points, front, pick(front), tmp_path / "p.png")
-    assert (tmp_path / "p.png").stat().st_size > 10_000
+    chosen = pick(front, "max_consistency")
+    plot_front(points, front, chosen, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ax = figures["p.png"].axes[0]
+    trials, star = ax.collections[0], ax.collections[-1]
+    assert trials.get_offsets().tolist() == [[p.perplexity, p.consistency] for p in points]
+    assert line_data(ax)["Pareto front"] == ([9.0, 12.0], [0.6, 0.7])  # (0.5, 10) and (0.4, 20) are dominated
+    assert star.get_offsets().tolist() == [[12.0, 0.7]] and chosen.number == 2
+    assert star.get_paths()[0].vertices.shape[0] == 11  # a star marker: 10 points, closed
+    assert legend_texts(ax) == ["trials", "Pareto front", "pick: sft=0.20, rlvr=1.00"]
+    assert ax.get_xlabel().startswith("perplexity") and ax.get_ylabel().startswith("mean answer consistency")
 
 
 def test_plot_never_goes_below_zero_and_marks_coincident_points():

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO, overrides, run_cli
 
 import dots.engines.plan as plan_mod
 from dots.engines.plan import DeviceMemory, EngineSetting, plan_memory, resident_bytes, resolve_synth_cache
@@ -17,12 +15,10 @@ from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.shapes import ModelShapes
-from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.cache import build_task_vectors
 from dots.vectors.sparsify import SparsifyConfig
 from dots.vectors.synth import ResidentSynthesizer
 
-REPO = Path(__file__).resolve().parent.parent
 SHAPES = REPO / "benchmarks" / "shapes"
 GB = 10**9
 
@@ -32,11 +28,10 @@ def gpu(gb: float) -> DeviceMemory:
 
 
 @pytest.fixture(scope="module")
-def trio(tmp_path_factory):
-    root = tmp_path_factory.mktemp("plan")
-    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
-    sources = {k: make_finetuned(base, root / k, seed=i + 1, scale=0.01) for i, k in enumerate(("sft", "rlvr"))}
-    return root, base, sources
+def trio(tiny):
+    """The search family's bf16 base with its sft and rlvr sources (conftest's `tiny`)."""
+    root, base, srcs, _ = tiny
+    return root, base, {k: srcs[k] for k in ("sft", "rlvr")}
 
 
 def test_shapes_from_a_config_json_count_the_real_models():
@@ -174,45 +169,24 @@ def test_engine_auto_resolves_from_free_memory(trio, monkeypatch):
 # --- through the search and the CLI -----------------------------------------------------------
 
 
-def search_overrides(trio, run_dir: Path) -> list[str]:
-    root, base, sources = trio
-    pool = root / "pool.jsonl"
-    pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(4)))
-    return [
-        "engine=hf",
-        "engine.device=cpu",
-        "backbone=custom",
-        "backbone.name=tiny",
-        f"backbone.base={base}",
-        "backbone.prompt=plain",
-        "backbone.max_tokens=4",
-        *[f"+backbone.sources.{k}={v}" for k, v in sources.items()],
-        "pool=jsonl",
-        f"pool.path={pool}",
-        "selection.n=2",
-        "selection.m=2",
-        "selection.threshold=1.0",
-        "search.n_trials=2",
-        "search.n_startup_trials=1",
-        "search.k=2",
-        f"run_dir={run_dir}",
-        f"cache_dir={run_dir}-cache",
-        "export.enabled=false",
-    ]
+def search_overrides(tiny, run_dir: Path) -> list[str]:
+    """A two-trial search of the tiny family with its own τ̃ cache beside the run directory."""
+    small = ["engine.device=cpu", "backbone.max_tokens=4", "selection.n=2", "search.n_startup_trials=1"]
+    return overrides(tiny, run_dir, trials=2, extra=[*small, f"cache_dir={run_dir}-cache", "export.enabled=false"])
 
 
-def test_search_that_cannot_fit_stops_before_writing_anything(trio, tmp_path, monkeypatch, capsys):
+def test_search_that_cannot_fit_stops_before_writing_anything(tiny, tmp_path, monkeypatch, capsys):
     from dots.config import compose
     from dots.search.pipeline import run_search
 
     monkeypatch.setattr(plan_mod, "device_memory", lambda device, count=1: DeviceMemory(10**6, 10**6, "test"))
     run_dir = tmp_path / "run"
     with pytest.raises(DotsError, match="memory plan: does not fit on cpu"):
-        run_search(compose("search", search_overrides(trio, run_dir)))
+        run_search(compose("search", search_overrides(tiny, run_dir)))
     assert not run_dir.exists() and not Path(f"{run_dir}-cache").exists()
 
 
-def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tmp_path, monkeypatch, capsys):
+def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_path, monkeypatch, capsys):
     """Room for one tensor at a time but not for the resident copy: the engine reads τ̃ from
     the cache (synth_cache=disk reaches it), and the run completes."""
     from dots.config import compose
@@ -227,17 +201,14 @@ def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tmp_path, 
     seen = []
     real = factory.build_engine
     monkeypatch.setattr(factory, "build_engine", lambda cfg, *a, **k: seen.append(dict(cfg)) or real(cfg, *a, **k))
-    run_search(compose("search", search_overrides(trio, tmp_path / "run")))
+    run_search(compose("search", search_overrides(tiny, tmp_path / "run")))
     out = capsys.readouterr().out
     assert "memory plan:" in out and "synth_cache=disk" in out
     assert seen and seen[0]["synth_cache"] == "disk"
 
 
 def run_plan(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(
-        [sys.executable, "-m", "dots.plan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_cli("dots.plan", *args, timeout=300)
 
 
 def test_plan_cli_from_a_config_json():

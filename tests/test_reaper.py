@@ -1,10 +1,9 @@
 """Engine processes end with their owner however it dies (dots.reaper): after `kill -9` of the
 owner, its recorded descendants — children and grandchildren — are ended within seconds.
-The vLLM search itself: tests/test_search_vllm.py::test_vllm_search_logs_to_its_run_dir_and_kill_9_leaves_no_process."""
+The vLLM search itself is tests/test_search_vllm.py (marked vllm, slow)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,8 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from helpers import alive, cli_env, start_time
 
 OWNER = r"""
 import subprocess, sys, time
@@ -31,25 +29,17 @@ time.sleep(300)
 """
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_kill_9_of_the_owner_ends_its_descendants():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = cli_env()
     owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True, env=env)
-    pids = [int(x) for x in owner.stdout.readline().split()]
-    assert len(pids) == 3 and all(alive(p) for p in pids)
+    pids = {p: start_time(p) for p in map(int, owner.stdout.readline().split())}  # pid → its start time
+    assert len(pids) == 3 and all(alive(p, s) for p, s in pids.items())
     time.sleep(2.5)  # the watcher records descendants every second
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     start = time.monotonic()
-    while any(alive(p) for p in pids) and time.monotonic() - start < 30:
+    while any(alive(p, s) for p, s in pids.items()) and time.monotonic() - start < 30:
         time.sleep(0.2)
-    assert not any(alive(p) for p in pids), [p for p in pids if alive(p)]
+    assert not any(alive(p, s) for p, s in pids.items()), [p for p, s in pids.items() if alive(p, s)]
     assert time.monotonic() - start < 10

@@ -1,81 +1,26 @@
-"""The DoTS pipeline end to end on tiny generated checkpoints (transformers engine).
+"""The DoTS pipeline end to end on tiny generated checkpoints (transformers engine): stages,
+resume, the study's bookkeeping, one run per run directory, signals.
 
-Lab-backbone runs: tests/test_dashboard.py, tests/test_granularity.py (transformers) and
-tests/test_search_vllm.py (vLLM).
+Searches on the lab backbone live in tests/test_search_vllm.py (vLLM), test_granularity.py
+(λ per module group, to the export) and test_dashboard.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from helpers import REPO, lab_scorer, overrides, run
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
-from dots.paths import CONF_DIR
-from dots.testing import make_finetuned, make_tiny_model
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("search")
-    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
-    srcs = {
-        k: make_finetuned(base, root / k, seed=i + 1, scale=s)
-        for i, (k, s) in enumerate([("sft", 0.02), ("rlvr", 0.005), ("third", 0.01)])
-    }
-    pool = root / "pool.jsonl"
-    pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(10)))
-    return root, base, srcs, pool
-
-
-def overrides(tiny, run_dir, sources=("sft", "rlvr"), trials=3, extra=()):
-    root, base, srcs, pool = tiny
-    return [
-        "engine=hf",
-        "backbone=custom",
-        "backbone.name=tiny",
-        f"backbone.base={base}",
-        "backbone.prompt=plain",
-        "backbone.max_tokens=6",
-        *[f"+backbone.sources.{k}={srcs[k]}" for k in sources],
-        "pool=jsonl",
-        f"pool.path={pool}",
-        "selection.n=3",
-        "selection.m=2",
-        "selection.threshold=1.0",
-        f"search.n_trials={trials}",
-        "search.n_startup_trials=2",
-        "search.k=2",
-        f"run_dir={run_dir}",
-        f"cache_dir={root / 'cache'}",
-        *extra,
-    ]
-
-
-def compose(ovr):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("search", overrides=ovr)
-
-
-def run(ovr):
-    from dots.search.pipeline import run_search
-
-    return run_search(compose(ovr))
 
 
 def test_pipeline_writes_every_stage_and_exports_the_pick(tiny, tmp_path):
@@ -360,14 +305,14 @@ def test_a_duplicate_proposal_is_set_aside_and_drawn_again():
     assert {n: t.suggest_float(n, 0, 2) for n in names} == point and not set_aside_duplicate(again, t, names)
 
 
-def test_a_sampler_stuck_on_a_scored_point_gets_a_random_point():
+def test_a_sampler_stuck_on_a_scored_point_gets_a_random_point(tmp_path):
     """A sampler whose proposal does not change when reseeded (GPSampler with its acquisition
     optimum on a scored point) is not asked forever: after MAX_DUPLICATES repeats in a row a
-    uniform random point is enqueued, and the study reaches its trial count."""
+    uniform random point is enqueued, and the study reaches its trial count. Scored by the
+    search's real scorer on the shipped lab trio."""
     import optuna
     from optuna.samplers import BaseSampler
 
-    from dots.search.scorer import TrialResult
     from dots.search.study import MAX_DUPLICATES, run_study
 
     class Stuck(BaseSampler):
@@ -383,16 +328,18 @@ def test_a_sampler_stuck_on_a_scored_point_gets_a_random_point():
         def reseed_rng(self):
             pass
 
-    def scorer(lam, seed):
-        return TrialResult(1.0 - sum(lam.values()), 1.0, [1.0], 1, {"total": 0.0}, 1)
-
-    study = optuna.create_study(directions=["maximize", "minimize"], sampler=Stuck())
-    run_study(study, scorer, ["a", "b"], (0.0, 2.0), n_trials=3, seed=0)
+    scorer = lab_scorer(tmp_path / "cache", k=2, queries=2)
+    try:
+        study = optuna.create_study(directions=["maximize", "minimize"], sampler=Stuck())
+        run_study(study, scorer, ["sft", "rlvr"], (0.0, 2.0), n_trials=3, seed=0)
+    finally:
+        scorer.engine.close()
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     assert len(complete) == 3 and len(pruned) == 2 * MAX_DUPLICATES
-    assert complete[0].params == {"lambda_a": 0.0, "lambda_b": 0.0}
+    assert complete[0].params == {"lambda_sft": 0.0, "lambda_rlvr": 0.0}
     assert len({tuple(t.params.values()) for t in complete}) == 3
+    assert all(0 <= t.values[0] <= 1 and t.values[1] > 1 for t in complete)  # consistency, perplexity
 
 
 def test_second_command_on_a_running_run_says_who_holds_it(tiny, tmp_path):

@@ -2,9 +2,9 @@
 
 A sweep becomes one job array; several workers of one study are array tasks sharing a
 journal file; a worker cancelled with `scancel` mid-trial loses nothing (its trial is
-failed and retried by the other worker). Runs on the tiny generated checkpoints of
-tests/test_search.py (the lab trio would add minutes of training on a fresh CI machine),
-with conf/hydra/launcher/slurm_local.yaml (slurm.yaml sized for a CPU node: 1 CPU each).
+failed and retried by the other worker). Runs on the tiny generated family `tiny` of
+tests/conftest.py with the search overrides of tests/helpers.py, and
+conf/hydra/launcher/slurm_local.yaml (slurm.yaml sized for a CPU node: 1 CPU each).
 
 Needs a running cluster (scripts/slurm/start.sh); skipped without one unless CI is set.
 """
@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 from conftest_slurm import SlurmCluster, sacct_final_states, slurm_cluster  # noqa: F401  (fixture)
-from test_search import REPO, overrides, tiny  # noqa: F401  (fixture)
+from helpers import REPO, overrides
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

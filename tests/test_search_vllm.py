@@ -4,7 +4,6 @@ Worker processes (and dots' watcher) end within 30 s (dots.reaper)."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import sqlite3
@@ -14,12 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import alive, cli_env, require_vllm
 
-from dots.engines.vllm_env import vllm_available
 from dots.reaper import descendants
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-REPO = Path(__file__).resolve().parent.parent
 
 
 def name(pid: int) -> str:
@@ -29,23 +27,10 @@ def name(pid: int) -> str:
         return ""
 
 
-def alive(pid: int, start: int) -> bool:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return int(fields[19]) == start and fields[0] not in ("Z", "X")
-
-
-@pytest.mark.skipif(not vllm_available(), reason="vLLM is not importable")
 def test_vllm_search_logs_to_its_run_dir_and_kill_9_leaves_no_process(tmp_path):
+    require_vllm()
     run_dir = tmp_path / "run"
-    env = {
-        **os.environ,
-        "DOTS_PROGRESS": "0",
-        "DOTS_OUTPUTS": str(tmp_path / "outputs"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
+    env = cli_env(tmp_path / "outputs")
     cmd = [
         sys.executable,
         "-m",

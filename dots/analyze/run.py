@@ -41,6 +41,7 @@ from dots.config import check_backbone_sources
 from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
+from dots.io.destination import claim, input_paths
 from dots.keys import stable_hash
 from dots.plain import to_plain
 from dots.vectors.masks import TopKMask
@@ -201,7 +202,10 @@ def analyze(
     source_ckpts = {str(k): _open(v, rev.get(k)) for k, v in sources.items()}
     cfg.validate(list(source_ckpts))
     key = _input_key(base_ckpt, source_ckpts, cfg)
-    out = Path(out_dir) if out_dir is not None else None
+    # new, empty or an analysis's (reused): never a folder of other files or a model's
+    inputs = input_paths([base_ckpt, *source_ckpts.values()])
+    destination = claim(out_dir, "analyze", inputs=inputs) if out_dir is not None else None
+    out = destination.path if destination is not None else None
     report_path = out / REPORT_NAME if out is not None else None
     report = None
     reused = False
@@ -221,8 +225,8 @@ def analyze(
             **report,
         }
         if report_path is not None:
-            assert out is not None  # report_path is set only with out
-            out.mkdir(parents=True, exist_ok=True)
+            assert destination is not None  # report_path is set only with out
+            destination.create()
             _write_json(report_path, report)
     if out is not None and cfg.figures:
         from dots.analyze.figures import draw_all

@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from dots.errors import DotsError
 from dots.scoring.equivalence import equivalence_classes
-from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, last_boxed
+from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, final_boxes
 from dots.scoring.grade import is_correct
 
 MODES = ("math", "choice")
@@ -98,6 +98,6 @@ def grade(
         raise DotsError(f"unknown answer mode {mode!r}; choose one of {', '.join(MODES)}")
     fallbacks = tuple(fallbacks)
     answers = [extract_answer(c, fallbacks) for c in completions]
-    gold_answer = last_boxed(gold) or gold
+    gold_answer = final_boxes(gold) or gold
     labels = equivalence_classes([gold_answer, *answers])  # class 0 is the gold's: pairwise-equal results
     return answers, [label is not None and label == labels[0] for label in labels[1:]]

@@ -32,6 +32,7 @@ from dots.evaluate.live import LiveEngine
 from dots.evaluate.report import average, markdown_table, plot_scores, write_json
 from dots.evaluate.samples import read_samples, run_benchmark, samples_key, summarize
 from dots.io.checkpoint import Checkpoint
+from dots.io.destination import claim, input_paths
 from dots.paths import check_creatable, outputs_root
 from dots.plain import to_plain
 from dots.problems import Query
@@ -152,8 +153,8 @@ def evaluate(
     for bench in benchmarks:
         if bench.name not in problems:
             problems[bench.name] = load_problems(bench)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # new, empty or an evaluation's (resumed): never a folder of other files or a model's
+    out_dir = claim(out_dir, "evaluate", inputs=input_paths(ckpts)).create()
     report: dict = {
         "title": title,
         "models": {name: str(ckpt.path) for name, ckpt in ckpts.items()},
@@ -232,11 +233,12 @@ def run_evaluate(cfg: DictConfig) -> dict:
     benchmarks = resolve_benchmarks(cfg)
     problems = {b.name: load_problems(b) for b in benchmarks}  # bad data fails before any model loads
     models = resolve_models(cfg)
-    for _name, path in models.items():
-        Checkpoint(path)  # a missing model path fails before the output directory is made
+    # a missing model path fails before the output directory is made
+    ckpts = [Checkpoint(path) for path in models.values()]
+    destination = claim(output_dir(cfg), "evaluate", inputs=input_paths(ckpts))
     out = check_creatable(output_dir(cfg), "evaluation directory")
     check_engine_config(cfg.engine)  # an unknown engine option fails before anything is written
-    out.mkdir(parents=True, exist_ok=True)
+    out = destination.create()
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     print(f"evaluation directory: {out}")
     return evaluate(

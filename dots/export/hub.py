@@ -13,11 +13,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from dots.io.destination import RECORD
+
 LARGE_FOLDER_BYTES = 5 * 2**30
+HUB_IGNORE = [RECORD]  # the record of a dots output (`dots.io.destination`) stays local
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and p.name != RECORD)
 
 
 def push_to_hub(folder: Path, repo_id: str, private: bool = True) -> str:
@@ -28,13 +31,16 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = True) -> str:
     url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     upload_large = getattr(api, "upload_large_folder", None)
     if upload_large is not None and folder_bytes(folder) > LARGE_FOLDER_BYTES:
-        upload_large(repo_id=repo_id, folder_path=str(folder), repo_type="model", private=private)
+        upload_large(
+            repo_id=repo_id, folder_path=str(folder), repo_type="model", private=private, ignore_patterns=HUB_IGNORE
+        )
     else:
         api.upload_folder(
             folder_path=str(folder),
             repo_id=repo_id,
             repo_type="model",
             commit_message="Upload model synthesized with dots",
+            ignore_patterns=HUB_IGNORE,  # the record of a dots output stays local
         )
     return str(url)
 

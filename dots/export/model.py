@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from dots.export.card import render_model_card
 from dots.io.align import Alignment
+from dots.io.destination import Destination, claim, input_paths
 from dots.io.writer import CheckpointWriter
 from dots.plain import to_plain
 from dots.progress import progress_bar
@@ -28,21 +29,27 @@ MARKER = "dots_export.json"
 
 
 def write_synthesized(
-    out_dir: Path,
+    out_dir: Path | Destination,
     tv: TaskVectors,
     alignment: Alignment,
     coefficients: Coefficients,
     config: Mapping[str, Any],
     card: str,
     extra_files: Mapping[str, Path] = {},
-    overwrite: bool = True,
+    overwrite: bool = False,
     device: str | None = None,
     marker: Mapping[str, Any] | None = None,
+    kind: str = "export",
+    run_dir: Path | None = None,
 ) -> Path:
     """θ0 + Σ λ_i τ̃_i with the output's shapes, `config`, `alignment.tokenizer_source()`'s tokenizer, the
-    card and `extra_files`; the marker file records the coefficients (and `marker`'s fields)."""
+    card and `extra_files`; the marker file records the coefficients (and `marker`'s fields).
+    `out_dir` is claimed (`dots.io.destination.claim`) unless it is a Destination already."""
     plan = alignment.out_plan
-    with CheckpointWriter(out_dir, plan, overwrite=overwrite) as writer:
+    if not isinstance(out_dir, Destination):
+        inputs = input_paths([alignment.base, *alignment.sources.values()])
+        out_dir = claim(out_dir, kind, overwrite, inputs, run_dir)
+    with CheckpointWriter(out_dir, plan) as writer:
         stream = synthesize(tv, coefficients, device=device, base=alignment.base)
         for name, tensor in progress_bar(stream, "export", total=len(plan)):
             writer.write(name, tensor)
@@ -58,12 +65,20 @@ def write_synthesized(
         return writer.commit()
 
 
+def export_destination(cfg: Any, alignment: Alignment, run_dir: Path) -> Destination:
+    """The search's export directory, claimed: export.dir or <run_dir>/model; an export of
+    this same run is replaced by a rerun, another only with export.overwrite=true."""
+    out = Path(str(cfg.export.dir)) if cfg.export.dir else run_dir / "model"
+    inputs = input_paths([alignment.base, *alignment.sources.values()])
+    return claim(out, "export", bool(cfg.export.get("overwrite", False)), inputs, run_dir)
+
+
 def export_model(
     cfg: Any, tv: TaskVectors, alignment: Alignment, result: Mapping[str, Any], run_dir: Path, selection: list[str]
 ) -> Path:
     """The search's export stage: the pick θ0 + Σ λ*_i τ̃_i with its card and Pareto plot
     (`selection`: the ids of the adaptation queries)."""
-    out = Path(str(cfg.export.dir)) if cfg.export.dir else run_dir / "model"
+    out = export_destination(cfg, alignment, run_dir)
     coefficients = check_coefficients(tv, result["coefficients"])  # λ* per source, or per source and module group
     backbone = cfg.backbone
     card = render_model_card(
@@ -102,5 +117,5 @@ def export_model(
         {"pareto.png": run_dir / "pareto.png"},
         device=cfg.export.get("device"),
     )
-    print(f"export: {out}")
-    return out
+    print(f"export: {out.path}")
+    return out.path

@@ -4,7 +4,8 @@
 data arrives, so each tensor is written straight to its final offset and freed: no
 buffering, any write order. It writes into a temporary sibling directory and renames it
 into place only when every planned tensor has been written, with the process's ordinary
-file modes (`dots.io.modes`).
+file modes (`dots.io.modes`) and the record of a dots output (`dots.io.destination`): an
+existing destination is replaced only as `Destination.install` allows.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.destination import RECORD, Destination, claim
 from dots.io.modes import apply_umask, copy_file
 from dots.io.safetensors import ST_DTYPES, TensorInfo
 
@@ -89,25 +91,24 @@ class CheckpointWriter:
     `plan` maps every output name to its TensorInfo; shard layout and headers are fixed
     up front, then `write(name, tensor)` puts each tensor at its offset in any order (from
     a background thread, so disk writes overlap the caller's next computation).
-    `commit()` checks that everything was written, copies aux files and renames the
-    temporary directory onto `out_dir`. On error (or `abort()`), nothing is left behind.
+    `out_dir` is a claimed `Destination`, or a path claimed here as a "checkpoint" output.
+    `commit()` checks that everything was written, copies aux files and installs the
+    temporary directory at `out_dir`. On error (or `abort()`), nothing is left behind.
     """
 
     def __init__(
         self,
-        out_dir: str | os.PathLike,
+        out_dir: str | os.PathLike | Destination,
         plan: Mapping[str, TensorInfo],
         max_shard_bytes: int = 5 * 2**30,
         overwrite: bool = False,
         metadata: Mapping[str, str] | None = None,
         weights_name: str = "model",
     ):
-        self.out_dir = Path(out_dir).expanduser().resolve()
-        if self.out_dir.exists() and not overwrite:
-            raise DotsError(f"output exists: {self.out_dir} (pass overwrite=true to replace it)")
+        self.destination = out_dir if isinstance(out_dir, Destination) else claim(out_dir, "checkpoint", overwrite)
+        self.out_dir = self.destination.path
         if not plan:
             raise DotsError("nothing to write: the tensor plan is empty")
-        self.overwrite = overwrite
         self.plan = dict(plan)
         check_free_space(self.out_dir, sum(info.nbytes for info in self.plan.values()))
         self.tmp_dir = self.out_dir.parent / f".{self.out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -262,7 +263,7 @@ class CheckpointWriter:
             if isinstance(copy_from, Checkpoint):
                 files = copy_from.aux_files()
             else:
-                files = [p for p in Path(copy_from).iterdir() if p.is_file()]
+                files = [p for p in Path(copy_from).iterdir() if p.is_file() and p.name != RECORD]
             for f in files:
                 if not (self.tmp_dir / f.name).exists():
                     self.copy_file(f)
@@ -271,14 +272,11 @@ class CheckpointWriter:
             index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(self.weight_map.items()))}
             (self.tmp_dir / self.index_name).write_text(json.dumps(index, indent=2))
         apply_umask(self.tmp_dir)
-        if self.out_dir.exists():
-            trash = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-            self.out_dir.rename(trash)
-            self.tmp_dir.rename(self.out_dir)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            self.tmp_dir.rename(self.out_dir)
-        return self.out_dir
+        try:
+            return self.destination.install(self.tmp_dir)  # checked again: removes only what dots wrote
+        except DotsError:
+            self.abort()
+            raise
 
     def abort(self) -> None:
         self._finish_background()

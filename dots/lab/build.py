@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from omegaconf import DictConfig
 
+from dots.io.destination import claim
 from dots.lab.config import STAGES, load_config, shipped_dir, stage_dir, stage_key
 from dots.plain import to_plain
 
@@ -66,6 +67,7 @@ def build_stage(cfg: DictConfig, stage: str) -> Path:
     out = stage_dir(cfg, stage)
     if out.is_dir():
         return out
+    claim(out, "lab")  # before any training: a path dots may write (`dots.io.destination`)
     base_dir = build_stage(cfg, "base") if stage != "base" else None
     with _lock(out.parent / f".{out.name}.lock"):
         if out.is_dir():  # built by another process while we waited

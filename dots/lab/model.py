@@ -12,6 +12,7 @@ from typing import Iterator, Mapping
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
 
+from dots.io.destination import seal
 from dots.io.modes import apply_umask
 from dots.lab.tokenizer import build_char_tokenizer
 
@@ -63,7 +64,8 @@ def load_model(path: str | Path) -> torch.nn.Module:
 
 
 def save_model(model: torch.nn.Module, out: Path, dtype: str, info: Mapping) -> Path:
-    """Write `out` atomically (temp dir, then rename): weights in `dtype`, tokenizer, lab.json."""
+    """Write `out` atomically (temp dir, then rename): weights in `dtype`, tokenizer, lab.json and
+    the record of a dots "lab" output (`dots.io.destination`)."""
     out = Path(out)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
@@ -82,6 +84,7 @@ def save_model(model: torch.nn.Module, out: Path, dtype: str, info: Mapping) -> 
         ).save_pretrained(tmp)
         (tmp / "lab.json").write_text(json.dumps(info, indent=2, sort_keys=True))
         apply_umask(tmp)  # save_pretrained's safetensors file is 0600
+        seal(tmp, "lab")
         if out.exists():  # a concurrent builder finished first: keep theirs
             shutil.rmtree(tmp)
         else:

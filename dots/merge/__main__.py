@@ -7,8 +7,10 @@ The configuration is composed with Hydra's compose API (dots/conf/merge.yaml plu
 command line), so a merge writes nothing but its output. Sources named on the command
 line replace the backbone's own (`+backbone.sources.KEY=` may name a key the backbone
 already has). A bad input (missing or non-model path, mismatched architecture, shapes
-or tensors, NaN/Inf, bad option, unknown method, existing output) ends with one
-`error:` line, exit code 2 and nothing written at the output path.
+or tensors, NaN/Inf, bad option, unknown method) ends with one `error:` line, exit code 2
+and nothing written at the output path. So does an output dots may not write
+(`dots.io.destination`): only a new or empty directory, or a previous merge output with
+overwrite=true — never a directory holding files dots did not write or the inputs.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.destination import claim, input_paths
 from dots.io.writer import CheckpointWriter
 from dots.merge.methods import MergeContext, build_options, get_method
 from dots.merge.methods.base import WHOLE, Part
@@ -56,16 +57,6 @@ def resolve_weights(weights: Any, keys: Sequence[str]) -> list[float]:
     if not all(math.isfinite(v) for v in values):
         raise DotsError(f"weights must be finite numbers, got {values}")
     return values
-
-
-def _check_output(output: str | os.PathLike, overwrite: bool, inputs: Sequence[Checkpoint]) -> Path:
-    out = Path(output).expanduser().resolve()
-    if out.exists() and not overwrite:
-        raise DotsError(f"output exists: {out} (pass overwrite=true to replace it)")
-    for ckpt in inputs:
-        if ckpt.path.resolve() == out:
-            raise DotsError(f"output {out} is one of the input checkpoints")
-    return out
 
 
 # --- executor --------------------------------------------------------------------------
@@ -113,14 +104,15 @@ def merge_checkpoints(
         raise DotsError(f"method {spec.name} needs {want} sources, got {n} ({', '.join(sources)})")
     if not isinstance(block_entries, int) or block_entries < 1:
         raise DotsError(f"block_entries must be a positive integer, got {block_entries!r}")
-    if Path(output).expanduser().exists() and not overwrite:  # before opening anything large
-        raise DotsError(f"output exists: {Path(output).expanduser().resolve()} (pass overwrite=true to replace it)")
+    # dots deletes only what it wrote: checked before opening anything large (a Hub id downloads)
+    local = [p for p in (base, *sources.values()) if Path(p).expanduser().exists()]
+    claim(output, "merge", overwrite, local)
     # the writer makes a sibling of the output and renames it into place: its parent must take it
     check_creatable(Path(output).expanduser().absolute().parent, "output's parent directory")
 
     base_ckpt = Checkpoint(base, revision)
     source_ckpts = {str(k): Checkpoint(v, revision) for k, v in sources.items()}
-    out = _check_output(output, overwrite, [base_ckpt, *source_ckpts.values()])
+    out = claim(output, "merge", overwrite, input_paths([base_ckpt, *source_ckpts.values()]))
     al = align(base_ckpt, source_ckpts)
     for field_name, values in config_differences(base_ckpt, source_ckpts).items():
         log.warning("config field %s differs: %s", field_name, values)
@@ -148,7 +140,7 @@ def merge_checkpoints(
     copy_from = (
         al.tokenizer_source() if al.extra_rows else (base_ckpt if config_from == "base" else source_ckpts[config_from])
     )
-    with CheckpointWriter(out, al.out_plan, max_shard_bytes=max_shard_bytes, overwrite=overwrite) as writer:
+    with CheckpointWriter(out, al.out_plan, max_shard_bytes=max_shard_bytes) as writer:
         for name in progress_bar(list(al.out_plan), f"merge ({spec.name})"):
             if name in merged:
                 _merge_one(al, name, spec, opts, weight_list, stats, writer, block_entries)

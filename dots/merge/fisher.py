@@ -43,6 +43,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.destination import claim
 from dots.io.modes import apply_umask
 from dots.keys import stable_hash
 from dots.locks import run_once_lock
@@ -239,6 +240,9 @@ def fisher_for(
     if path.exists():
         log.info("reusing cached Fisher %s for %s", path, ckpt.source)
         return path
+    # before the work: new, empty, or a Fisher cache (recorded, or an older dots' tables only)
+    cache = claim(root, "fisher-cache", inputs=[ckpt.path])
+    cache.create()
     with run_once_lock(root / f".{path.stem}.lock"):  # concurrent processes compute an entry once
         if path.exists():
             log.info("reusing cached Fisher %s for %s (computed meanwhile)", path, ckpt.source)
@@ -255,11 +259,9 @@ def _compute_and_write(
     dtype: torch.dtype,
 ) -> Path:
     """Compute `ckpt`'s Fisher table and write it to `path` atomically (a temporary, renamed)."""
-    root = path.parent
     with freeing_as_it_goes():  # one-off transients (whole-model gradients' pieces): not kept
         fisher = compute_fisher(ckpt.path, examples, device, max_new_tokens, dtype)
         gc.collect()  # the model's weights, before the table is written
-    root.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write_safetensors(fisher, tmp, {"model": str(ckpt.path), "examples": str(len(examples))})

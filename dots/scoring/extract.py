@@ -13,10 +13,14 @@ its last `</think>`, or all of it when there is none):
 Only when the Solution states nothing is the last non-empty box of the thinking used: a
 final "The answer is 5" beats a box the model drafted inside `<think>`.
 
-A phrase's answer is its first `$…$` / `\\(…\\)` / box when it opens with one, else the
-text up to the end of the sentence or clause: "The answer is: 3/4." → `3/4`; "the answer
+A phrase's answer is the `$…$` / `\\(…\\)` / box it opens with, else the text up to the end
+of the sentence or clause: "The answer is: 3/4." → `3/4`; "the answer
 is 5, because of symmetry." → `5`; `**5**` → `5`. An empty box is no answer anywhere
 (never the literal `\\boxed{}`). A text with none of these has no answer (None).
+An answer of several parts is kept whole in every wrapper: spans or boxes separated only by
+`,` `;` "and" (OlympiadBench's `<answer>$69$,$84$</answer>`, `\\boxed{69}, \\boxed{84}`,
+"The answer is $69$, $84$.") are read as the list `69, 84`; an `<answer>` whose spans carry
+a qualification with math in it ("$f(x)=ax+b$, where $b$ is an integer") is read whole.
 `extract_choice`: the option letter of a multiple-choice completion, by the same order.
 """
 
@@ -46,6 +50,11 @@ _CLAUSE_END_RE = re.compile(
     re.IGNORECASE,
 )
 _MATH_SPANS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+# what may part the spans or boxes of one answer of several parts: `$69$,$84$`, `\\boxed{1} and \\boxed{2}`
+_JOIN = r"(?:[,;]|and\b|&|\\quad|\\qquad|\\text\{\s*and\s*\}|\\\\)"
+_BOX_GAP_RE = re.compile(rf"(?:[\s$]|\\[()]|{_JOIN})*", re.IGNORECASE)
+_MATH_OPEN_RE = re.compile(r"(?<!\\)\$|\\\(|\\boxed")
+_SPAN_GAP_RE = re.compile(rf"\s*{_JOIN}(?:\s*{_JOIN})*\s*", re.IGNORECASE)
 
 
 # --- boxes --------------------------------------------------------------------------------
@@ -70,20 +79,25 @@ def _braced(text: str, start: int) -> tuple[str, int] | None:
     return None  # unclosed: truncated generation
 
 
-def boxed_answers(text: str) -> list[str]:
-    """Contents of every complete `\\boxed{}` / `\\fbox{}` / `\\boxed x` in order (empty ones too)."""
-    found: list[str] = []
+def _boxes(text: str) -> list[tuple[str, int, int]]:
+    """(content, start, end) of every complete `\\boxed{}` / `\\fbox{}` / `\\boxed x`, in order."""
+    found: list[tuple[str, int, int]] = []
     for match in _BOX_RE.finditer(text):
         i = match.end()
         if i < len(text) and text[i] == "{":
             group = _braced(text, i)
             if group is not None:
-                found.append(group[0].strip())
+                found.append((group[0].strip(), match.start(), group[1]))
         elif i < len(text) and text[i] == " ":
             token = re.match(r" +([^\s$]+)", text[i:])
             if token:
-                found.append(token.group(1).rstrip(".,;"))
+                found.append((token.group(1).rstrip(".,;"), match.start(), i + token.end()))
     return found
+
+
+def boxed_answers(text: str) -> list[str]:
+    """Contents of every complete `\\boxed{}` / `\\fbox{}` / `\\boxed x` in order (empty ones too)."""
+    return [content for content, _, _ in _boxes(text)]
 
 
 def last_boxed(text: str) -> str | None:
@@ -92,34 +106,64 @@ def last_boxed(text: str) -> str | None:
     return boxes[-1] if boxes else None
 
 
+def final_boxes(text: str) -> str | None:
+    """The last non-empty box, with the boxes just before it that only separators part from it
+    (`\\boxed{69}, \\boxed{84}`: one answer of two parts, read `69, 84`); None without a box."""
+    boxes = [b for b in _boxes(text) if b[0]]
+    if not boxes:
+        return None
+    run = [boxes[-1]]
+    for box in reversed(boxes[:-1]):
+        if not _BOX_GAP_RE.fullmatch(text[box[2] : run[0][1]]):
+            break
+        run.insert(0, box)
+    return ", ".join(content for content, _, _ in run)
+
+
 # --- phrases ------------------------------------------------------------------------------
 
 
-def _math_span(text: str) -> str | None:
-    """The content of the math span or box `text` opens with; "" when it is empty."""
+def _math_span(text: str) -> tuple[str, int] | None:
+    """(content, end) of the math span or box `text` opens with; content "" when it is empty."""
     box = _BOX_RE.match(text)
     if box:
-        if text[box.end() : box.end() + 1] == "{":
-            group = _braced(text, box.end())
-            return group[0].strip() if group else ""
-        boxes = boxed_answers(text)
-        return boxes[0] if boxes else ""
+        boxes = _boxes(text)
+        if boxes and boxes[0][1] == 0:
+            return boxes[0][0], boxes[0][2]
+        return "", len(text)  # unclosed or empty: no answer here
     for left, right in _MATH_SPANS:
         if text.startswith(left):
             close = re.compile(r"(?<!\\)" + re.escape(right))  # `\$` inside is a dollar sign
             end = close.search(text, len(left))
             if end:
-                return text[len(left) : end.start()].strip()
+                return text[len(left) : end.start()].strip(), end.end()
     return None
+
+
+def _span_run(text: str) -> tuple[str, int] | None:
+    """(contents, end) of the math spans / boxes `text` opens with: one span, or several that
+    only separators part (`$69$,$84$` → `69, 84`); None when text opens with none."""
+    first = _math_span(text)
+    if first is None:
+        return None
+    parts, end = [first[0]], first[1]
+    while True:
+        gap = _SPAN_GAP_RE.match(text, end)
+        nxt = _math_span(text[gap.end() :]) if gap else None
+        if gap is None or nxt is None or not nxt[0] or not parts[-1]:
+            break
+        parts.append(nxt[0])
+        end = gap.end() + nxt[1]
+    return ", ".join(parts), end
 
 
 def clean_phrase(text: str) -> str | None:
     """The answer stated at the start of `text` (what follows "the answer is"), or None."""
     s = re.sub(r"^(?:[:=]|-(?=\s))+\s*", "", text.strip())  # "is: 3/4", not the sign of "is -5"
     s = re.sub(r"^\*\*\s*(.*?)\s*\*\*", r"\1", s)  # markdown bold
-    span = _math_span(s)
-    if span is not None:
-        return span.rstrip(".").strip() or None
+    run = _span_run(s)
+    if run is not None:
+        return run[0].rstrip(".").strip() or None
     cut = _CLAUSE_END_RE.search(s)
     s = (s[: cut.start()] if cut else s).split("\n", 1)[0]
     s = s.strip().strip("*").strip().rstrip(".,;").strip().strip("$").strip()
@@ -143,12 +187,14 @@ def _answer_tag(text: str) -> str | None:
     if not tags:
         return None
     content = tags[-1]
-    inner = last_boxed(content) or _answer_is(content)
+    inner = final_boxes(content) or _answer_is(content)
     if inner:
         return inner
-    span = _math_span(content)
-    if span is not None:
-        return span or None
+    run = _span_run(content)
+    if run is not None:
+        if _MATH_OPEN_RE.search(content, run[1]):  # "$f(x)=ax+b$, where $b$ is …": all of it
+            return content.rstrip(".").strip()
+        return run[0] or None
     return content.rstrip(".").strip() or None
 
 
@@ -167,13 +213,13 @@ def extract_answer(text: str | None, fallbacks: Iterable[str] = DEFAULT_FALLBACK
     if not text:
         return None
     thinking, solution = _split_think(text)
-    ans = _answer_tag(solution) or last_boxed(solution)
+    ans = _answer_tag(solution) or final_boxes(solution)
     if ans is None and "answer_is" in fallbacks:
         ans = _answer_is(solution)
     if ans is None and "last_number" in fallbacks:
         numbers = _NUMBER_RE.findall(solution)
         ans = numbers[-1].replace(",", "") if numbers else None
-    return ans if ans is not None else last_boxed(thinking)
+    return ans if ans is not None else final_boxes(thinking)
 
 
 # --- multiple choice ----------------------------------------------------------------------

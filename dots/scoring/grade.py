@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from dots.scoring.equivalence import answers_equivalent, equivalence_classes
-from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, last_boxed, letter_of
+from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, final_boxes, letter_of
 
 # majority: no-answer samples never form the majority (docs/method.md §3); official: the
 # most common class, first seen among ties, and 0 when that class is "no answer" (the
@@ -125,5 +125,5 @@ def is_correct(
     pred = extract_answer(completion, fallbacks)
     if pred is None:
         return False
-    gold_answer = last_boxed(gold) or gold
+    gold_answer = final_boxes(gold) or gold
     return answers_equivalent(gold_answer, pred)

@@ -56,7 +56,15 @@ def engine_model(cfg: Any, alignment: Alignment, tv: TaskVectors, run_dir: Path)
             "config and tokenizer). Not a result.\n"
         )
         write_synthesized(
-            out, tv, alignment, {k: 0.0 for k in tv.sources}, alignment.output_config(config_from), card, device="cpu"
+            out,
+            tv,
+            alignment,
+            {k: 0.0 for k in tv.sources},
+            alignment.output_config(config_from),
+            card,
+            device="cpu",
+            kind="engine-init",
+            run_dir=run_dir,
         )
         log.info("engine model: wrote %s (the base + %s's added vocabulary rows)", out, added_by)
         return out

@@ -25,6 +25,7 @@ from dots.engines.plan import MemoryPlan
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
+from dots.io.destination import Destination, claim, input_paths
 from dots.keys import stable_hash
 from dots.locks import held_by_one
 from dots.paths import check_creatable
@@ -108,25 +109,29 @@ def selection_inputs(run: Run) -> dict:
 
 def build_selection(run: Run) -> list[Query]:
     """SPEC §3: difficulty of every pool query under each source, then a balanced draw."""
+    selection = draw_selection(run)
+    save_selection(selection, run.run_dir / "selection.jsonl", stable_hash(selection_inputs(run)))
+    return selection.queries
+
+
+def draw_selection(run: Run) -> Any:
+    """The selection of this run's inputs (the difficulty record makes the same draw again), unsaved."""
     cfg = SelectionConfig(**to_plain(run.cfg.selection))
     key = stable_hash(selection_inputs(run))
     if cfg.strategy == "random":
-        selection = random_selection(run.queries, cfg)
-    else:
-        activate = source_activation(run.engine, cfg.source, run.alignment, run.task_vectors)
-        per_source = score_difficulty(
-            run.queries,
-            run.prompts,
-            activate,
-            run.engine.generate,
-            cfg,
-            run.run_dir / f"difficulty-{key}.jsonl",
-            mode=str(run.cfg.search.get("answer_mode", "math")),
-            rule=str(run.cfg.search.get("consistency", "majority")),
-        )
-        selection = choose(run.queries, per_source, cfg)
-    save_selection(selection, run.run_dir / "selection.jsonl", key)
-    return selection.queries
+        return random_selection(run.queries, cfg)
+    activate = source_activation(run.engine, cfg.source, run.alignment, run.task_vectors)
+    per_source = score_difficulty(
+        run.queries,
+        run.prompts,
+        activate,
+        run.engine.generate,
+        cfg,
+        run.run_dir / f"difficulty-{key}.jsonl",
+        mode=str(run.cfg.search.get("answer_mode", "math")),
+        rule=str(run.cfg.search.get("consistency", "majority")),
+    )
+    return choose(run.queries, per_source, cfg)
 
 
 def load_selected(run: Run) -> list[Query]:
@@ -144,15 +149,16 @@ def load_selected(run: Run) -> list[Query]:
 def reselect(run: Run, damage: DamagedSelection) -> list[Query]:
     """Select again in place of a damaged selection.jsonl (the difficulty record makes the same
     draw without sampling again); safe only if it chose the queries the study was scored on,
-    which the rows before the damage show."""
+    which the rows before the damage show. Refused, the damaged file is left as it is (for restoring)."""
     log.warning("%s; selecting again (the recorded difficulties are reused)", damage)
-    queries = build_selection(run)
-    if not set(damage.intact_ids) <= {q.id for q in queries}:
+    selection = draw_selection(run)
+    if not set(damage.intact_ids) <= {q.id for q in selection.queries}:
         raise DotsError(
             f"{damage}, and selecting again chose other queries than the study was scored on: restore it "
             "from a copy, or move study.db away to start the study again"
         )
-    return queries
+    save_selection(selection, run.run_dir / "selection.jsonl", stable_hash(selection_inputs(run)))
+    return selection.queries
 
 
 def study_name(run: Run) -> str:
@@ -253,7 +259,8 @@ def search_stages(run: Run) -> list[Stage]:
     pick_key = {**study_key, "pick": str(cfg.pick)}
     stages.append(Stage("pick", "result.yaml", lambda r: pick_key, build_pick, load_pick))
     if cfg.export.enabled:
-        export_key = {**pick_key, "export": to_plain(cfg.export), "config_from": cfg.backbone.get("config_from")}
+        export = {k: v for k, v in to_plain(cfg.export).items() if k != "overwrite"}  # not what it holds
+        export_key = {**pick_key, "export": export, "config_from": cfg.backbone.get("config_from")}
         stages.append(
             Stage("export", export_dir(run), lambda r: export_key, build_export, lambda r: run.run_dir / export_dir(r))
         )
@@ -308,14 +315,24 @@ def check_module_groups(alignment: Alignment) -> None:
         module_group(name)
 
 
-def check_destinations(run: Run) -> None:
-    """The run directory, the τ̃ cache and the export's directory can be made (`paths.check_creatable`)."""
+def check_destinations(run: Run) -> Destination:
+    """The run directory, the τ̃ cache and the export's directory are claimed
+    (`dots.io.destination`: dots deletes only what it wrote) and can be made
+    (`paths.check_creatable`); the run directory's claim is returned, to create it."""
+    from dots.export.model import export_destination
     from dots.vectors.cache import default_cache_root
 
+    inputs = input_paths([run.alignment.base, *run.alignment.sources.values()])
+    run_dir = claim(run.run_dir, "search-run", inputs=inputs)
     check_creatable(run.run_dir, "run directory")
-    check_creatable(run.cfg.get("cache_dir") or default_cache_root(), "task-vector cache directory")
-    if run.cfg.export.enabled and not run.fixed and run.cfg.export.dir:
-        check_creatable(Path(export_dir(run)).parent, "export directory's parent")
+    cache = run.cfg.get("cache_dir") or default_cache_root()
+    claim(cache, "taskvec-cache", inputs=inputs)
+    check_creatable(cache, "task-vector cache directory")
+    if run.cfg.export.enabled and not run.fixed:
+        export_destination(run.cfg, run.alignment, run.run_dir)
+        if run.cfg.export.dir:
+            check_creatable(Path(export_dir(run)).parent, "export directory's parent")
+    return run_dir
 
 
 def memory_plan(run: Run) -> MemoryPlan:
@@ -336,7 +353,7 @@ def run_search(cfg: DictConfig) -> Path:
     from dots.scoring.prompts import format_prompt
 
     run = prepare(cfg)
-    check_destinations(run)
+    run_dir = check_destinations(run)
     plan = memory_plan(run)  # a run that cannot fit stops here, before anything is written
     run.queries = load_pool(cfg.pool)
     # the output's tokenizer (and the engine's): a source's when it added vocabulary
@@ -347,7 +364,7 @@ def run_search(cfg: DictConfig) -> Path:
         raise DotsError(f"cannot load the tokenizer of {tokenizer_dir}: {str(exc).splitlines()[0]}") from None
     run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
     # every input and option is checked: from here on the run writes
-    run.run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.create()
     with run_held(run):
         return run_in(run, plan)
 

