@@ -13,14 +13,13 @@ import itertools
 import random
 import re
 import subprocess
-import sys
 from typing import Any
 
 import optuna
 import pytest
 import yaml
+from helpers import REPO, compose, overrides, run_cli
 from test_parallel import load, worker_cmd
-from test_search import REPO, overrides, tiny  # noqa: F401  (the tiny fixture)
 
 from dots.search.pareto import Point, pareto_front, pick
 from dots.search.pruning import PRUNED_BY, consistency_bound, dominator
@@ -127,32 +126,26 @@ def add_perfect_trial(storage: Any, name: str) -> None:
     )
 
 
-def cli(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "dots.search", *args], cwd=REPO, capture_output=True, text=True, check=True
-    )
-
-
-def test_pruned_trials_through_the_cli_are_recorded_counted_and_never_picked(tiny, tmp_path):  # noqa: F811
+def test_pruned_trials_through_the_cli_are_recorded_counted_and_never_picked(tiny, tmp_path):
     """sampler=random draws the same points with and without pruning: the runs' fronts and
     picks are identical, the pruned run's trials after the perfect one are PRUNED after one
     block with their partial values and bound, and cost fewer tokens."""
     runs = {}
     for prune in ("false", "true"):
-        run_dir = tmp_path / f"prune-{prune}"
-        run_dir.mkdir()
-        add_perfect_trial(f"sqlite:///{run_dir / 's.db'}", "s")
+        run_dir, db = tmp_path / f"prune-{prune}", f"sqlite:///{tmp_path / f's-{prune}.db'}"
+        add_perfect_trial(db, "s")
         extra = [
             "sampler=random",
             "search.batch=1",
             f"search.prune={prune}",
-            f"search.storage=sqlite:///{run_dir / 's.db'}",
+            f"search.storage={db}",
             "search.study_name=s",
             "export.enabled=false",
         ]
-        cli(overrides(tiny, run_dir, trials=4, extra=extra))
+        proc = run_cli("dots.search", *overrides(tiny, run_dir, trials=4, extra=extra))
+        assert proc.returncode == 0, proc.stderr
         result = yaml.safe_load((run_dir / "result.yaml").read_text())
-        study = optuna.load_study(study_name="s", storage=f"sqlite:///{run_dir / 's.db'}")
+        study = optuna.load_study(study_name="s", storage=db)
         runs[prune] = (result, study.get_trials())
     (on, on_trials), (off, off_trials) = runs["true"], runs["false"]
     assert on["front"] == off["front"] and on["trial"] == off["trial"] == 0
@@ -172,7 +165,6 @@ def test_new_options_keep_the_identity_of_runs_made_before_them():
     """search.batch/prune enter a run's identity only away from their defaults; search.stop never
     (a stopped study goes on with the rule off), like n_trials."""
     from omegaconf import open_dict
-    from test_search import compose
 
     from dots.search.identity import run_identity
 
@@ -204,7 +196,6 @@ def test_new_options_keep_the_identity_of_runs_made_before_them():
     ],
 )
 def test_bad_prune_and_stop_options_are_one_line(extra, message):
-    from test_search import compose
 
     from dots.errors import DotsError
     from dots.search.options import check_study_options
@@ -213,7 +204,7 @@ def test_bad_prune_and_stop_options_are_one_line(extra, message):
         check_study_options(compose([extra]).search)
 
 
-def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_path):  # noqa: F811
+def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_path):
     """Two workers on one journal study holding a perfect trial: each prunes its trials against
     the front it reads from the storage, and the stop rule (no gain: the perfect trial dominates
     everything) ends the study for both at 2·window scored trials, recorded in result.yaml."""
@@ -253,9 +244,8 @@ def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_
     result = yaml.safe_load((run_dir / "result.yaml").read_text())
     assert result["stopped"]["trials"] == 4 and result["pruned_trials"] == len(scored) - 1
     assert all(o.count(result["stopped"]["reason"]) == 1 for o in outs)  # one line each
-    again = subprocess.run(  # a resume stops at once, with the recorded reason, and adds no trial
-        worker_cmd(tiny, run_dir, storage, 12, 0, extra), cwd=REPO, capture_output=True, text=True, check=True
-    )
+    again = run_cli("dots.search", *worker_cmd(tiny, run_dir, storage, 12, 0, extra)[3:])  # a resume
+    assert again.returncode == 0, again.stderr
     assert result["stopped"]["reason"] in again.stdout
     assert len(load(storage).get_trials()) == len(trials)
 
