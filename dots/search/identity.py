@@ -14,11 +14,17 @@ from dots.plain import to_plain
 
 # search.* options that do not change a run's results: the trial count (so it can be raised
 # later), where the study lives, and how the work is shared between workers
-NOT_IDENTITY = ("n_trials", "storage", "workers", "worker", "heartbeat_s", "grace_s", "fixed")
+NOT_IDENTITY = ("n_trials", "storage", "workers", "worker", "heartbeat_s", "grace_s", "fixed", "stop")
 # options that count only when they differ from the value every run had before the option
 # existed, so that earlier runs keep their identity (run directory, study name, stage keys)
-IDENTITY_ONLY_IF_NOT = {
-    "search": {"granularity": "model", "consistency": "majority", "perplexity": "tokens"},
+IDENTITY_ONLY_IF_NOT: dict[str, dict[str, Any]] = {
+    "search": {
+        "granularity": "model",
+        "consistency": "majority",
+        "perplexity": "tokens",
+        "batch": None,
+        "prune": False,
+    },
     "sparsify": {"cut": "exact"},
     "selection": {"split": "median"},
 }

@@ -22,6 +22,7 @@ from dots.scoring.perplexity import PERPLEXITY_MEANS
 from dots.search.adaptive import AdaptiveConfig
 from dots.search.granularity import DEFAULT_GRANULARITY, check_granularity
 from dots.search.samplers import build_sampler
+from dots.search.stopping import stop_rule
 
 ANSWER_MODES = ("math", "choice")
 INF = math.inf
@@ -58,6 +59,11 @@ def check_study_options(search: Any) -> None:
     if fixed is not None and not isinstance(fixed, (ListConfig, list)):
         raise DotsError(f"search.fixed must be a list of points, e.g. [[1,1],[0.5,0.5]], got {fixed!r}")
     AdaptiveConfig(**to_plain(search.get("adaptive") or {}))
+    if search.get("batch") is not None:
+        positive_int(search.batch, "search.batch")
+    if not isinstance(search.get("prune", False), bool):
+        raise DotsError(f"search.prune must be true or false, got {search.prune!r}")
+    stop_rule(search)
 
 
 def check_selection_options(selection: Any) -> None:

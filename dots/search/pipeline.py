@@ -47,6 +47,7 @@ from dots.search.selection import (
     score_difficulty,
 )
 from dots.search.stages import Stage, run_stages
+from dots.search.stopping import stop_rule
 from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.coefficients import format_coefficients
 from dots.vectors.sparsify import SparsifyConfig
@@ -190,6 +191,7 @@ def run_trials(run: Run) -> Any:
             heartbeat_s=float(cfg.search.heartbeat_s),
             grace_s=float(cfg.search.grace_s),
             granularity=run.granularity,
+            stop=stop_rule(cfg.search),
         )
     finally:
         run.engine.close()
@@ -245,6 +247,8 @@ def search_stages(run: Run) -> list[Stage]:
     """The pipeline: each stage names its output in the run directory and its inputs."""
     cfg = run.cfg
     study_key = {"identity": run.identity, "n_trials": int(cfg.search.n_trials), "fixed": run.fixed}
+    if stop_rule(cfg.search).rule != "none":  # (a study stopped early is picked again when it goes on)
+        study_key["stop"] = to_plain(cfg.search.stop)
     stages = [
         Stage("task_vectors", ".", lambda r: None, build_vectors, exclusive=False),  # the cache skips
         Stage("selection", "selection.jsonl", selection_inputs, build_selection, load_selected),

@@ -18,6 +18,8 @@ from dots.engines.canary import read_canary, summary
 from dots.search.dashboard import attach_artifacts
 from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, param_names
 from dots.search.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
+from dots.search.pruning import PRUNED_BY, count_bound_pruned
+from dots.search.stopping import STOPPED
 
 
 def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANULARITY) -> list[dict]:
@@ -37,6 +39,7 @@ def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANUL
                 "perplexity": t.values[1] if ok else None,
                 "tokens_generated": t.user_attrs.get("tokens_generated"),
                 "samples_drawn": t.user_attrs.get("samples_drawn"),
+                "pruned_after_queries": t.user_attrs.get(PRUNED_BY, {}).get("queries_scored"),
             }
         )
         row.update({f"time_{k}": round(v, 4) for k, v in times.items()})
@@ -75,10 +78,13 @@ def pick_and_report(
             for p in front
         ],
         "complete_trials": len(points),
+        "pruned_trials": count_bound_pruned(study),
     }
     canary = summary(read_canary(run_dir))  # the engine's last swap canary (dots.engines.canary)
     if canary is not None:
         result["swap_canary"] = canary
+    if study.user_attrs.get(STOPPED):  # search.stop ended the study early: why, and when
+        result["stopped"] = study.user_attrs[STOPPED]
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
     study.set_user_attr("pick", {k: result[k] for k in ("trial", "pick", "coefficients", "objectives")})
     attach_artifacts(study, run_dir, [run_dir / "pareto.png", run_dir / "result.yaml", run_dir / "trials.csv"])

@@ -1,6 +1,7 @@
-"""One trial's score (DoTS §4.3): swap λ into the live engine, sample k answers per query
-(or fewer, adaptively: dots.search.adaptive), consistency ↑ (Eq. 4) and perplexity ↓ of the
-adaptation prompts."""
+"""One trial's score (DoTS §4.3): swap λ into the live engine, perplexity ↓ of the adaptation
+prompts, then k answers per query (or fewer, adaptively: dots.search.adaptive) in blocks of
+`search.batch` queries, consistency ↑ (Eq. 4); a trial that can no longer reach the Pareto front
+stops between blocks (`search.prune`, dots.search.pruning)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dots.plain import to_plain
 from dots.scoring.grade import answer_labels, consistency_and_majority
 from dots.scoring.perplexity import perplexity
 from dots.search.adaptive import AdaptiveConfig, sample_adaptively
+from dots.search.pruning import DEFAULT_BATCH
 from dots.vectors.coefficients import Coefficients
 
 
@@ -25,6 +27,10 @@ class TrialResult:
     times: dict[str, float]
     samples: int = 0  # completions drawn (k per query, fewer with adaptive sampling)
     answers: list[str | None] | None = None  # each query's majority answer (None: no answer)
+    pruned: dict | None = None  # the pruning record (dots.search.pruning.PRUNED_BY) of a stopped trial
+
+
+BLOCK_SEED = 1_000_003  # block b of a trial samples with seed + b·BLOCK_SEED (block 0: the trial's seed)
 
 
 class Scorer:
@@ -42,18 +48,22 @@ class Scorer:
         self.ppl_mean = str(cfg.search.get("perplexity", "tokens"))
         self.adaptive = AdaptiveConfig(**to_plain(cfg.search.get("adaptive") or {}))
         self.tokenizer = tokenizer
+        self.prune = bool(cfg.search.get("prune", False))
+        batch = cfg.search.get("batch")
+        self.batch = int(batch) if batch else (DEFAULT_BATCH if self.prune else len(prompts))
+        self.pruner: Callable[[list[float], int, float], dict | None] | None = None  # set by pruning.attach
 
     def _generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:
         return self.engine.generate(
             prompts, n=n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=seed
         )
 
-    def sample(self, seed: int) -> list[list[str]]:
+    def sample(self, prompts: list[str], seed: int) -> list[list[str]]:
         """k samples per prompt, or fewer where adaptive sampling settles a query's majority."""
         if not self.adaptive.enabled:
-            return self._generate(self.prompts, self.k, seed)
+            return self._generate(prompts, self.k, seed)
         label = partial(answer_labels, mode=self.mode)
-        return sample_adaptively(self.prompts, self.k, self._generate, label, self.adaptive, seed)
+        return sample_adaptively(prompts, self.k, self._generate, label, self.adaptive, seed)
 
     def __call__(self, coefficients: Coefficients, seed: int) -> TrialResult:
         start = getattr(self.engine, "start", None)  # a LazyEngine: its start is not the trial's swap
@@ -61,12 +71,27 @@ class Scorer:
         t0 = time.perf_counter()
         self.engine.swap_coefficients(dict(coefficients))
         t1 = time.perf_counter()
-        outs = self.sample(seed)
-        t2 = time.perf_counter()
-        graded = [consistency_and_majority(samples, self.mode, self.rule) for samples in outs]
-        per_query = [c for c, _ in graded]
-        t3 = time.perf_counter()
         ppl = perplexity(self.engine.prompt_nll(self.prompts), self.ppl_mean)
+        t2 = time.perf_counter()
+        outs: list[list[str]] = []
+        per_query: list[float] = []
+        graded: list[tuple[float, str | None]] = []
+        pruned = None
+        spent = {"generate": 0.0, "consistency": 0.0}
+        n = len(self.prompts)
+        for block, first in enumerate(range(0, n, self.batch)):
+            began = time.perf_counter()
+            got = self.sample(self.prompts[first : first + self.batch], seed + block * BLOCK_SEED)
+            scored = time.perf_counter()
+            outs += got
+            graded += [consistency_and_majority(samples, self.mode, self.rule) for samples in got]
+            per_query = [c for c, _ in graded]
+            spent["generate"] += scored - began
+            spent["consistency"] += time.perf_counter() - scored
+            if self.pruner is not None and len(per_query) < n:
+                pruned = self.pruner(per_query, n, ppl)
+                if pruned:
+                    break
         t4 = time.perf_counter()
         texts = [s for samples in outs for s in samples]
         if self.tokenizer is not None:
@@ -82,14 +107,14 @@ class Scorer:
             tokens,
             {
                 "swap": t1 - t0,
-                "generate": t2 - t1,
-                "consistency": t3 - t2,
-                "perplexity": t4 - t3,
+                **spent,
+                "perplexity": t2 - t1,
                 "total": t4 - t0,
                 "engine_start": engine_start,
             },
             len(texts),
             [answer for _, answer in graded],
+            pruned,
         )
 
 

@@ -21,8 +21,10 @@ from typing import Any
 from dots.errors import DotsError
 from dots.plain import to_plain
 from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
+from dots.search.pruning import attach, count_bound_pruned, is_bound_pruned, outcome, tell_scored
 from dots.search.samplers import build_sampler
 from dots.search.scorer import Scorer
+from dots.search.stopping import StopRule, stop_reason
 from dots.search.workers import Heartbeat, fail_and_requeue, recover_stale_trials
 from dots.signals import sigterm_deferred
 from dots.vectors.coefficients import format_coefficients
@@ -114,6 +116,7 @@ def run_study(
     grace_s: float = 120.0,
     poll_s: float = 2.0,
     granularity: str = DEFAULT_GRANULARITY,
+    stop: StopRule | None = None,
 ) -> None:
     """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored).
 
@@ -121,15 +124,19 @@ def run_study(
     coefficients they make (`coefficients_from_params`); a fixed point is read by `fixed_point`.
     Safe with several workers on one storage: a worker never starts a trial beyond the
     target, waits while others run the last ones, and takes over a dead worker's trial
-    once its heartbeat is older than `grace_s` (dots.search.workers)."""
+    once its heartbeat is older than `grace_s` (dots.search.workers). Trials pruned by the bound
+    count as scored (dots.search.pruning); `stop` may end the study early (dots.search.stopping)."""
     from optuna.trial import TrialState
 
     from dots.progress import new_progress
 
     names = param_names(sources, granularity)
 
-    def count(*states: TrialState) -> int:
-        return len(study.get_trials(deepcopy=False, states=states))
+    def count(*states: TrialState) -> int:  # COMPLETE counts the trials pruned by the bound too
+        n = len(study.get_trials(deepcopy=False, states=states))
+        return n + count_bound_pruned(study) if TrialState.COMPLETE in states else n
+
+    attach(scorer, study, fixed is None)
 
     def key(point: Any) -> tuple[float, ...]:
         return point_key(point, names)
@@ -162,6 +169,13 @@ def run_study(
             complete = count(TrialState.COMPLETE)
             if complete >= target:
                 break
+            reason = stop_reason(study, stop) if fixed is None else None
+            if reason:  # converged: let running trials finish, then say why in one line
+                if count(TrialState.RUNNING) == 0:
+                    print(reason)
+                    break
+                time.sleep(poll_s)
+                continue
             if complete + count(TrialState.RUNNING) >= target:  # others are running the last trials
                 time.sleep(poll_s)
                 continue
@@ -194,15 +208,7 @@ def run_study(
                     study.tell(trial, state=TrialState.FAIL)
                 raise
             with sigterm_deferred():
-                for name, value in (
-                    ("per_query_consistency", res.per_query),
-                    ("tokens_generated", res.tokens),
-                    ("samples_drawn", res.samples),
-                    ("majority_answers", res.answers),
-                    ("time", res.times),
-                ):
-                    trial.set_user_attr(name, value)
-                study.tell(trial, [res.consistency, res.perplexity])
+                tell_scored(study, trial, res)
             finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             best = max(finished, key=lambda t: (t.values[0], -t.values[1]))
             bar.update(
@@ -211,11 +217,10 @@ def run_study(
                 status=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}",
             )
             log.info(
-                "trial %d: %s → C=%.4f PPL=%.4f (%.2fs)",
+                "trial %d: %s → %s (%.2fs)",
                 trial.number,
                 format_coefficients(lam),
-                res.consistency,
-                res.perplexity,
+                outcome(res),
                 res.times["total"],
             )
 
@@ -238,14 +243,16 @@ def enqueue_random_point(study: Any, names: list[str], bounds: tuple[float, floa
 
 def set_aside_duplicate(study: Any, trial: Any, names: list[str]) -> bool:
     """True (the trial told PRUNED, tagged DUPLICATE_OF, the sampler reseeded) when the sampler
-    proposed a point that a complete or running trial already has; an enqueued point (a retry
+    proposed a point that a complete, running or bound-pruned trial already has; an enqueued point (a retry
     of an interrupted trial) is never a duplicate."""
     from optuna.trial import TrialState
 
     if "fixed_params" in study._storage.get_trial(trial._trial_id).system_attrs:
         return False
     mine = point_key(trial.params, names)
-    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)):
+        if other.state == TrialState.PRUNED and not is_bound_pruned(other):  # (a set-aside proposal)
+            continue
         if other.number != trial.number and set(other.params) == set(names) and point_key(other.params, names) == mine:
             trial.set_user_attr(DUPLICATE_OF, other.number)
             study.tell(trial, state=TrialState.PRUNED)
