@@ -7,8 +7,8 @@ import sys
 from typing import Sequence
 
 from dots.errors import DotsError
-from dots.memory import reuse_freed_memory
-from dots.signals import exit_on_sigterm
+from dots.runtime.allocator import reuse_freed_memory
+from dots.runtime.signals import exit_on_sigterm
 
 # Hydra flags after which dots does not read the command line itself (help, shell completion,
 # another config source: Hydra reports on those), and flags that take the next word as value
@@ -33,7 +33,7 @@ HYDRA_VALUED = {"-c", "--cfg", "-p", "--package"}
 
 def prepare_command(log_level: int = logging.INFO) -> None:
     """dots' own log lines at `log_level`, glibc keeping freed memory for the next tensor
-    (`dots.memory`), and SIGTERM turned into a clean exit (`dots.signals`)."""
+    (`dots.runtime.allocator`), and SIGTERM turned into a clean exit (`dots.runtime.signals`)."""
     logging.getLogger("dots").setLevel(log_level)
     reuse_freed_memory()
     exit_on_sigterm()

@@ -4,12 +4,14 @@ Configs and data ship inside the package (`dots/conf`, `dots/data`), so an insta
 wheel works from any directory. Everything dots writes goes under the outputs root:
 `$DOTS_OUTPUTS`, else `outputs/` in the current directory; caches under `$DOTS_CACHE`,
 else `<outputs root>/cache`. `check_creatable` tells, before anything is written, whether a
-directory can be made where a command will write.
+directory can be made where a command will write; `export_import_path` makes this
+`dots` importable in the processes a command starts.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -46,3 +48,13 @@ def check_creatable(path: str | os.PathLike, what: str) -> Path:
     except OSError as exc:
         raise DotsError(f"cannot create the {what} {target}: {exc.strerror or exc} (in {existing})") from None
     return target
+
+
+def export_import_path() -> None:
+    """Make this `dots` importable in child processes (vLLM's workers, the reaper), spawned or forked."""
+    root = str(PACKAGE_DIR.parent)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    if root not in sys.path:
+        sys.path.insert(0, root)

@@ -41,7 +41,6 @@ from dots.engines.base import check_synth_cache
 from dots.engines.vllm_env import (
     cpu_thread_binding,
     environment,
-    export_import_path,
     log_to_file,
     on_cpu_platform,
     scratch_dir,
@@ -50,7 +49,8 @@ from dots.engines.vllm_env import (
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
-from dots.reaper import start_reaper
+from dots.paths import export_import_path
+from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
 
@@ -124,7 +124,7 @@ class VLLMEngine:
             kwargs["use_tqdm_on_load"] = False  # its weight-loading bar, too (extra_args may turn it on)
         kwargs.update(extra_args or {})
         export_import_path()
-        start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.reaper)
+        start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.runtime.reaper)
         with environment(env):
             self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from dots.io.checkpoint import Checkpoint
-from dots.memory import freeing_as_it_goes
+from dots.runtime.allocator import freeing_as_it_goes
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import CheckedCoefficients, Coefficients, check_coefficients, tensor_lambdas
 from dots.vectors.compact import CompactTensor, form_bytes, position_dtype
@@ -225,7 +225,7 @@ class ShardedResident:
 
     def __init__(self, model: torch.nn.Module, config: Any, tv: TaskVectors, device: torch.device):
         self.model, self.config, self.tv, self.device = model, config, tv, device
-        # the worker keeps freed memory for its swaps (`dots.memory`); the set-up's one-off
+        # the worker keeps freed memory for its swaps (`dots.runtime.allocator`); the set-up's one-off
         # transients (whole tensors read, masks) would stay with it: 5.5 GB at 7B shapes
         with freeing_as_it_goes(), torch.no_grad():
             self._set_up()

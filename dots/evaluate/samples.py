@@ -99,7 +99,7 @@ def run_benchmark(
     chunks: dict[int, list[tuple[int, Query]]] = {}
     for i, p in todo:
         chunks.setdefault(i // chunk, []).append((i, p))
-    from dots.progress import new_progress
+    from dots.runtime.progress import new_progress
 
     with new_progress(f"{model} · {bench.name}") as bar, open(path, "a") as out:
         task = bar.add_task("problems", total=len(problems), completed=len(problems) - len(todo))

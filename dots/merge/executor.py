@@ -30,7 +30,7 @@ from dots.io.writer import CheckpointWriter
 from dots.merge.methods import MergeContext, build_options, get_method
 from dots.merge.methods.base import WHOLE, Part
 from dots.paths import check_creatable
-from dots.progress import progress_bar
+from dots.runtime.progress import progress_bar
 from dots.vectors.deltas import BLOCK_ENTRIES, block_stream, read_inputs, row_blocks, tensor_stream
 
 log = logging.getLogger(__name__)

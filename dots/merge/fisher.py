@@ -20,7 +20,7 @@ Memory: computing S for one model holds its weights and the float32 accumulator:
 bytes per parameter in float32 (7B → ~57 GB; use a large GPU, or `dtype: bfloat16` for
 the weights: ≈ 6 bytes per parameter — on a GPU: on a 2-core AVX2 CPU a bfloat16 pass over a
 2-layer Qwen2.5-7B-shaped model did not finish in 31 min, float32 took 33 s per model).
-The pass runs under `dots.memory.freeing_as_it_goes`: its host transients are one-off (on the
+The pass runs under `dots.runtime.allocator.freeing_as_it_goes`: its host transients are one-off (on the
 CPU at that shape, SAR's peak 14.2 instead of 16.4 GiB, +35% wall). Each parameter's squared
 gradient is added to the accumulator (in chunks) as soon as backward has produced it, and the
 gradient freed, so the gradients of the whole model never exist at once. SAR's merge pass
@@ -44,9 +44,9 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.modes import apply_umask
 from dots.keys import stable_hash
-from dots.memory import freeing_as_it_goes
 from dots.paths import cache_root
-from dots.progress import progress_bar
+from dots.runtime.allocator import freeing_as_it_goes
+from dots.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
-from dots.locks import held_by_one
 from dots.paths import check_creatable
 from dots.plain import to_plain
 from dots.problems import Query, load_pool
+from dots.runtime.locks import held_by_one
 from dots.search.dashboard import dashboard_command
 from dots.search.engine_model import engine_model, source_activation
 from dots.search.granularity import DEFAULT_GRANULARITY, fixed_point, param_names

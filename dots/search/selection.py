@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 
 from dots.errors import DotsError
 from dots.problems import Query
-from dots.progress import progress_bar
+from dots.runtime.progress import progress_bar
 from dots.scoring.grade import consistency
 
 log = logging.getLogger(__name__)

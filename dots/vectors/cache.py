@@ -34,8 +34,8 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import ST_DTYPES, dtype_size
 from dots.io.writer import check_free_space, disk_write_error
 from dots.keys import stable_hash
-from dots.locks import run_once_lock
 from dots.paths import cache_root
+from dots.runtime.locks import run_once_lock
 from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 
