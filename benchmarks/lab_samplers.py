@@ -186,7 +186,7 @@ class Lab:
     def __init__(self, lab: int):
         from transformers import AutoTokenizer
 
-        from dots.problems import load_pool
+        from dots.io.problems import load_pool
         from dots.scoring.prompts import format_prompt
         from dots.search.pipeline import build_selection, build_vectors, load_selected, prepare
 

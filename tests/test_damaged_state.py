@@ -70,7 +70,7 @@ def test_selection_cut_mid_line_is_selected_again_the_same(tiny, tmp_path):
 
 
 def test_a_reselection_that_differs_from_the_scored_one_stops(monkeypatch, tmp_path):
-    from dots.problems import Query
+    from dots.io.problems import Query
     from dots.search import pipeline
     from dots.search.selection import DamagedSelection
 

@@ -14,8 +14,8 @@ from typing import Any, Sequence, cast
 from dots.evaluate.benchmarks import Benchmark
 from dots.evaluate.metrics import aggregate, grade, problem_score
 from dots.io.checkpoint import Checkpoint
+from dots.io.problems import Query
 from dots.keys import stable_hash
-from dots.problems import Query
 from dots.scoring.prompts import format_prompt
 
 log = logging.getLogger("dots.evaluate")

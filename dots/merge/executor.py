@@ -92,8 +92,8 @@ def merge_checkpoints(
     """Merge `sources` into `base` with `method` and write a loadable model to `output`.
     Tensors above `block_entries` entries are read, merged (blockwise methods) and written
     in row blocks, so peak memory does not grow with the model's width."""
-    from dots.export.card import render_model_card
     from dots.io.align import align, config_differences
+    from dots.merge.card import render_model_card
 
     spec = get_method(method)
     opts = build_options(spec, dict(options or {}))

@@ -7,7 +7,7 @@ pool has one, else the model's own greedy completion (generated once per model).
 One backward pass per example (batch size 1), so each squared gradient is per example.
 
 Calibration set: `calibration_size` (default 64) queries drawn with a seed from
-`dots.problems.load_pool(pool_cfg)` when a pool is configured. Without a pool we fall back
+`dots.io.problems.load_pool(pool_cfg)` when a pool is configured. Without a pool we fall back
 to a built-in, deterministic set of two-digit addition/subtraction questions ("What is
 47 + 38?") whose gold answers ("\\boxed{85}") are known, so no model-generated labels
 and no data files are needed; configure a pool from the target domain for real runs.
@@ -88,7 +88,7 @@ def pool_calibration(
     pool_cfg: Any, n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0, format_prompt: Callable[[str], str] | None = None
 ) -> list[CalibrationExample]:
     """n queries sampled with `seed` from a configured pool (gold answer when it has one)."""
-    from dots.problems import load_pool
+    from dots.io.problems import load_pool
 
     queries = list(load_pool(pool_cfg))
     if not queries:

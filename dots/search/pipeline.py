@@ -25,10 +25,10 @@ from dots.engines.plan import MemoryPlan
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
+from dots.io.problems import Query, load_pool
 from dots.keys import stable_hash
 from dots.paths import check_creatable
 from dots.plain import to_plain
-from dots.problems import Query, load_pool
 from dots.runtime.locks import held_by_one
 from dots.search.dashboard import dashboard_command
 from dots.search.engine_model import engine_model, source_activation
@@ -295,7 +295,7 @@ def prepare(cfg: DictConfig) -> Run:
 def check_module_groups(alignment: Alignment) -> None:
     """Every merged tensor has a module group (search.granularity=module), else a one-line
     DotsError naming the first that has none — before anything is written."""
-    from dots.modules import module_group
+    from dots.io.modules import module_group
 
     for name in alignment.merged:
         module_group(name)

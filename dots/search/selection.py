@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from dots.errors import DotsError
-from dots.problems import Query
+from dots.io.problems import Query
 from dots.runtime.progress import progress_bar
 from dots.scoring.grade import consistency
 
