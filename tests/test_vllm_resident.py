@@ -119,7 +119,7 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
     # θ0 (fp32 here) + compact τ̃ + scratch; no second copy of the model for the outputs
     assert theta0 + compact <= info["nbytes"] < 2 * theta0 + compact
     # the memory plan's per-worker figure bounds it (it adds the set-up's second θ0 shard)
-    from dots.engines.plan import sharded_resident_bytes
+    from dots.plan.estimate import sharded_resident_bytes
 
     tensors = {n: base.info(n) for n in base.names}
     assert info["nbytes"] <= sharded_resident_bytes(tensors, tv.names, {}, compact, "cpu", 1)

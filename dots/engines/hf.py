@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
-from dots.engines.base import check_synth_cache
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.plan.decide import check_synth_cache
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
 
@@ -203,7 +203,7 @@ class HFEngine:
             self.synth_cache = check_synth_cache(synth_cache)
         self.task_vectors, self._resident = task_vectors, None
         gc.collect()  # a previous resident copy goes before the new one is measured / loaded
-        from dots.engines.plan import resolve_synth_cache
+        from dots.plan.resolve import resolve_synth_cache
 
         if resolve_synth_cache(self.synth_cache, task_vectors, self.device) == "memory":
             from dots.vectors.synth import ResidentSynthesizer

@@ -12,7 +12,7 @@ With `synth_cache: memory` each worker holds its shard of θ0 and of the compact
 layout of its own parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm_resident`; the
 whole model and a reload where that layout is not covered), so a swap is arithmetic; with `disk`
 it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is
-decided by the search's memory plan before the engine starts (`dots.engines.plan`), or, when
+decided by the search's memory plan before the engine starts (`dots.plan`), or, when
 the engine gets "auto" itself, by each worker from its device's free memory.
 
 `swap_weights(iterator)` streams the tensors into a temporary safetensors checkpoint
@@ -37,7 +37,6 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from dots.checks import check_choice
-from dots.engines.base import check_synth_cache
 from dots.engines.vllm_env import (
     cpu_thread_binding,
     environment,
@@ -50,6 +49,7 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
 from dots.paths import export_import_path
+from dots.plan.decide import check_synth_cache
 from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients

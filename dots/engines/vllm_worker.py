@@ -56,7 +56,7 @@ class DotsWorkerExtension:
         self._dots_resident_note = ""
         if spec is None:
             return 0
-        from dots.engines.plan import resolve_synth_cache
+        from dots.plan.resolve import resolve_synth_cache
         from dots.runtime.allocator import reuse_freed_memory
         from dots.vectors.cache import TaskVectors
 

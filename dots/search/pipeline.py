@@ -21,7 +21,6 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
-from dots.engines.plan import MemoryPlan
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
@@ -29,6 +28,7 @@ from dots.io.problems import Query, load_pool
 from dots.keys import stable_hash
 from dots.paths import check_creatable
 from dots.plain import to_plain
+from dots.plan.decide import MemoryPlan
 from dots.runtime.locks import held_by_one
 from dots.search.dashboard import dashboard_command
 from dots.search.engine_model import engine_model, source_activation
@@ -312,13 +312,14 @@ def check_destinations(run: Run) -> None:
 
 
 def memory_plan(run: Run) -> MemoryPlan:
-    """What the run holds on each device and where τ̃ lives (`dots.engines.plan`), printed;
+    """What the run holds on each device and where τ̃ lives (`dots.plan`), printed;
     a DotsError (one line) when the engine and τ̃ cannot fit either way."""
-    from dots.engines.plan import plan_search
+    from dots.engines.setting import plan_search
     from dots.io.shapes import ModelShapes
+    from dots.plan.render import describe
 
     plan = plan_search(run.cfg, ModelShapes.from_alignment(run.alignment))
-    print("\n".join(plan.lines()))
+    print("\n".join(describe(plan)))
     return plan
 
 

@@ -4,7 +4,7 @@ r"""`python -m dots.plan`: the memory plan of a search, printed without running 
         [search overrides: backbone=qwen7b engine=vllm engine.tensor_parallel_size=8 ...]
 
 The search's config (dots/conf/search.yaml + the overrides) is composed in memory and
-`dots.engines.plan.plan_search` computes what `python -m dots.search` with the same
+`dots.engines.setting.plan_search` computes what `python -m dots.search` with the same
 overrides would hold on each device — engine weights, its KV cache, θ0 and τ̃ resident or
 read from the cache — and which `synth_cache` it would use. The model's tensors come from
 `--shapes` (a config.json: nothing is downloaded), else from the backbone's base: exact
@@ -56,7 +56,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--device-memory-gb", type=float, help="memory of each device in GB (default: measured)")
     args, overrides = parser.parse_known_args(argv)
     from dots.config import compose
-    from dots.engines.plan import DeviceMemory, plan_search
+    from dots.engines.setting import plan_search
+    from dots.plan.devices import DeviceMemory
+    from dots.plan.render import describe
 
     cfg = compose("search", overrides)
     memory = None
@@ -65,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         size = int(args.device_memory_gb * 1e9)
         memory, device = DeviceMemory(size, size, "given"), device or "cuda"
     plan = plan_search(cfg, model_shapes(cfg, args.shapes), memory=memory, device=device)
-    print("\n".join(plan.lines()))
+    print("\n".join(describe(plan)))
 
 
 if __name__ == "__main__":
