@@ -143,8 +143,7 @@ def test_the_reader_sees_function_level_and_type_checking_imports(tmp_path):
     (pkg / "a" / "y.py").write_text("import dots.a.x\n")
     (pkg / "a" / "z.py").write_text("from dots.a import x as _x\n")
     modules = {
-        ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): p
-        for p in pkg.rglob("*.py")
+        ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): p for p in pkg.rglob("*.py")
     }
     edges = import_edges(modules)
     assert edges["dots.a.x"] == {"dots.a.y", "dots.a.z"}

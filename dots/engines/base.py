@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from dots.errors import DotsError
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
+
+if TYPE_CHECKING:
+    from dots.io.checkpoint import Checkpoint
+
+
+def check_swappable(ckpt: Checkpoint, shapes: Mapping[str, Sequence[int]], required: Iterable[str]) -> None:
+    """A one-line DotsError when `ckpt` cannot be swapped into a live model whose tensors have
+    `shapes`: tensors the model does not have, of another shape, or `required` ones missing."""
+    unknown = [n for n in ckpt.names if n not in shapes]
+    wrong = [n for n in ckpt.names if n in shapes and tuple(ckpt.info(n).shape) != tuple(shapes[n])]
+    names = set(ckpt.names)
+    missing = [n for n in required if n not in names]
+    problems = (
+        ([f"unknown tensor(s) {unknown[:3]}"] if unknown else [])
+        + ([f"shape mismatch {wrong[:3]}"] if wrong else [])
+        + ([f"missing {missing[:3]}"] if missing else [])
+    )
+    if problems:
+        raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
+from dots.engines.base import check_swappable
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.plan.decide import check_synth_cache
@@ -175,25 +176,11 @@ class HFEngine:
             with torch.profiler.record_function("dots.hf.copy"):
                 target.copy_(tensor)
 
-    def _check_checkpoint(self, ckpt: Checkpoint) -> None:
-        unknown = [n for n in ckpt.names if n not in self._targets]
-        wrong = [
-            n for n in ckpt.names if n in self._targets and tuple(ckpt.info(n).shape) != tuple(self._targets[n].shape)
-        ]
-        params = {n for n, _ in self.model.named_parameters()}
-        missing = sorted(params - set(ckpt.names))
-        problems = (
-            ([f"unknown tensor(s) {unknown[:3]}"] if unknown else [])
-            + ([f"shape mismatch {wrong[:3]}"] if wrong else [])
-            + ([f"missing {missing[:3]}"] if missing else [])
-        )
-        if problems:
-            raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
-
     def swap_checkpoint(self, path: str | Path) -> None:
         """Load a saved model of the same architecture and shapes into the live one."""
         ckpt = Checkpoint(path)
-        self._check_checkpoint(ckpt)
+        params = {n for n, _ in self.model.named_parameters()}
+        check_swappable(ckpt, {n: t.shape for n, t in self._targets.items()}, sorted(params))
         self.swap_weights(ckpt.tensors())
 
     def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:

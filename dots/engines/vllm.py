@@ -37,6 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from dots.checks import check_choice
+from dots.engines.base import check_swappable
 from dots.engines.vllm_env import (
     cpu_thread_binding,
     environment,
@@ -209,25 +210,11 @@ class VLLMEngine:
         self.llm.collective_rpc("dots_swap_coefficients", args=(lambdas,))
         self._after_swap()
 
-    def _check_checkpoint(self, ckpt: Checkpoint) -> None:
-        ref = self.reference
-        unknown = [n for n in ckpt.names if n not in ref]
-        missing = [n for n in ref.names if n not in ckpt]
-        if ref.tie_word_embeddings and missing == ["lm_head.weight"]:
-            missing = []
-        wrong = [n for n in ckpt.names if n in ref and ckpt.info(n).shape != ref.info(n).shape]
-        problems = (
-            ([f"unknown tensor(s) {unknown[:3]}"] if unknown else [])
-            + ([f"shape mismatch {wrong[:3]}"] if wrong else [])
-            + ([f"missing {missing[:3]}"] if missing else [])
-        )
-        if problems:
-            raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
-
     def swap_checkpoint(self, path: str | Path) -> None:
         """Reload every tensor of a saved model of the same architecture and shapes."""
-        ckpt = Checkpoint(path)
-        self._check_checkpoint(ckpt)
+        ckpt, ref = Checkpoint(path), self.reference
+        tied = {"lm_head.weight"} if ref.tie_word_embeddings else set()  # a tied model may leave out its head
+        check_swappable(ckpt, {n: ref.info(n).shape for n in ref.names}, [n for n in ref.names if n not in tied])
         self.llm.collective_rpc("dots_swap_checkpoint", args=(str(ckpt.path),))
         self._after_swap()
 
