@@ -43,6 +43,7 @@ import torch
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.modes import apply_umask
+from dots.io.safetensors import write_file
 from dots.keys import stable_hash
 from dots.paths import cache_root
 from dots.runtime.allocator import freeing_as_it_goes
@@ -243,29 +244,13 @@ def fisher_for(
     root.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        write_safetensors(fisher, tmp, {"model": str(ckpt.path), "examples": str(len(examples))})
+        write_file(fisher, tmp, {"model": str(ckpt.path), "examples": str(len(examples))})
         apply_umask(tmp)
         tmp.replace(path)  # atomic: a reader never sees a half-written file
     except Exception as exc:  # safetensors reports a full disk as its own error
         tmp.unlink(missing_ok=True)
         raise DotsError(f"cannot write the Fisher cache {path}: {str(exc).splitlines()[0]}") from None
     return path
-
-
-def write_safetensors(tensors: Mapping[str, torch.Tensor], path: Path, metadata: Mapping[str, str]) -> None:
-    """One safetensors file, each tensor's bytes written straight from its memory
-    (`safetensors.torch.save_file` first builds a byte copy of them all: a second Fisher
-    table, 6 GB at a 2-layer 7B shape)."""
-    from dots.io.safetensors import TensorInfo
-    from dots.io.writer import _header
-
-    plan = {name: TensorInfo(tuple(t.shape), t.dtype) for name, t in tensors.items()}
-    header, _ = _header(list(plan), plan, metadata)
-    with open(path, "wb") as fh:
-        fh.write(len(header).to_bytes(8, "little"))
-        fh.write(header)
-        for tensor in tensors.values():
-            fh.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
 
 
 class FisherTable:

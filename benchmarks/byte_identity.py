@@ -1,0 +1,142 @@
+"""Byte identity of two versions of dots: same merges, same search, same export, same caches.
+
+    python benchmarks/byte_identity.py [--before c7d346d] [--after HEAD] [--trials 6]
+
+Each ref is checked out with `git worktree add` into a temporary directory and run from
+there (PYTHONPATH set to it; outputs and caches in a directory of its own): every merge
+method of `dots/conf/method/` through `python -m dots.merge` on the shipped lab trio, and
+one seeded short lab search (`python -m dots.search`, engine=hf, `--trials` trials, small
+selection) with its export. Compared by sha256: every merged `model.safetensors`, the
+search's `trials.csv` without its time columns, its `result.yaml`, the exported
+safetensors, and every safetensors file of the τ̃ and Fisher caches. Prints one line per
+item (same / DIFFERENT) and exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SEARCH = [  # a short, seeded lab search: minutes on two cores
+    "backbone=lab",
+    "engine=hf",
+    "engine.device=cpu",
+    "selection.n=8",
+    "selection.m=2",
+    "search.n_startup_trials=3",
+    "search.k=2",
+    "export.device=cpu",
+    "seed=0",
+]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def trials_without_times(path: Path) -> str:
+    """trials.csv with its time columns (time_*) dropped, as text."""
+    rows = list(csv.DictReader(path.open()))
+    keep = [k for k in (rows[0] if rows else {}) if not k.startswith("time_")]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=keep, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
+    with log.open("a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        done = subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(cmd)} — see {log}")
+
+
+def produce(ref: str, label: str, work: Path, methods: list[str], trials: int) -> dict[str, str]:
+    """Run every merge and the search at `ref`; name → digest (or text) of each output."""
+    tree, out = work / "src", work / "run"  # the same paths for both refs: paths recorded in files match
+    git = ["git", "-C", str(REPO), "worktree"]
+    subprocess.run([*git, "add", "--detach", str(tree), ref], check=True, capture_output=True)
+    out.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "DOTS_OUTPUTS": str(out / "outputs"),
+        "DOTS_CACHE": str(out / "cache"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    log = out / "log.txt"
+    digests: dict[str, str] = {}
+    try:
+        for method in methods:
+            start = time.time()
+            target = out / "merge" / method
+            cmd = [sys.executable, "-m", "dots.merge", f"method={method}", f"output={target}", "device=cpu"]
+            run(cmd, out, env, log)
+            digests[f"merge {method}: model.safetensors"] = sha256(target / "model.safetensors")
+            print(f"  {label} merge {method}: {time.time() - start:.0f} s", flush=True)
+        if trials <= 0:
+            return digests
+        start = time.time()
+        run_dir = out / "search"
+        cmd = [sys.executable, "-m", "dots.search", *SEARCH, f"search.n_trials={trials}", f"run_dir={run_dir}"]
+        run(cmd, out, env, log)
+        print(f"  {label} search: {time.time() - start:.0f} s", flush=True)
+        digests["search: trials.csv without time columns"] = hashlib.sha256(
+            trials_without_times(run_dir / "trials.csv").encode()
+        ).hexdigest()
+        digests["search: result.yaml"] = sha256(run_dir / "result.yaml")
+        for f in sorted((run_dir / "model").glob("*.safetensors")):
+            digests[f"export: {f.name}"] = sha256(f)
+        for f in sorted((out / "cache").rglob("*.safetensors")):
+            digests[f"cache: {f.relative_to(out / 'cache')}"] = sha256(f)
+    finally:
+        subprocess.run([*git, "remove", "--force", str(tree)], capture_output=True)
+        out.rename(work / label)
+    return digests
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="c7d346d")
+    parser.add_argument("--after", default="HEAD")
+    parser.add_argument("--trials", type=int, default=6, help="0: no search")
+    parser.add_argument("--methods", nargs="*", help="default: every dots/conf/method/*.yaml of --after")
+    parser.add_argument("--keep", help="a directory to keep the outputs in (default: a temporary one, removed)")
+    args = parser.parse_args(argv)
+    methods = args.methods
+    if not methods:
+        listing = subprocess.run(
+            ["git", "-C", str(REPO), "ls-tree", "--name-only", f"{args.after}:dots/conf/method"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        methods = sorted(Path(n).stem for n in listing if n.endswith(".yaml"))
+    with tempfile.TemporaryDirectory(prefix="dots-identity-") as tmp:
+        work = Path(args.keep).resolve() if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        before = produce(args.before, "before", work, methods, args.trials)
+        after = produce(args.after, "after", work, methods, args.trials)
+    differences = 0
+    for name in sorted(before.keys() | after.keys()):
+        same = before.get(name) is not None and before.get(name) == after.get(name)
+        differences += not same
+        print(f"{'same' if same else 'DIFFERENT':9} {name}  {(after.get(name) or before.get(name) or '')[:16]}")
+    print(f"{args.before} vs {args.after}: {len(before)} items, {differences} different")
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
