@@ -86,21 +86,23 @@ def produce(ref: str, label: str, work: Path, methods: list[str], trials: int) -
             run(cmd, out, env, log)
             digests[f"merge {method}: model.safetensors"] = sha256(target / "model.safetensors")
             print(f"  {label} merge {method}: {time.time() - start:.0f} s", flush=True)
-        if trials <= 0:
-            return digests
-        start = time.time()
-        run_dir = out / "search"
-        cmd = [sys.executable, "-m", "dots.search", *SEARCH, f"search.n_trials={trials}", f"run_dir={run_dir}"]
-        run(cmd, out, env, log)
-        print(f"  {label} search: {time.time() - start:.0f} s", flush=True)
-        digests["search: trials.csv without time columns"] = hashlib.sha256(
-            trials_without_times(run_dir / "trials.csv").encode()
-        ).hexdigest()
-        digests["search: result.yaml"] = sha256(run_dir / "result.yaml")
-        for f in sorted((run_dir / "model").glob("*.safetensors")):
-            digests[f"export: {f.name}"] = sha256(f)
-        for f in sorted((out / "cache").rglob("*.safetensors")):
-            digests[f"cache: {f.relative_to(out / 'cache')}"] = sha256(f)
+        if trials > 0:
+            start = time.time()
+            run_dir = out / "search"
+            cmd = [sys.executable, "-m", "dots.search", *SEARCH, f"search.n_trials={trials}", f"run_dir={run_dir}"]
+            run(cmd, out, env, log)
+            print(f"  {label} search: {time.time() - start:.0f} s", flush=True)
+            digests["search: trials.csv without time columns"] = hashlib.sha256(
+                trials_without_times(run_dir / "trials.csv").encode()
+            ).hexdigest()
+            digests["search: result.yaml"] = sha256(run_dir / "result.yaml")
+            for f in sorted((run_dir / "model").glob("*.safetensors")):
+                digests[f"export: {f.name}"] = sha256(f)
+        # cache entries are named by keys that include file times: compared by content, per kind
+        for kind in sorted(d.name for d in (out / "cache").iterdir() if d.is_dir()):
+            files = sorted(sha256(f) for f in (out / "cache" / kind).rglob("*.safetensors"))
+            for i, digest in enumerate(files):
+                digests[f"cache: {kind} file {i + 1} of {len(files)} (by content)"] = digest
     finally:
         subprocess.run([*git, "remove", "--force", str(tree)], capture_output=True)
         out.rename(work / label)
