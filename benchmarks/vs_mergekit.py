@@ -45,7 +45,7 @@ mergekit: mergekit-yaml CONFIG.yml OUT --lazy-unpickle --out-shard-size 500M --r
           τ and every partial sum to bf16 (less memory, different numbers).
 
 Definitions: mergekit 0.1.5's source (merge_methods/generalized_task_arithmetic.py,
-sparsify.py, ram.py) against dots (SPEC §5, dots/methods/)
+sparsify.py, ram.py) against dots (docs/method.md §5, dots/merge/methods/)
 -------------------------------------------------------------------------------------
 mergekit 0.1.5 registers arcee_fusion, breadcrumbs, breadcrumbs_ties, dare_linear,
 dare_ties, della, della_linear, karcher, linear, model_stock, multislerp, nearswap,

@@ -1,6 +1,6 @@
 """Engine processes end with their owner however it dies (dots.runtime.reaper): after `kill -9` of the
 owner, its recorded descendants — children and grandchildren — are ended within seconds.
-The vLLM search itself is in test_orphans_vllm (marked vllm, slow)."""
+The vLLM search itself: tests/test_search_vllm.py::test_vllm_search_logs_to_its_run_dir_and_kill_9_leaves_no_process."""
 
 from __future__ import annotations
 

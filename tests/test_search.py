@@ -1,6 +1,7 @@
 """The DoTS pipeline end to end on tiny generated checkpoints (transformers engine).
 
-The lab-backbone runs (both engines) live in tests/test_search_lab.py.
+Lab-backbone runs: tests/test_dashboard.py, tests/test_granularity.py (transformers) and
+tests/test_search_vllm.py (vLLM).
 """
 
 from __future__ import annotations

@@ -78,12 +78,14 @@ def export_model(
             "Decoupled test-time synthesis (DoTS): θ = θ0 + Σ λ_i τ̃_i with sparsified, "
             "norm-rescaled task vectors; λ chosen on the Pareto front of answer consistency and "
             f"perplexity over {len(selection)} unlabeled queries.\n\n![Pareto front](pareto.png)"
+            + "".join(f"\n\n**Warning:** {w}" for w in result.get("warnings", []))
         ),
         results={
             "trial": result["trial"],
             "coefficients": coefficients,
             "objectives": result["objectives"],
             "complete_trials": result["complete_trials"],
+            **({"warnings": result["warnings"]} if result.get("warnings") else {}),
             "selection": {"size": len(selection), "strategy": str(cfg.selection.strategy), "ids": selection},
         },
         config=to_plain(cfg),

@@ -15,10 +15,27 @@ from typing import Iterable, Sequence
 from dots.scoring.equivalence import answers_equivalent, equivalence_classes
 from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, last_boxed, letter_of
 
+# majority: no-answer samples never form the majority (docs/method.md §3); official: the
+# most common class, first seen among ties, and 0 when that class is "no answer" (the
+# official DoTS code's Counter.most_common; `preset=official`, docs/official.md)
+CONSISTENCY_RULES = ("majority", "official")
 
-def consistency_of_labels(labels: Sequence[int | str | None]) -> float:
-    """max_y (1/m)·#{labels == y} over non-None labels; m counts every sample."""
+
+def consistency_of_labels(labels: Sequence[int | str | None], rule: str = "majority") -> float:
+    """max_y (1/m)·#{labels == y} over non-None labels; m counts every sample. Rule
+    `official`: #{most common label}/m, 0 when the most common (first seen among ties) is None."""
     m = len(labels)
+    if rule == "official":
+        seen: dict[int | str | None, int] = {}
+        for label in labels:
+            seen[label] = seen.get(label, 0) + 1
+        if not seen:
+            return 0.0
+        top = max(seen.values())
+        first = next(label for label, count in seen.items() if count == top)  # insertion = first seen
+        return 0.0 if first is None else top / m
+    if rule != "majority":
+        raise ValueError(f"consistency rule must be one of {CONSISTENCY_RULES}, got {rule!r}")
     counts: dict[int | str, int] = {}
     for label in labels:
         if label is not None:
@@ -46,9 +63,32 @@ def consistency(
     mode: str = "math",
     fallbacks: Iterable[str] = DEFAULT_FALLBACKS,
     letters: str = "ABCDEFGHIJ",
+    rule: str = "majority",
 ) -> float:
-    """Eq. 4 for the m completions of one query; `mode` math (math-verify) or choice (letters)."""
-    return consistency_of_labels(answer_labels(completions, mode, fallbacks, letters))
+    """Eq. 4 for the m completions of one query; `mode` math (math-verify) or choice (letters),
+    `rule` as in `consistency_of_labels`."""
+    return consistency_of_labels(answer_labels(completions, mode, fallbacks, letters), rule)
+
+
+def consistency_and_majority(
+    completions: Sequence[str], mode: str = "math", rule: str = "majority", letters: str = "ABCDEFGHIJ"
+) -> tuple[float, str | None]:
+    """Eq. 4 (`consistency`) and a representative answer of the largest answered class (first
+    seen among ties; None when no sample has an answer), from one extraction of the answers."""
+    if mode == "choice":
+        answers: list[str | None] = [extract_choice(c, letters) for c in completions]
+        labels: list[int | str | None] = list(answers)
+    elif mode == "math":
+        answers = [extract_answer(c) for c in completions]
+        labels = list(equivalence_classes(answers))
+    else:
+        raise ValueError(f"consistency mode must be 'math' or 'choice', got {mode!r}")
+    counts: dict[int | str, int] = {}
+    for label in labels:
+        if label is not None:
+            counts[label] = counts.get(label, 0) + 1
+    best = max(counts, key=lambda k: (counts[k], -labels.index(k)), default=None)
+    return consistency_of_labels(labels, rule), None if best is None else answers[labels.index(best)]
 
 
 def majority_answer(completions: Sequence[str], fallbacks: Iterable[str] = DEFAULT_FALLBACKS) -> str | None:

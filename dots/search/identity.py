@@ -14,9 +14,21 @@ from dots.plain import to_plain
 # search.* options that do not change a run's results: the trial count (so it can be raised
 # later), where the study lives, and how the work is shared between workers
 NOT_IDENTITY = ("n_trials", "storage", "workers", "worker", "heartbeat_s", "grace_s", "fixed")
-# search.* options that count only when they differ from the value every run had before the
-# option existed, so that earlier runs keep their identity (run directory, study name, stage keys)
-IDENTITY_ONLY_IF_NOT = {"granularity": "model"}
+# options that count only when they differ from the value every run had before the option
+# existed, so that earlier runs keep their identity (run directory, study name, stage keys)
+IDENTITY_ONLY_IF_NOT = {
+    "search": {"granularity": "model", "consistency": "majority", "perplexity": "tokens"},
+    "sparsify": {"cut": "exact"},
+    "selection": {"split": "median"},
+}
+
+
+def _section(cfg: Any, name: str, leave_out: tuple[str, ...] = ()) -> dict:
+    """cfg.<name> as plain data without `leave_out` and without options at their old default."""
+    defaults = IDENTITY_ONLY_IF_NOT.get(name, {})
+    return {
+        k: v for k, v in to_plain(cfg[name]).items() if k not in leave_out and not (k in defaults and v == defaults[k])
+    }
 
 
 def check_range(bounds: Sequence[float]) -> tuple[float, float]:
@@ -33,20 +45,15 @@ def check_range(bounds: Sequence[float]) -> tuple[float, float]:
 
 def run_identity(cfg: Any, base: Checkpoint, sources: Mapping[str, Checkpoint]) -> dict:
     """What a run's results depend on (the trial count excluded, so it can be raised later;
-    search.granularity only when it is not `model`, so a run of one λ per source keeps the
-    identity it had before module granularity existed)."""
-    search = {
-        k: v
-        for k, v in to_plain(cfg.search).items()
-        if k not in NOT_IDENTITY and not (k in IDENTITY_ONLY_IF_NOT and v == IDENTITY_ONLY_IF_NOT[k])
-    }
+    options added later, such as search.granularity, only away from their old default, so a
+    run keeps the identity it had before they existed)."""
     return {
         "base": base.fingerprint(),
         "sources": {k: v.fingerprint() for k, v in sources.items()},
-        "sparsify": to_plain(cfg.sparsify),
-        "selection": to_plain(cfg.selection),
+        "sparsify": _section(cfg, "sparsify"),
+        "selection": _section(cfg, "selection"),
         "pool": to_plain(cfg.pool),
-        "search": search,
+        "search": _section(cfg, "search", NOT_IDENTITY),
         "sampler": to_plain(cfg.sampler),
         "prompt": cfg.backbone.prompt,
         "seed": cfg.seed,

@@ -17,6 +17,8 @@ from dots.checks import check_choice, number_in, positive_int
 from dots.config import check_backbone_sources
 from dots.errors import DotsError
 from dots.plain import to_plain
+from dots.scoring.grade import CONSISTENCY_RULES
+from dots.scoring.perplexity import PERPLEXITY_MEANS
 from dots.search.adaptive import AdaptiveConfig
 from dots.search.granularity import DEFAULT_GRANULARITY, check_granularity
 from dots.search.samplers import build_sampler
@@ -40,6 +42,8 @@ def check_study_options(search: Any) -> None:
     positive_int(search.n_startup_trials, "search.n_startup_trials", minimum=0)
     check_sampling(search, "search")
     check_choice(search.answer_mode, ANSWER_MODES, "search.answer_mode")
+    check_choice(search.get("consistency", "majority"), CONSISTENCY_RULES, "search.consistency")
+    check_choice(search.get("perplexity", "tokens"), PERPLEXITY_MEANS, "search.perplexity")
     check_granularity(search.get("granularity", DEFAULT_GRANULARITY))
     workers = positive_int(search.workers, "search.workers")
     worker = positive_int(search.worker, "search.worker", minimum=0)

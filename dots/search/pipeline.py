@@ -100,7 +100,9 @@ def build_vectors(run: Run) -> TaskVectors:
 
 
 def selection_inputs(run: Run) -> dict:
-    return {k: run.identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")}
+    inputs = {k: run.identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")}
+    rule = str(run.cfg.search.get("consistency", "majority"))
+    return inputs if rule == "majority" else {**inputs, "consistency": rule}  # earlier keys kept
 
 
 def build_selection(run: Run) -> list[Query]:
@@ -119,6 +121,7 @@ def build_selection(run: Run) -> list[Query]:
             cfg,
             run.run_dir / f"difficulty-{key}.jsonl",
             mode=str(run.cfg.search.get("answer_mode", "math")),
+            rule=str(run.cfg.search.get("consistency", "majority")),
         )
         selection = choose(run.queries, per_source, cfg)
     save_selection(selection, run.run_dir / "selection.jsonl", key)
@@ -189,16 +192,16 @@ def run_trials(run: Run) -> Any:
 
 def build_pick(run: Run) -> dict:
     """App. A.2: the Pareto front of complete trials and the configured pick."""
+    from dots.search.diagnosis import add_warnings
     from dots.search.report import pick_and_report
 
-    return pick_and_report(
-        run.results["study"],
-        run.sources,
-        str(run.cfg.pick),
-        run.run_dir,
-        f"DoTS on {run.cfg.backbone.name}",
-        run.granularity,
+    study = run.results["study"]
+    result = pick_and_report(
+        study, run.sources, str(run.cfg.pick), run.run_dir, f"DoTS on {run.cfg.backbone.name}", run.granularity
     )
+    record = run.run_dir / f"difficulty-{stable_hash(selection_inputs(run))}.jsonl"
+    mode = str(run.cfg.search.get("answer_mode", "math"))
+    return add_warnings(result, study, [q.id for q in run.results["selection"]], record, mode, run.run_dir)
 
 
 def load_pick(run: Run) -> dict:
@@ -389,5 +392,7 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
         f"pick ({cfg.pick}): trial {result['trial']} λ={coefficients} "
         f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}"
     )
+    for warning in result.get("warnings", []):
+        print(f"warning: {warning}")
     print(f"dashboard: {dashboard_command(cfg.search.storage, run.run_dir)}")
     return run.run_dir

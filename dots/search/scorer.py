@@ -10,8 +10,7 @@ from functools import partial
 from typing import Any, Callable
 
 from dots.plain import to_plain
-from dots.scoring.grade import answer_labels
-from dots.scoring.grade import consistency as answer_consistency
+from dots.scoring.grade import answer_labels, consistency_and_majority
 from dots.scoring.perplexity import perplexity
 from dots.search.adaptive import AdaptiveConfig, sample_adaptively
 from dots.vectors.coefficients import Coefficients
@@ -25,6 +24,7 @@ class TrialResult:
     tokens: int
     times: dict[str, float]
     samples: int = 0  # completions drawn (k per query, fewer with adaptive sampling)
+    answers: list[str | None] | None = None  # each query's majority answer (None: no answer)
 
 
 class Scorer:
@@ -38,6 +38,8 @@ class Scorer:
         self.top_p = float(cfg.search.top_p)
         self.max_tokens = int(cfg.search.max_tokens)
         self.mode = str(cfg.search.get("answer_mode", "math"))
+        self.rule = str(cfg.search.get("consistency", "majority"))
+        self.ppl_mean = str(cfg.search.get("perplexity", "tokens"))
         self.adaptive = AdaptiveConfig(**to_plain(cfg.search.get("adaptive") or {}))
         self.tokenizer = tokenizer
 
@@ -61,9 +63,10 @@ class Scorer:
         t1 = time.perf_counter()
         outs = self.sample(seed)
         t2 = time.perf_counter()
-        per_query = [answer_consistency(samples, mode=self.mode) for samples in outs]
+        graded = [consistency_and_majority(samples, self.mode, self.rule) for samples in outs]
+        per_query = [c for c, _ in graded]
         t3 = time.perf_counter()
-        ppl = perplexity(self.engine.prompt_nll(self.prompts))
+        ppl = perplexity(self.engine.prompt_nll(self.prompts), self.ppl_mean)
         t4 = time.perf_counter()
         texts = [s for samples in outs for s in samples]
         if self.tokenizer is not None:
@@ -86,6 +89,7 @@ class Scorer:
                 "engine_start": engine_start,
             },
             len(texts),
+            [answer for _, answer in graded],
         )
 
 

@@ -21,11 +21,14 @@ from typing import Callable, Mapping, Sequence
 from dots.errors import DotsError
 from dots.io.problems import Query
 from dots.runtime.progress import progress_bar
-from dots.scoring.grade import consistency
+from dots.scoring.grade import consistency_and_majority
 
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("balanced", "random", "easy", "medium")
+# median: low = D ≤ median of D (docs/method.md §3); half: the queries sorted by D, the first
+# ⌊N/2⌋ low and the rest medium (the official DoTS code, `preset=official`)
+SPLITS = ("median", "half")
 
 
 @dataclass
@@ -39,12 +42,15 @@ class SelectionConfig:
     easy_fraction: float = 0.5
     strategy: str = "balanced"
     source: str = "original"  # original checkpoints, or sparsified θ0 + τ̃_i
+    split: str = "median"
     seed: int = 0
     batch: int = 64  # queries per generate call
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise DotsError(f"selection.strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if self.split not in SPLITS:
+            raise DotsError(f"selection.split must be one of {SPLITS}, got {self.split!r}")
         if self.source not in ("original", "sparsified"):
             raise DotsError(f"selection.source must be original or sparsified, got {self.source!r}")
         if self.n < 1 or self.m < 1:
@@ -75,6 +81,7 @@ def _score_source(
     done: dict[str, float],
     record: Path,
     mode: str,
+    rule: str,
 ) -> None:
     todo = [q for q in queries if q.id not in done]
     batches = [todo[i : i + cfg.batch] for i in range(0, len(todo), cfg.batch)]
@@ -89,8 +96,9 @@ def _score_source(
         )
         with open(record, "a") as fh:
             for q, samples in zip(batch, outs):
-                done[q.id] = consistency(samples, mode=mode)
-                fh.write(json.dumps({"source": source, "id": q.id, "consistency": done[q.id]}) + "\n")
+                done[q.id], answer = consistency_and_majority(samples, mode, rule)
+                row = {"source": source, "id": q.id, "consistency": done[q.id], "answer": answer}
+                fh.write(json.dumps(row) + "\n")  # the answer: the pick's check (dots.search.diagnosis)
 
 
 def score_difficulty(
@@ -101,6 +109,7 @@ def score_difficulty(
     cfg: SelectionConfig,
     record: Path,
     mode: str = "math",
+    rule: str = "majority",
 ) -> dict[str, dict[str, float]]:
     """C_θi(x) for every source i (activate[i]() loads it into the engine) and query x.
 
@@ -120,8 +129,18 @@ def score_difficulty(
         if all(q.id in known[source] for q in queries):
             continue
         load()
-        _score_source(source, queries, prompts, generate, cfg, known[source], record, mode)
+        _score_source(source, queries, prompts, generate, cfg, known[source], record, mode, rule)
     return {q.id: {s: known[s][q.id] for s in activate} for q in queries}
+
+
+def _split(kept: list[str], difficulty: Mapping[str, float], median: float, rule: str) -> tuple[list[str], list[str]]:
+    """The low and medium pools (each sorted by id): D ≤ median, or the first ⌊N/2⌋ by D
+    (stable: pool order among equal D)."""
+    if rule == "half":
+        ordered = sorted(kept, key=lambda q: difficulty[q])  # `kept` is in pool order
+        half = len(ordered) // 2
+        return sorted(ordered[:half]), sorted(ordered[half:])
+    return sorted(q for q in kept if difficulty[q] <= median), sorted(q for q in kept if difficulty[q] > median)
 
 
 def choose(queries: Sequence[Query], per_source: Mapping[str, Mapping[str, float]], cfg: SelectionConfig) -> Selection:
@@ -136,11 +155,10 @@ def choose(queries: Sequence[Query], per_source: Mapping[str, Mapping[str, float
             f"(no source answers them consistently); raise selection.threshold or use an easier pool"
         )
     median = statistics.median(difficulty[q] for q in kept)
-    low = sorted(q for q in kept if difficulty[q] <= median)
-    medium = sorted(q for q in kept if difficulty[q] > median)
+    low, medium = _split(kept, difficulty, median, cfg.split)
     notes = [
         f"{len(queries)} candidates, {len(queries) - len(kept)} dropped with D > {cfg.drop_above:.3f}, "
-        f"median D {median:.3f}: {len(low)} low, {len(medium)} medium"
+        f"median D {median:.3f}, split {cfg.split}: {len(low)} low, {len(medium)} medium"
     ]
     n = min(cfg.n, len(kept))
     if n < cfg.n:

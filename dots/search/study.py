@@ -198,6 +198,7 @@ def run_study(
                     ("per_query_consistency", res.per_query),
                     ("tokens_generated", res.tokens),
                     ("samples_drawn", res.samples),
+                    ("majority_answers", res.answers),
                     ("time", res.times),
                 ):
                     trial.set_user_attr(name, value)

@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -172,9 +172,7 @@ class TaskVectors:
 
 
 def _cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig, version: int = CACHE_VERSION) -> str:
-    return stable_hash(
-        {"v": version, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": asdict(cfg)}, 20
-    )
+    return stable_hash({"v": version, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": cfg.key()}, 20)
 
 
 def _note_older_entries(root: Path, base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig) -> None:
@@ -219,7 +217,7 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
             "source_key": key,
             "source": al.sources[key].source,
             "base": al.base.source,
-            **asdict(cfg),
+            **cfg.key(),
             "gamma": stats.gamma(cfg.rescale),
             "norm": stats.norm_sq**0.5,
             "kept_norm": stats.kept_sq**0.5,

@@ -21,7 +21,7 @@ from dots.checks import check_choice, check_density
 from dots.runtime.progress import progress_bar
 from dots.vectors.deltas import task_vector
 from dots.vectors.masks import TopKMask, topk_magnitude_mask
-from dots.vectors.topk import CHUNK, Threshold, global_kth_largest
+from dots.vectors.topk import CHUNK, Threshold, global_kth_largest, kth_largest
 
 if TYPE_CHECKING:
     from dots.io.align import Alignment
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 SCOPES = ("tensor", "global")
 RESCALES = ("global", "tensor", "none")
+# exact: k = round(d·n) entries, ties at the cut to lower flat indices (docs/method.md §1);
+# ties: k = ⌊d·n⌋ and every entry with |τ| ≥ the k-th largest (the official DoTS code,
+# `preset=official`; docs/official.md), none when k < 1
+CUTS = ("exact", "ties")
 
 
 @dataclass(frozen=True)
@@ -39,11 +43,19 @@ class SparsifyConfig:
     density: float = 0.3
     scope: str = "tensor"
     rescale: str = "global"
+    cut: str = "exact"
 
     def __post_init__(self) -> None:
         check_density(self.density, "sparsify.density")
         check_choice(self.scope, SCOPES, "sparsify.scope")
         check_choice(self.rescale, RESCALES, "sparsify.rescale")
+        check_choice(self.cut, CUTS, "sparsify.cut")
+
+    def key(self) -> dict:
+        """The options as a cache key: `cut` only when it is not `exact`, so entries built
+        before the option existed keep their keys."""
+        options = {"density": self.density, "scope": self.scope, "rescale": self.rescale}
+        return options if self.cut == "exact" else {**options, "cut": self.cut}
 
     @property
     def dense(self) -> bool:
@@ -82,6 +94,22 @@ def keep_in_place(tensor: torch.Tensor, mask: torch.Tensor, chunk: int = CHUNK) 
     return tensor
 
 
+def _count_kept(density: float, n: int, cut: str) -> int:
+    """k of a cut: round(d·n) (exact) or ⌊d·n⌋ (ties, as the official code's int(n·d))."""
+    return int(n * density) if cut == "ties" else round(density * n)
+
+
+def ties_cut_mask(x: torch.Tensor, density: float) -> torch.Tensor:
+    """The official DoTS cut: M = |x| ≥ t, t the k-th largest |x|, k = ⌊d·n⌋ (every entry tied
+    at t kept, so possibly more than k); nothing kept when k < 1."""
+    flat = x.reshape(-1)
+    k = _count_kept(density, flat.numel(), "ties")
+    if k <= 0:
+        return torch.zeros(x.shape, dtype=torch.bool)
+    threshold, _ = kth_largest(flat, k, absolute=True)
+    return x.abs() >= threshold
+
+
 def sparsify_source(
     al: Alignment, key: str, cfg: SparsifyConfig, stats: SparseStats
 ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -93,15 +121,21 @@ def sparsify_source(
     stats.numel = sum(al.base.info(n).numel for n in names)
     top: TopKMask | None = None
     if cfg.scope == "global" and not cfg.dense:
-        k_global = round(float(cfg.density) * stats.numel)
+        k_global = _count_kept(float(cfg.density), stats.numel, cfg.cut)
         log.info("source %s: finding the global top-%d threshold (two passes)", key, k_global)
-        value, ties = global_kth_largest(lambda: (task_vector(al, key, n) for n in names), k_global)
-        top = TopKMask(Threshold(k_global, value, ties))
+        if k_global <= 0:
+            top = TopKMask(Threshold.none())
+        else:
+            value, ties = global_kth_largest(lambda: (task_vector(al, key, n) for n in names), k_global)
+            # a ties cut keeps every entry equal to the threshold: hand out all of them
+            top = TopKMask(Threshold(k_global, value, ties if cfg.cut == "exact" else stats.numel))
     for name in progress_bar(names, f"τ̃ {key}"):
         tau = task_vector(al, key, name)
         t_norm = squared_norm(tau)
         if cfg.dense:
             sparse = tau
+        elif top is None and cfg.cut == "ties":
+            sparse = keep_in_place(tau, ties_cut_mask(tau, float(cfg.density)))
         elif top is None:
             sparse = keep_in_place(tau, topk_magnitude_mask(tau, float(cfg.density)))
         else:
