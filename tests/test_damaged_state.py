@@ -71,10 +71,10 @@ def test_selection_cut_mid_line_is_selected_again_the_same(tiny, tmp_path):
 
 def test_a_reselection_that_differs_from_the_scored_one_stops(monkeypatch, tmp_path):
     from dots.io.problems import Query
-    from dots.search import pipeline
+    from dots.search import steps
     from dots.search.selection import DamagedSelection
 
-    monkeypatch.setattr(pipeline, "build_selection", lambda run: [Query("a", "1+1="), Query("b", "2+2=")])
-    assert [q.id for q in pipeline.reselect(None, DamagedSelection(tmp_path / "s", 3, ["a"]))] == ["a", "b"]
+    monkeypatch.setattr(steps, "build_selection", lambda run: [Query("a", "1+1="), Query("b", "2+2=")])
+    assert [q.id for q in steps.reselect(None, DamagedSelection(tmp_path / "s", 3, ["a"]))] == ["a", "b"]
     with pytest.raises(DotsError, match=r"damaged at line 3, and selecting again chose other queries.*study.db"):
-        pipeline.reselect(None, DamagedSelection(tmp_path / "s", 3, ["a", "c"]))
+        steps.reselect(None, DamagedSelection(tmp_path / "s", 3, ["a", "c"]))
