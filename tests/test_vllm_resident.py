@@ -174,8 +174,8 @@ def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_p
 
 @pytest.mark.parametrize("block", [100, 1 << 24])  # gathered in several (ragged) blocks, or in one
 def test_param_compact_keeps_exactly_the_differing_entries(monkeypatch, block):
-    import dots.engines.vllm_resident as resident
-    from dots.engines.vllm_resident import param_compact
+    import dots.engines.vllm_compact as resident
+    from dots.engines.vllm_compact import param_compact
     from dots.vectors.compact import TauBlocks
 
     monkeypatch.setattr(resident, "GATHER_BLOCK", block)
