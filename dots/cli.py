@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-from dots.errors import DotsError
+from dots.errors import DotsError, cli_errors
+from dots.paths import CONF_DIR
 from dots.runtime.allocator import reuse_freed_memory
 from dots.runtime.signals import exit_on_sigterm
 
@@ -63,3 +65,25 @@ def check_command_line(config_name: str, argv: Sequence[str] | None = None) -> N
     except DotsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def hydra_command(config_name: str, run: Callable[[Any], None]) -> Callable[[], None]:
+    """The command of a `dots/<verb>/__main__.py` with a Hydra config (and its launchers, e.g. SLURM
+    sweeps): its command line checked by dots first (one-line errors), then `@hydra.main` composes
+    dots/conf/<config_name>.yaml and calls `run(cfg)` after `prepare_command`, a DotsError as one
+    line. Hydra sees `run` itself (unwrapped), so its job name is that of `run`'s file (`__main__`);
+    the config directory is given absolute, so an installed entry point finds it too."""
+    import hydra
+
+    @functools.wraps(run)
+    def task(cfg: Any) -> None:
+        prepare_command()
+        run(cfg)
+
+    main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(cli_errors(task))
+
+    def command() -> None:
+        check_command_line(config_name)
+        main()
+
+    return command
