@@ -9,7 +9,8 @@ one seeded short lab search (`python -m dots.search`, engine=hf, `--trials` tria
 selection) with its export. Compared by sha256: every merged `model.safetensors`, the
 search's `trials.csv` without its time columns, its `result.yaml`, the exported
 safetensors, and every safetensors file of the τ̃ and Fisher caches. Prints one line per
-item (same / DIFFERENT) and exits 1 on any difference.
+item (same / DIFFERENT) and exits 1 on any difference. `--quick` checks only the writers (merges
+of the cheap methods, a sharded checkpoint, the τ̃ cache, the Fisher file format) in seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import csv
 import hashlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -37,6 +39,49 @@ SEARCH = [  # a short, seeded lab search: minutes on two cores
     "export.device=cpu",
     "seed=0",
 ]
+
+
+# --quick: in one process, the writers alone (seconds): merges of the lab trio by the cheap methods,
+# a sharded checkpoint, the τ̃ cache and a file in the Fisher cache's format (no Fisher pass)
+QUICK = """import hashlib, json, sys
+from pathlib import Path
+import torch
+
+out = Path(sys.argv[1]); out.mkdir(parents=True)
+import dots
+from dots.merge.executor import merge_checkpoints
+from dots.io.checkpoint import Checkpoint
+from dots.vectors.cache import build_task_vectors
+from dots.vectors.sparsify import SparsifyConfig
+lab = Path(dots.__file__).parent / "data" / "lab"
+base = next(lab.glob("base-*")); sft = next(lab.glob("sft-*")); rlvr = next(lab.glob("rlvr-*"))
+res = {}
+for m in ["ties", "linear", "task_arithmetic", "dare", "ram", "dots_fixed"]:
+    d = merge_checkpoints(base, {"sft": sft, "rlvr": rlvr}, out / m, method=m, cache_dir=out / "cache")
+    res[f"merge {m}"] = hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest()
+# a sharded CheckpointWriter output (several shards + index)
+d = merge_checkpoints(base, {"sft": sft, "rlvr": rlvr}, out / "sharded", method="ties", max_shard_bytes=300_000)
+for f in sorted(d.glob("model*")):
+    res[f"sharded {f.name}"] = hashlib.sha256(f.read_bytes()).hexdigest()
+sources = {"sft": Checkpoint(sft), "rlvr": Checkpoint(rlvr)}
+tv = build_task_vectors(Checkpoint(base), sources, SparsifyConfig(), out / "tcache")
+files = (out / "tcache").rglob("*.safetensors")
+for i, h in enumerate(sorted(hashlib.sha256(f.read_bytes()).hexdigest() for f in files)):
+    res[f"tau cache file {i}"] = h
+g = torch.Generator().manual_seed(0)
+tensors = {
+    "a.weight": torch.randn(7, 5, generator=g),
+    "b": torch.randn(3, generator=g).to(torch.bfloat16),
+    "c": torch.arange(6, dtype=torch.int32).reshape(2, 3),
+}
+try:
+    from dots.io.safetensors import write_file
+except ImportError:
+    from dots.merge.fisher import write_safetensors as write_file
+write_file(tensors, out / "fisher.safetensors", {"model": "m", "examples": "3"})
+res["fisher-format file"] = hashlib.sha256((out / "fisher.safetensors").read_bytes()).hexdigest()
+print(json.dumps(res))
+"""
 
 
 def sha256(path: Path) -> str:
@@ -63,7 +108,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
         raise SystemExit(f"failed ({done.returncode}): {' '.join(cmd)} — see {log}")
 
 
-def produce(ref: str, label: str, work: Path, methods: list[str], trials: int) -> dict[str, str]:
+def produce(ref: str, label: str, work: Path, methods: list[str], trials: int, quick: bool = False) -> dict[str, str]:
     """Run every merge and the search at `ref`; name → digest (or text) of each output."""
     tree, out = work / "src", work / "run"  # the same paths for both refs: paths recorded in files match
     git = ["git", "-C", str(REPO), "worktree"]
@@ -79,6 +124,14 @@ def produce(ref: str, label: str, work: Path, methods: list[str], trials: int) -
     log = out / "log.txt"
     digests: dict[str, str] = {}
     try:
+        if quick:
+            done = subprocess.run(
+                [sys.executable, "-c", QUICK, str(out / "quick")], cwd=out, env=env, capture_output=True, text=True
+            )
+            log.write_text(done.stderr)
+            if done.returncode != 0:
+                raise SystemExit(f"--quick failed at {ref}: see {log}")
+            return json.loads(done.stdout.splitlines()[-1])
         for method in methods:
             start = time.time()
             target = out / "merge" / method
@@ -115,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", default="HEAD")
     parser.add_argument("--trials", type=int, default=6, help="0: no search")
     parser.add_argument("--methods", nargs="*", help="default: every dots/conf/method/*.yaml of --after")
+    parser.add_argument("--quick", action="store_true", help="the writers alone, in-process (seconds)")
     parser.add_argument("--keep", help="a directory to keep the outputs in (default: a temporary one, removed)")
     args = parser.parse_args(argv)
     methods = args.methods
@@ -129,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dots-identity-") as tmp:
         work = Path(args.keep).resolve() if args.keep else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        before = produce(args.before, "before", work, methods, args.trials)
-        after = produce(args.after, "after", work, methods, args.trials)
+        before = produce(args.before, "before", work, methods, args.trials, args.quick)
+        after = produce(args.after, "after", work, methods, args.trials, args.quick)
     differences = 0
     for name in sorted(before.keys() | after.keys()):
         same = before.get(name) is not None and before.get(name) == after.get(name)
