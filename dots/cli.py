@@ -1,9 +1,11 @@
-"""What every `python -m dots.<verb>` does before its work."""
+"""The `dots` command (`dots VERB ...` runs `python -m dots.VERB ...`) and what every
+`python -m dots.<verb>` does before its work."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import runpy
 import sys
 from typing import Any, Callable, Sequence
 
@@ -31,6 +33,53 @@ HYDRA_HANDS_OFF = {
     "--experimental-rerun",
 }
 HYDRA_VALUED = {"-c", "--cfg", "-p", "--package"}
+
+# `dots VERB` runs the module `dots.VERB` as `python -m` does; one line each for `dots --help`
+VERBS = {
+    "search": "the DoTS pipeline: task vectors, λ search, pick, export (resumes when rerun)",
+    "merge": "one baseline merge (ties, dare, task_arithmetic, ...) of checkpoints into a model",
+    "evaluate": "models × benchmarks with one live engine",
+    "analyze": "the task-vector anatomy of a backbone's sources: analysis.json and figures",
+    "lab": "build (or find) the lab trio of tiny models and print their accuracies",
+    "plan": "the memory plan of a search, printed without running it",
+    "export": "upload an exported model to the Hub (retry of a failed push)",
+    "io": "convert a .bin checkpoint to safetensors, or list a checkpoint's tensors",
+}
+
+
+def usage() -> str:
+    """`dots --help`: the verbs, one line each."""
+    width = max(map(len, VERBS))
+    lines = [
+        "usage: dots VERB [ARGS ...]   (the same as python -m dots.VERB [ARGS ...])",
+        "",
+        "verbs:",
+        *(f"  {verb:<{width}}  {what}" for verb, what in VERBS.items()),
+        "",
+        "`dots VERB --help` describes a verb's arguments.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The `dots` console script: `dots VERB ARGS...` runs `dots.VERB` as `__main__` with ARGS
+    as its command line, exactly as `python -m dots.VERB ARGS...`; an unknown verb is one
+    `error:` line and exit code 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage(), file=sys.stdout if args else sys.stderr)
+        sys.exit(0 if args else 2)
+    if args[0] == "--version":
+        from dots import __version__
+
+        print(f"dots {__version__}")
+        return
+    verb = args[0]
+    if verb not in VERBS:
+        print(f"error: unknown verb {verb!r}: dots {' | '.join(VERBS)} (dots --help)", file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [sys.argv[0], *args[1:]]  # run_module puts the module's file in sys.argv[0], as -m does
+    runpy.run_module(f"dots.{verb}", run_name="__main__", alter_sys=True)
 
 
 def prepare_command(log_level: int = logging.INFO) -> None:

@@ -2,8 +2,9 @@
 
 Configs and data ship inside the package (`dots/conf`, `dots/data`), so an installed
 wheel works from any directory. Everything dots writes goes under the outputs root:
-`$DOTS_OUTPUTS`, else `outputs/` in the current directory; caches under `$DOTS_CACHE`,
-else `<outputs root>/cache`. `check_creatable` tells, before anything is written, whether a
+`$DOTS_OUTPUTS`, else `outputs/` in the current directory. Caches (τ̃, Fisher tables) are
+the user's, shared by every project on the same checkpoints: `$DOTS_CACHE`, else
+`$XDG_CACHE_HOME/dots`, else `~/.cache/dots`. `check_creatable` tells, before anything is written, whether a
 directory can be made where a command will write; `export_import_path` makes this
 `dots` importable in the processes a command starts.
 """
@@ -28,8 +29,12 @@ def outputs_root() -> Path:
 
 
 def cache_root() -> Path:
-    """$DOTS_CACHE, else <outputs root>/cache (task vectors, Fisher tables)."""
-    return Path(os.environ.get("DOTS_CACHE") or outputs_root() / "cache").expanduser()
+    """$DOTS_CACHE, else $XDG_CACHE_HOME/dots, else ~/.cache/dots (task vectors, Fisher tables):
+    one user-level cache, so two projects on the same checkpoints build an entry once."""
+    if os.environ.get("DOTS_CACHE"):
+        return Path(os.environ["DOTS_CACHE"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "dots"
 
 
 def check_creatable(path: str | os.PathLike, what: str) -> Path:

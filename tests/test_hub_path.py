@@ -40,7 +40,8 @@ def hub_ids(backbone: str) -> dict[str, str]:
 def offline_env(tmp: Path, cache: Path) -> dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), HF_HOME=str(tmp / "hf-home"))
     env["DOTS_OUTPUTS"] = str(tmp / "outputs")
-    env.pop("DOTS_CACHE", None)
+    env.pop("DOTS_CACHE", None)  # the default cache location, under this test's XDG_CACHE_HOME
+    env["XDG_CACHE_HOME"] = str(tmp / "xdg")
     return env
 
 

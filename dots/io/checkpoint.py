@@ -29,8 +29,9 @@ OWN_FILES = ("README.md",)
 def resolve_model_dir(path_or_id: str | os.PathLike, revision: str | None = None) -> Path:
     """Return a local directory for a model path or a Hub repo id.
 
-    A Hub id is fetched with `huggingface_hub.snapshot_download` (weights, configs and
-    tokenizer files only), which honours HF_HUB_OFFLINE and the local cache.
+    A Hub id is fetched with `huggingface_hub.snapshot_download` (weights, configs,
+    tokenizer files and the model card, whose licence a merged card repeats), which
+    honours HF_HUB_OFFLINE and the local cache.
     """
     text = str(path_or_id)
     path = Path(text).expanduser()
@@ -48,7 +49,7 @@ def resolve_model_dir(path_or_id: str | os.PathLike, revision: str | None = None
         local = snapshot_download(
             repo_id=text,
             revision=revision,
-            allow_patterns=["*.safetensors", "*.json", "*.txt", "*.model", "*.jinja", "*.tiktoken", "*.py"],
+            allow_patterns=["*.safetensors", "*.json", "*.txt", "*.model", "*.jinja", "*.tiktoken", "*.py", "*.md"],
         )
     except LocalEntryNotFoundError:
         raise DotsError(

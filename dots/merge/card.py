@@ -42,6 +42,34 @@ def is_hub_id(text: str) -> bool:
     return text.count("/") == 1 and not text.startswith((".", "/", "~")) and not Path(text).exists()
 
 
+def base_licence(model_dir: str | Path | None) -> dict[str, str]:
+    """The `license` (with `license_name`/`license_link` for `other`) of the model card in
+    `model_dir` (README.md's YAML front matter); {} when there is no card or it names none.
+    A derivative inherits its base's licence terms, so the merged card repeats them."""
+    card = Path(model_dir) / "README.md" if model_dir is not None else None
+    if card is None or not card.is_file():
+        return {}
+    text = card.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return {}
+    try:
+        meta = yaml.safe_load(text.split("---", 2)[1]) if text.count("---") >= 2 else None
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(meta, Mapping) or not meta.get("license"):
+        return {}
+    fields = ("license", "license_name", "license_link")
+    return {f: str(meta[f]) for f in fields if meta.get(f)}
+
+
+def _licence_cell(licence: Mapping[str, str]) -> str:
+    if not licence:
+        return "not stated (the base model's card names none: check its terms and the sources')"
+    name = licence.get("license_name") or licence["license"]
+    link = licence.get("license_link")
+    return f"`{name}` (the base model's{f', {link}' if link else ''})"
+
+
 def _yaml_block(value: Any) -> list[str]:
     return ["```yaml", yaml.safe_dump(_plain(value) or {}, sort_keys=False).rstrip(), "```", ""]
 
@@ -85,15 +113,21 @@ def render_model_card(
     results: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
     date: str | None = None,
+    base_dir: str | Path | None = None,
 ) -> str:
     """README.md text of a merged model: Hub metadata + checkpoints, revisions, coefficients,
     options, results and the full configuration. `revisions` maps "base" and each source key
-    to the commit it was read at (None: a local directory)."""
+    to the commit it was read at (None: a local directory); `base_dir`, the base's local
+    directory, gives the licence (`base_licence`)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     revisions = dict(revisions or {})
     hub_models = [m for m in dict.fromkeys([str(base), *map(str, sources.values())]) if is_hub_id(m)]
+    licence = base_licence(base_dir)
     data = ModelCardData(
+        license=licence.get("license"),
+        license_name=licence.get("license_name"),
+        license_link=licence.get("license_link"),
         library_name="transformers",
         base_model=hub_models or None,
         tags=list(dict.fromkeys(["merge", "dots", str(method)])),
@@ -106,6 +140,7 @@ def render_model_card(
         "|---|---|",
         f"| method | `{method}` |",
         f"| dots version | {dots.__version__} |",
+        f"| licence | {_licence_cell(licence)} |",
         f"| date | {date or _dt.date.today().isoformat()} |",
         "",
         "## Checkpoints",

@@ -141,6 +141,7 @@ def merge_checkpoints(
         weights=dict(zip(keys, weight_list)) if spec.weighted else None,
         revisions=al.revisions(),
         config=card_config,
+        base_dir=base_ckpt.path,
     )
     merged = set(al.merged)
     # tokenizer / generation files: config_from's, unless a source added vocabulary rows

@@ -14,7 +14,8 @@ and no data files are needed; configure a pool from the target domain for real r
 
 Cache: one float32 safetensors file per (model, calibration texts, options) under
 `<cache>/fisher/<sha256>.safetensors`, next to the task-vector cache
-(`dots.vectors.cache.default_cache_root()`), reused whenever the key matches.
+(`dots.vectors.cache.default_cache_root()`), reused whenever the key matches; of several
+processes wanting one entry at once, one computes it while the others wait and read it.
 
 Memory: computing S for one model holds its weights and the float32 accumulator: ≈ 8
 bytes per parameter in float32 (7B → ~57 GB; use a large GPU, or `dtype: bfloat16` for
@@ -47,6 +48,7 @@ from dots.io.safetensors import write_file
 from dots.keys import stable_hash
 from dots.paths import cache_root
 from dots.runtime.allocator import freeing_as_it_goes
+from dots.runtime.locks import run_once_lock
 from dots.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -238,6 +240,23 @@ def fisher_for(
     if path.exists():
         log.info("reusing cached Fisher %s for %s", path, ckpt.source)
         return path
+    with run_once_lock(root / f".{path.stem}.lock"):  # concurrent processes compute an entry once
+        if path.exists():
+            log.info("reusing cached Fisher %s for %s (computed meanwhile)", path, ckpt.source)
+            return path
+        return _compute_and_write(ckpt, examples, path, device, max_new_tokens, dtype)
+
+
+def _compute_and_write(
+    ckpt: Checkpoint,
+    examples: Sequence[CalibrationExample],
+    path: Path,
+    device: str,
+    max_new_tokens: int,
+    dtype: torch.dtype,
+) -> Path:
+    """Compute `ckpt`'s Fisher table and write it to `path` atomically (a temporary, renamed)."""
+    root = path.parent
     with freeing_as_it_goes():  # one-off transients (whole-model gradients' pieces): not kept
         fisher = compute_fisher(ckpt.path, examples, device, max_new_tokens, dtype)
         gc.collect()  # the model's weights, before the table is written
