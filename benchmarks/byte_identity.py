@@ -48,12 +48,12 @@ from pathlib import Path
 import torch
 
 out = Path(sys.argv[1]); out.mkdir(parents=True)
-import dots
+from dots.paths import DATA_DIR
 from dots.merge.executor import merge_checkpoints
 from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import build_task_vectors
 from dots.vectors.sparsify import SparsifyConfig
-lab = Path(dots.__file__).parent / "data" / "lab"
+lab = DATA_DIR / "lab"
 base = next(lab.glob("base-*")); sft = next(lab.glob("sft-*")); rlvr = next(lab.glob("rlvr-*"))
 res = {}
 for m in ["ties", "linear", "task_arithmetic", "dare", "ram", "dots_fixed"]:
