@@ -186,9 +186,10 @@ class Lab:
     def __init__(self, lab: int):
         from transformers import AutoTokenizer
 
-        from dots.problems import load_pool
+        from dots.io.problems import load_pool
         from dots.scoring.prompts import format_prompt
-        from dots.search.pipeline import build_selection, build_vectors, load_selected, prepare
+        from dots.search.pipeline import prepare
+        from dots.search.steps import build_selection, build_vectors, load_selected
 
         self.lab = lab
         self.dir = out_root() / f"lab{lab}"
@@ -525,7 +526,8 @@ class GroundTruth:
 
         from dots.lab.sampling import LocalEngine
         from dots.lab.tasks import test_problems
-        from dots.search.pipeline import build_vectors, prepare
+        from dots.search.pipeline import prepare
+        from dots.search.steps import build_vectors
         from dots.vectors.synth import ResidentSynthesizer
 
         self.lab, self.size = lab, size

@@ -104,7 +104,7 @@ def merge_args(method: str, root: Path, out: Path) -> list[str]:
 
 IN_PROCESS = """
 import sys, time
-from dots.memory import reuse_freed_memory
+from dots.runtime.allocator import reuse_freed_memory
 reuse_freed_memory()
 from dots.merge.executor import merge_checkpoints
 root, out, method = sys.argv[1:4]

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from swap_latency import build, lambdas, make_engine  # noqa: E402
 
 import dots.vectors.synth  # noqa: E402
-from dots.memory import reuse_freed_memory  # noqa: E402
+from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
 
 LABELS = ("dots.vectors.synth.read", "dots.vectors.synth.combine", "dots.hf.copy", "dots.vllm.reload_weights")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

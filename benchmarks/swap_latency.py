@@ -65,7 +65,7 @@ from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.keys import name_seed  # noqa: E402
-from dots.memory import reuse_freed_memory  # noqa: E402
+from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
 
 PROMPT = "Question: what is 12 + 30? Answer:"
 

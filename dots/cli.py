@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import runpy
 import sys
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-from dots.errors import DotsError, one_line
-from dots.memory import reuse_freed_memory
-from dots.signals import exit_on_sigterm
+from dots.errors import DotsError, cli_errors, one_line
+from dots.paths import CONF_DIR
+from dots.runtime.allocator import reuse_freed_memory
+from dots.runtime.signals import exit_on_sigterm
 
 # Hydra flags after which dots does not read the command line itself (help, shell completion,
 # another config source: Hydra reports on those), and flags that take the next word as value
@@ -42,6 +44,7 @@ VERBS = {
     "plan": "the memory plan of a search, printed without running it",
     "export": "upload an exported model to the Hub (retry of a failed push)",
     "io": "convert a .bin checkpoint to safetensors, or list a checkpoint's tensors",
+    "doctor": "the first command on a new node: versions, devices, memory plan, a swap proved end to end",
 }
 
 
@@ -82,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def prepare_command(log_level: int = logging.INFO) -> None:
     """dots' own log lines at `log_level`, glibc keeping freed memory for the next tensor
-    (`dots.memory`), and SIGTERM turned into a clean exit (`dots.signals`)."""
+    (`dots.runtime.allocator`), and SIGTERM turned into a clean exit (`dots.runtime.signals`)."""
     logging.getLogger("dots").setLevel(log_level)
     reuse_freed_memory()
     exit_on_sigterm()
@@ -112,3 +115,25 @@ def check_command_line(config_name: str, argv: Sequence[str] | None = None) -> N
     except DotsError as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         sys.exit(2)
+
+
+def hydra_command(config_name: str, run: Callable[[Any], None]) -> Callable[[], None]:
+    """The command of a `dots/<verb>/__main__.py` with a Hydra config (and its launchers, e.g. SLURM
+    sweeps): its command line checked by dots first (one-line errors), then `@hydra.main` composes
+    dots/conf/<config_name>.yaml and calls `run(cfg)` after `prepare_command`, a DotsError as one
+    line. Hydra sees `run` itself (unwrapped), so its job name is that of `run`'s file (`__main__`);
+    the config directory is given absolute, so an installed entry point finds it too."""
+    import hydra
+
+    @functools.wraps(run)
+    def task(cfg: Any) -> None:
+        prepare_command()
+        run(cfg)
+
+    main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(cli_errors(task))
+
+    def command() -> None:
+        check_command_line(config_name)
+        main()
+
+    return command

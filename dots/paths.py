@@ -5,12 +5,14 @@ wheel works from any directory. Everything dots writes goes under the outputs ro
 `$DOTS_OUTPUTS`, else `outputs/` in the current directory. Caches (τ̃, Fisher tables) are
 the user's, shared by every project on the same checkpoints: `$DOTS_CACHE`, else
 `$XDG_CACHE_HOME/dots`, else `~/.cache/dots`. `check_creatable` tells, before anything is written, whether a
-directory can be made where a command will write.
+directory can be made where a command will write; `export_import_path` makes this
+`dots` importable in the processes a command starts.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -51,3 +53,13 @@ def check_creatable(path: str | os.PathLike, what: str) -> Path:
     except OSError as exc:
         raise DotsError(f"cannot create the {what} {target}: {exc.strerror or exc} (in {existing})") from None
     return target
+
+
+def export_import_path() -> None:
+    """Make this `dots` importable in child processes (vLLM's workers, the reaper), spawned or forked."""
+    root = str(PACKAGE_DIR.parent)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    if root not in sys.path:
+        sys.path.insert(0, root)

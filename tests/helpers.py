@@ -151,8 +151,8 @@ def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = Non
 
 
 def start_time(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot), or None when it is gone (dots.reaper)."""
-    from dots.reaper import _stat
+    """A process's start time (clock ticks since boot), or None when it is gone (dots.runtime.reaper)."""
+    from dots.runtime.reaper import _stat
 
     stat = _stat(pid)
     return None if stat is None else stat[2]
@@ -161,7 +161,7 @@ def start_time(pid: int) -> int | None:
 def alive(pid: int, start: int | None) -> bool:
     """Whether the process `pid` that started at `start` still runs (the reaper's own test:
     a reused pid, a zombie or a gone process is not alive)."""
-    from dots.reaper import _alive
+    from dots.runtime.reaper import _alive
 
     return start is not None and _alive(pid, start)
 

@@ -17,9 +17,9 @@ from dots.analyze.run import AnalyzeConfig, analyze, compute_analysis
 from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
+from dots.io.modules import layer_index, module_class, module_kind
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.modules import layer_index, module_class, module_kind
 from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.masks import TopKMask
 from dots.vectors.topk import RadixSelect, magnitude_bits

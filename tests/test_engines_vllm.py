@@ -182,7 +182,7 @@ def test_sampling(engine):
 SERVE_UNTIL_TERMINATED = """
 import sys
 from dots.engines.vllm import VLLMEngine
-from dots.signals import exit_on_sigterm
+from dots.runtime.signals import exit_on_sigterm
 
 if __name__ == "__main__":
     exit_on_sigterm()  # what dots.search and dots.evaluate install

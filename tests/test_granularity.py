@@ -16,7 +16,7 @@ from helpers import compose, overrides, require_vllm, run
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
-from dots.modules import MODULE_GROUPS, module_group
+from dots.io.modules import MODULE_GROUPS, module_group
 from dots.search.granularity import coefficients_from_params, fixed_point, param_names
 from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.coefficients import check_coefficients
@@ -274,7 +274,7 @@ def test_bad_granularity_is_one_line_and_writes_nothing(tmp_path):
 
 
 def test_card_lists_lambda_per_module_group():
-    from dots.export.card import render_model_card
+    from dots.merge.card import render_model_card
 
     card = render_model_card(
         method="dots",

@@ -1,11 +1,11 @@
-"""The allocator setting of the command-line executors (dots.memory)."""
+"""The allocator setting of the command-line executors (dots.runtime.allocator)."""
 
 import platform
 
 import pytest
 import torch
 
-from dots.memory import reuse_freed_memory
+from dots.runtime.allocator import reuse_freed_memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
@@ -21,7 +21,7 @@ def test_reuse_freed_memory_applies_on_glibc():
 
 PROBE = """
 import torch
-from dots.memory import freeing_as_it_goes, reuse_freed_memory
+from dots.runtime.allocator import freeing_as_it_goes, reuse_freed_memory
 
 def anon_mb():
     with open("/proc/self/status") as fh:

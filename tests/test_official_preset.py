@@ -114,7 +114,7 @@ def test_perplexity_of_queries_is_the_mean_of_each_prompts_mean():
 
 
 def test_half_split_takes_the_first_half_by_difficulty():
-    from dots.problems import Query
+    from dots.io.problems import Query
 
     queries = [Query(id=f"q{i}", question=str(i), answer=None) for i in range(9)]
     # D = 1 − mean C: four queries tie at D = 0.5 across what would be the median

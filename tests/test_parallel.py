@@ -147,7 +147,7 @@ def _study():
 
 
 def test_sigterm_deferred_holds_the_exit_until_the_block_ends():
-    from dots.signals import SIGTERM_EXIT_CODE, exit_on_sigterm, sigterm_deferred
+    from dots.runtime.signals import SIGTERM_EXIT_CODE, exit_on_sigterm, sigterm_deferred
 
     previous = signal.getsignal(signal.SIGTERM)
     try:

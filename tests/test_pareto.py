@@ -76,7 +76,7 @@ def test_plot_never_goes_below_zero_and_marks_coincident_points():
 def test_model_card_tags_dots_once():
     import yaml
 
-    from dots.export.card import render_model_card
+    from dots.merge.card import render_model_card
 
     for method in ("dots", "ties"):
         card = render_model_card(method=method, options={}, base="b", sources={"sft": "s"})

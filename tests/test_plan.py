@@ -1,4 +1,4 @@
-"""The memory plan (dots.engines.plan, python -m dots.plan) and synth_cache=auto."""
+"""The memory plan (dots.plan, python -m dots.plan) and synth_cache=auto."""
 
 from __future__ import annotations
 
@@ -9,12 +9,17 @@ import pytest
 import torch
 from helpers import REPO, overrides, run_cli
 
-import dots.engines.plan as plan_mod
-from dots.engines.plan import DeviceMemory, EngineSetting, plan_memory, resident_bytes, resolve_synth_cache
+import dots.plan.devices
+import dots.plan.resolve
 from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.shapes import ModelShapes
+from dots.plan.decide import EngineSetting, plan_memory
+from dots.plan.devices import DeviceMemory
+from dots.plan.estimate import MARGIN, resident_bytes
+from dots.plan.render import describe
+from dots.plan.resolve import resolve_synth_cache
 from dots.vectors.cache import build_task_vectors
 from dots.vectors.sparsify import SparsifyConfig
 from dots.vectors.synth import ResidentSynthesizer
@@ -84,11 +89,11 @@ def test_qwen7b_on_one_80gb_gpu_keeps_tau_resident_and_sets_vllms_share():
     plan = plan_memory(shapes, setting, gpu(80), 2, 0.3)
     assert plan.synth_cache == "memory"
     assert 0.72 < plan.tau / shapes.params / 2 <= 0.75  # 1/8 + 0.3 × 2 = 0.725 bytes per parameter per source
-    assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + plan_mod.MARGIN <= 80 * GB
+    assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + MARGIN <= 80 * GB
     assert plan.utilization * 80 * GB >= plan.engine
     options = plan.engine_options({"name": "vllm", "gpu_memory_utilization": None, "synth_cache": "auto"})
     assert options["synth_cache"] == "memory" and options["gpu_memory_utilization"] == round(plan.utilization, 4)
-    assert any("synth_cache=memory" in line for line in plan.lines())
+    assert any("synth_cache=memory" in line for line in describe(plan))
 
 
 def test_70b_at_tp8_keeps_each_ranks_shard_of_tau_resident():
@@ -100,10 +105,10 @@ def test_70b_at_tp8_keeps_each_ranks_shard_of_tau_resident():
     assert plan.synth_cache == "memory" and plan.weights == shapes.nbytes // 8
     theta0 = sum(shapes.tensors[n].nbytes for n in shapes.merged)
     assert plan.resident == (theta0 + plan.tau) // 8 + theta0 // 8  # + the set-up's second θ0 shard
-    assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + plan_mod.MARGIN <= 80 * GB
+    assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + MARGIN <= 80 * GB
     one = plan_memory(shapes, EngineSetting("vllm", "cuda", tensor_parallel=1, max_tokens=8192), gpu(2000), 2, 0.3)
     assert 0.124 < plan.resident / one.resident < 0.126  # TP=8 holds 1/8 of TP=1 per GPU
-    assert any("/ tensor_parallel_size 8" in line and "τ̃ resident" in line for line in plan.lines())
+    assert any("/ tensor_parallel_size 8" in line and "τ̃ resident" in line for line in describe(plan))
 
 
 def test_fits_resident_disk_or_nothing():
@@ -152,7 +157,7 @@ def test_engine_auto_resolves_from_free_memory(trio, monkeypatch):
     )
     assert resolve_synth_cache("disk", tv, torch.device("cpu")) == "disk"
     assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "memory"
-    monkeypatch.setattr(plan_mod, "_meminfo", lambda: {"MemAvailable": 10**6, "MemTotal": 10**6})
+    monkeypatch.setattr(dots.plan.resolve, "meminfo", lambda: {"MemAvailable": 10**6, "MemTotal": 10**6})
     assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "disk"
     from dots.engines.hf import HFEngine
 
@@ -179,7 +184,7 @@ def test_search_that_cannot_fit_stops_before_writing_anything(tiny, tmp_path, mo
     from dots.config import compose
     from dots.search.pipeline import run_search
 
-    monkeypatch.setattr(plan_mod, "device_memory", lambda device, count=1: DeviceMemory(10**6, 10**6, "test"))
+    monkeypatch.setattr(dots.plan.devices, "device_memory", lambda device, count=1: DeviceMemory(10**6, 10**6, "test"))
     run_dir = tmp_path / "run"
     with pytest.raises(DotsError, match="memory plan: does not fit on cpu"):
         run_search(compose("search", search_overrides(tiny, run_dir)))
@@ -196,8 +201,8 @@ def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_
     shapes = ModelShapes.from_config_file(trio[1])
     setting = EngineSetting("hf", "cpu", sequences=16, max_tokens=4)
     engine_only = plan_memory(shapes, setting, gpu(100), 2, 0.3)
-    room = engine_only.engine + plan_mod.MARGIN + (engine_only.stream + engine_only.resident) // 2
-    monkeypatch.setattr(plan_mod, "device_memory", lambda device, count=1: DeviceMemory(room, room, "test"))
+    room = engine_only.engine + MARGIN + (engine_only.stream + engine_only.resident) // 2
+    monkeypatch.setattr(dots.plan.devices, "device_memory", lambda device, count=1: DeviceMemory(room, room, "test"))
     seen = []
     real = factory.build_engine
     monkeypatch.setattr(factory, "build_engine", lambda cfg, *a, **k: seen.append(dict(cfg)) or real(cfg, *a, **k))

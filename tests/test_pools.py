@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from dots.errors import DotsError
+from dots.io.problems import load_pool
 from dots.paths import DATA_DIR
-from dots.problems import load_pool
 
 SHARED = DATA_DIR / "math" / "valid.all.dedup.parquet"  # the real verl parquet, shipped with dots
 

@@ -1,4 +1,4 @@
-"""Engine processes end with their owner however it dies (dots.reaper): after `kill -9` of the
+"""Engine processes end with their owner however it dies (dots.runtime.reaper): after `kill -9` of the
 owner, its recorded descendants — children and grandchildren — are ended within seconds.
 The vLLM search itself is tests/test_search_vllm.py (marked vllm, slow)."""
 
@@ -15,7 +15,7 @@ from helpers import alive, cli_env, start_time
 
 OWNER = r"""
 import subprocess, sys, time
-from dots.reaper import start_reaper
+from dots.runtime.reaper import start_reaper
 start_reaper()
 child = subprocess.Popen(["sleep", "300"])
 # a grandchild, as vLLM's workers are children of its engine-core process

@@ -221,7 +221,7 @@ def test_export_stage_looks_where_the_export_writes(tmp_path, monkeypatch):
 
     from omegaconf import OmegaConf
 
-    from dots.search.pipeline import export_dir
+    from dots.search.steps import export_dir
 
     monkeypatch.chdir(tmp_path)
     run = SimpleNamespace(cfg=OmegaConf.create({"export": {"dir": "rel/model"}}))

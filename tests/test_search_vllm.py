@@ -1,6 +1,6 @@
 """A `dots.search` with engine=vllm on the lab trio: vLLM's log lines go to <run dir>/vllm.log,
 not the terminal; `kill -9` of the search leaves no process behind: vLLM's EngineCore /
-Worker processes (and dots' watcher) end within 30 s (dots.reaper)."""
+Worker processes (and dots' watcher) end within 30 s (dots.runtime.reaper)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import alive, cli_env, require_vllm
 
-from dots.reaper import descendants
+from dots.runtime.reaper import descendants
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from dots.errors import DotsError
-from dots.problems import Query
+from dots.io.problems import Query
 from dots.search.selection import (
     SelectionConfig,
     choose,

@@ -105,7 +105,7 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
     # θ0 (fp32 here) + compact τ̃ + scratch; no second copy of the model for the outputs
     assert theta0 + compact <= info["nbytes"] < 2 * theta0 + compact
     # the memory plan's per-worker figure bounds it (it adds the set-up's second θ0 shard)
-    from dots.engines.plan import sharded_resident_bytes
+    from dots.plan.estimate import sharded_resident_bytes
 
     tensors = {n: base.info(n) for n in base.names}
     assert info["nbytes"] <= sharded_resident_bytes(tensors, tv.names, {}, compact, "cpu", 1)
@@ -160,8 +160,8 @@ def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_p
 
 @pytest.mark.parametrize("block", [100, 1 << 24])  # gathered in several (ragged) blocks, or in one
 def test_param_compact_keeps_exactly_the_differing_entries(monkeypatch, block):
-    import dots.engines.vllm_resident as resident
-    from dots.engines.vllm_resident import param_compact
+    import dots.engines.vllm_compact as resident
+    from dots.engines.vllm_compact import param_compact
     from dots.vectors.compact import TauBlocks
 
     monkeypatch.setattr(resident, "GATHER_BLOCK", block)

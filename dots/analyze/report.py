@@ -20,7 +20,7 @@ from functools import partial
 from typing import Callable, Iterable, Mapping
 
 from dots.analyze.counts import PairCounts, SignInterference, SourceCounts
-from dots.modules import MODULE_CLASSES, layer_index, module_class, module_kind
+from dots.io.modules import MODULE_CLASSES, layer_index, module_class, module_kind
 from dots.vectors.topk import Threshold
 
 

@@ -15,7 +15,7 @@ from typing import Iterator
 import torch
 
 from dots.io.align import Alignment
-from dots.progress import progress_bar
+from dots.runtime.progress import progress_bar
 from dots.vectors.deltas import read_inputs
 
 

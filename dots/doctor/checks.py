@@ -86,7 +86,7 @@ def device_rows(engine_cfg: dict) -> list[Row]:
     """Each device the engine would use and its free memory."""
     import torch
 
-    from dots.engines.plan import device_memory
+    from dots.plan.devices import device_memory
 
     gb = 1e9
     rows = []
@@ -102,10 +102,10 @@ def device_rows(engine_cfg: dict) -> list[Row]:
 
 
 def plan_row(cfg: Any, shapes_file: str | None) -> Row:
-    """The memory plan of `backbone=` (dots.engines.plan) in one line, or why it cannot fit."""
-    from dots.engines.plan import plan_search
+    """The memory plan of `backbone=` (dots.engines.setting) in one line, or why it cannot fit."""
+    from dots.engines.setting import plan_search
     from dots.errors import DotsError
-    from dots.plan import model_shapes
+    from dots.plan.resolve import model_shapes
 
     try:
         plan = plan_search(cfg, model_shapes(cfg, shapes_file))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -11,20 +11,24 @@ from dots.errors import DotsError
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
 
-SYNTH_CACHES = ("auto", "disk", "memory")
+if TYPE_CHECKING:
+    from dots.io.checkpoint import Checkpoint
 
 
-def check_synth_cache(value: str) -> str:
-    """Where an engine keeps θ0 and τ̃ for swap_coefficients. disk: read from the τ̃ cache at
-    every swap (memory: a few tensors); memory: held on the engine's device once
-    (transformers: ResidentSynthesizer, ≈ 2×base + K compact τ̃, 0.725 bytes per parameter
-    each for bf16 at density 0.3; vLLM: each worker its shard of base + K compact τ̃, in its
-    parameters' layout, `dots.engines.vllm_resident`); auto: memory when it fits, else
-    disk — decided by the search's memory plan before the engine starts (`dots.engines.plan`),
-    or by the engine from its device's free memory when it gets its task vectors."""
-    if value not in SYNTH_CACHES:
-        raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
-    return value
+def check_swappable(ckpt: Checkpoint, shapes: Mapping[str, Sequence[int]], required: Iterable[str]) -> None:
+    """A one-line DotsError when `ckpt` cannot be swapped into a live model whose tensors have
+    `shapes`: tensors the model does not have, of another shape, or `required` ones missing."""
+    unknown = [n for n in ckpt.names if n not in shapes]
+    wrong = [n for n in ckpt.names if n in shapes and tuple(ckpt.info(n).shape) != tuple(shapes[n])]
+    names = set(ckpt.names)
+    missing = [n for n in required if n not in names]
+    problems = (
+        ([f"unknown tensor(s) {unknown[:3]}"] if unknown else [])
+        + ([f"shape mismatch {wrong[:3]}"] if wrong else [])
+        + ([f"missing {missing[:3]}"] if missing else [])
+    )
+    if problems:
+        raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
 
 
 @runtime_checkable

@@ -63,8 +63,8 @@ def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     `extra_args` key that vLLM's EngineArgs does not have — found before any engine starts."""
     import difflib
 
-    from dots.engines.base import check_synth_cache
     from dots.engines.hf import HFEngine
+    from dots.plan.decide import check_synth_cache
 
     options = dict(to_plain(cfg))
     name = resolve_engine_name(str(options.pop("name", "auto")))

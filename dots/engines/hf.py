@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
-from dots.engines.base import check_synth_cache
+from dots.engines.base import check_swappable
 from dots.engines.canary import broken_swap
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.plan.decide import check_synth_cache
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
 
@@ -202,25 +203,11 @@ class HFEngine:
         """Every later swap through `load_state_dict` (a failed canary's fallback)."""
         self.swap_path = "public"
 
-    def _check_checkpoint(self, ckpt: Checkpoint) -> None:
-        unknown = [n for n in ckpt.names if n not in self._targets]
-        wrong = [
-            n for n in ckpt.names if n in self._targets and tuple(ckpt.info(n).shape) != tuple(self._targets[n].shape)
-        ]
-        params = {n for n, _ in self.model.named_parameters()}
-        missing = sorted(params - set(ckpt.names))
-        problems = (
-            ([f"unknown tensor(s) {unknown[:3]}"] if unknown else [])
-            + ([f"shape mismatch {wrong[:3]}"] if wrong else [])
-            + ([f"missing {missing[:3]}"] if missing else [])
-        )
-        if problems:
-            raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
-
     def swap_checkpoint(self, path: str | Path) -> None:
         """Load a saved model of the same architecture and shapes into the live one."""
         ckpt = Checkpoint(path)
-        self._check_checkpoint(ckpt)
+        params = {n for n, _ in self.model.named_parameters()}
+        check_swappable(ckpt, {n: t.shape for n, t in self._targets.items()}, sorted(params))
         self.swap_weights(ckpt.tensors())
 
     def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:
@@ -230,7 +217,7 @@ class HFEngine:
             self.synth_cache = check_synth_cache(synth_cache)
         self.task_vectors, self._resident = task_vectors, None
         gc.collect()  # a previous resident copy goes before the new one is measured / loaded
-        from dots.engines.plan import resolve_synth_cache
+        from dots.plan.resolve import resolve_synth_cache
 
         if resolve_synth_cache(self.synth_cache, task_vectors, self.device) == "memory":
             from dots.vectors.synth import ResidentSynthesizer

@@ -12,7 +12,7 @@ With `synth_cache: memory` each worker holds its shard of θ0 and of the compact
 layout of its own parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm_resident`; the
 whole model and a reload where that layout is not covered), so a swap is arithmetic; with `disk`
 it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is
-decided by the search's memory plan before the engine starts (`dots.engines.plan`), or, when
+decided by the search's memory plan before the engine starts (`dots.plan`), or, when
 the engine gets "auto" itself, by each worker from its device's free memory.
 
 `swap_weights(iterator)` streams the tensors into a temporary safetensors checkpoint
@@ -38,11 +38,10 @@ import torch
 
 from dots.checks import check_choice
 from dots.engines import vllm_compat as compat
-from dots.engines.base import check_synth_cache
+from dots.engines.base import check_swappable
 from dots.engines.vllm_env import (
     cpu_thread_binding,
     environment,
-    export_import_path,
     log_to_file,
     scratch_dir,
     vllm_available,
@@ -50,7 +49,9 @@ from dots.engines.vllm_env import (
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
-from dots.reaper import start_reaper
+from dots.paths import export_import_path
+from dots.plan.decide import check_synth_cache
+from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
 
@@ -125,7 +126,7 @@ class VLLMEngine:
             kwargs["use_tqdm_on_load"] = False  # its weight-loading bar, too (extra_args may turn it on)
         kwargs.update(extra_args or {})
         export_import_path()
-        start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.reaper)
+        start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.runtime.reaper)
         with environment(env):
             self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
@@ -234,25 +235,11 @@ class VLLMEngine:
         if self.task_vectors is not None:
             self.set_task_vectors(self.task_vectors)
 
-    def _check_checkpoint(self, ckpt: Checkpoint) -> None:
-        ref = self.reference
-        unknown = [n for n in ckpt.names if n not in ref]
-        missing = [n for n in ref.names if n not in ckpt]
-        if ref.tie_word_embeddings and missing == ["lm_head.weight"]:
-            missing = []
-        wrong = [n for n in ckpt.names if n in ref and ckpt.info(n).shape != ref.info(n).shape]
-        problems = (
-            ([f"unknown tensor(s) {unknown[:3]}"] if unknown else [])
-            + ([f"shape mismatch {wrong[:3]}"] if wrong else [])
-            + ([f"missing {missing[:3]}"] if missing else [])
-        )
-        if problems:
-            raise DotsError(f"cannot swap in {ckpt.path}: {'; '.join(problems)}")
-
     def swap_checkpoint(self, path: str | Path) -> None:
         """Reload every tensor of a saved model of the same architecture and shapes."""
-        ckpt = Checkpoint(path)
-        self._check_checkpoint(ckpt)
+        ckpt, ref = Checkpoint(path), self.reference
+        tied = {"lm_head.weight"} if ref.tie_word_embeddings else set()  # a tied model may leave out its head
+        check_swappable(ckpt, {n: ref.info(n).shape for n in ref.names}, [n for n in ref.names if n not in tied])
         self.llm.collective_rpc("dots_swap_checkpoint", args=(str(ckpt.path),))
         self._after_swap()
 

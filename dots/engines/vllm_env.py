@@ -1,5 +1,5 @@
 """How the processes of a vLLM engine are set up: whether vLLM is importable and on CPU,
-dots importable in its workers, CPU threads split between tensor-parallel workers, its log
+CPU threads split between tensor-parallel workers, its log
 lines sent to a file, and environment variables set while it spawns."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import json
 import logging
 import logging.config
 import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -31,18 +30,6 @@ def on_cpu_platform() -> bool:
     from dots.engines.vllm_compat import on_cpu_platform as on_cpu
 
     return on_cpu()
-
-
-def export_import_path() -> None:
-    """Make `dots` importable in vLLM's worker processes (spawned or forked)."""
-    import dots
-
-    root = str(Path(dots.__file__).resolve().parent.parent)
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
-    if root not in sys.path:
-        sys.path.insert(0, root)
 
 
 def cpu_thread_binding(tensor_parallel_size: int) -> dict[str, str]:

@@ -40,23 +40,22 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 
 from dots.engines import vllm_compat as compat
 from dots.engines.canary import broken_swap
+from dots.engines.vllm_compact import checkpoint_stream, param_compact
 from dots.io.checkpoint import Checkpoint
-from dots.memory import freeing_as_it_goes
+from dots.runtime.allocator import freeing_as_it_goes
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import CheckedCoefficients, Coefficients, check_coefficients, tensor_lambdas
-from dots.vectors.compact import CompactTensor, form_bytes, position_dtype
+from dots.vectors.compact import CompactTensor
 from dots.vectors.synth import _combine_into, new_scratch
 
 log = logging.getLogger(__name__)
 
 # a loader may cast what it receives up to the parameter's dtype; these casts are exact
 EXACT_UPCASTS = {(torch.bfloat16, torch.float32), (torch.float16, torch.float32)}
-GATHER_BLOCK = 1 << 24  # entries of a parameter compared and gathered at a time at set-up
 
 
 class Unsupported(Exception):
@@ -137,49 +136,6 @@ def place(model: torch.nn.Module, units: list[Unit], weights: Iterator[tuple[str
     return scratch
 
 
-def checkpoint_stream(tv: TaskVectors, base: Checkpoint, source: str | None) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor of the base as the synthesis yields it at λ = 0 (θ0, a source's added
-    vocabulary rows appended) — with source i's values at its kept entries when `source`."""
-    merged = set(tv.names)
-    for name in base.names:
-        tensor = base.get(name)
-        if name in merged:
-            if source is not None:
-                tensor = tv.compact(source, name).kept_in(tensor, in_place=True)  # read fresh: ours
-            extra = tv.extra_rows(name)
-            if extra is not None:
-                tensor = torch.cat([tensor, extra.to(tensor.dtype)], dim=0)
-        yield name, tensor
-
-
-def param_compact(
-    theta0: torch.Tensor, theta: torch.Tensor, gamma: float, dtype: torch.dtype
-) -> tuple[CompactTensor | None, int]:
-    """Source i's τ̃ of one parameter in compact form: where its loaded copy `theta` differs from
-    θ0's (`theta0`), θ_i's values there in `dtype` (None when they never differ), and how many
-    entries that is."""
-    a, b = theta0.reshape(-1), theta.reshape(-1)
-    keep = a != b  # the kept entries: θ_i ≠ θ0 at each, θ0 bit for bit elsewhere
-    kept = int(keep.sum())
-    if kept == 0:
-        return None, 0
-    n = a.numel()
-    sizes = form_bytes(n, kept, torch.empty((), dtype=dtype).element_size())
-    form = min(sizes, key=lambda f: sizes[f])
-    shape = tuple(theta0.shape)
-    if form == "full":  # τ = θ_i − θ0 is +0.0 wherever they agree, as a scattered zero is
-        return CompactTensor(shape, "full", b.to(dtype, copy=True), gamma=gamma), kept
-    if form == "bitmask":  # gathered a block at a time: indexing by a mask makes int64 positions
-        step = GATHER_BLOCK  # of what it keeps (1.3 GB for a 7B embedding at d = 0.3)
-        values = torch.cat([b[i : i + step][keep[i : i + step]].to(dtype) for i in range(0, n, step)])
-        where = torch.from_numpy(np.packbits(keep.cpu().numpy(), bitorder="little")).to(b.device)
-    else:
-        positions = torch.nonzero(keep).reshape(-1)
-        values = b[positions].to(dtype)
-        where = positions.to(position_dtype(n))
-    return CompactTensor(shape, form, values, where=where, gamma=gamma), kept
-
-
 def unsupported(tv: TaskVectors, base: Checkpoint, units: list[Unit], quantized: bool) -> str | None:
     """Why θ0 and τ̃ cannot be held in the parameters' layout, or None when they can."""
     if quantized:
@@ -206,7 +162,7 @@ class ShardedResident:
 
     def __init__(self, model: torch.nn.Module, config: Any, tv: TaskVectors, device: torch.device):
         self.model, self.config, self.tv, self.device = model, config, tv, device
-        # the worker keeps freed memory for its swaps (`dots.memory`); the set-up's one-off
+        # the worker keeps freed memory for its swaps (`dots.runtime.allocator`); the set-up's one-off
         # transients (whole tensors read, masks) would stay with it: 5.5 GB at 7B shapes
         with freeing_as_it_goes(), torch.no_grad():
             self._set_up()

@@ -76,8 +76,8 @@ class DotsWorkerExtension:
         self._dots_resident_note = ""
         if spec is None:
             return 0
-        from dots.engines.plan import resolve_synth_cache
-        from dots.memory import reuse_freed_memory
+        from dots.plan.resolve import resolve_synth_cache
+        from dots.runtime.allocator import reuse_freed_memory
         from dots.vectors.cache import TaskVectors
 
         reuse_freed_memory()  # every swap allocates model-sized tensors again
@@ -200,7 +200,7 @@ class DotsWorkerExtension:
         if self._dots_sharded is not None:
             start = time.perf_counter()
             if self._dots_not_base:  # once: what the sharded swap does not write back to θ0
-                from dots.memory import freeing_as_it_goes
+                from dots.runtime.allocator import freeing_as_it_goes
 
                 at_base = dict.fromkeys(self._dots_sharded.sources, 0.0)
                 with freeing_as_it_goes():
@@ -228,7 +228,7 @@ class DotsWorkerExtension:
     def dots_swap_checkpoint(self, path: str) -> float:
         """Reload every tensor of a saved checkpoint (same architecture and shapes)."""
         from dots.io.checkpoint import Checkpoint
-        from dots.memory import freeing_as_it_goes
+        from dots.runtime.allocator import freeing_as_it_goes
 
         ckpt = Checkpoint(path)
         device = self._dots_device()

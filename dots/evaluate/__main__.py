@@ -3,27 +3,18 @@
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig
 
-from dots.cli import check_command_line, prepare_command
-from dots.errors import cli_errors
+from dots.cli import hydra_command
 
 
-@hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
-@cli_errors
-def main(cfg: DictConfig) -> None:
-    prepare_command()
+def run(cfg: DictConfig) -> None:
     from dots.evaluate.run import run_evaluate  # (after the command line is checked: imports torch)
 
     run_evaluate(cfg)
 
 
-def cli() -> None:
-    """The command: its command line checked by dots (one-line errors), then Hydra's `main`."""
-    check_command_line("evaluate")
-    main()
-
+cli = hydra_command("evaluate", run)
 
 if __name__ == "__main__":
     cli()

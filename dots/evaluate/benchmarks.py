@@ -27,9 +27,9 @@ from typing import Any, Mapping, Sequence
 from dots.checks import number_in, positive_int, whole_number
 from dots.errors import DotsError
 from dots.evaluate.metrics import MODES, Metric, parse_metric
+from dots.io.problems import Query, limit_queries, load_pool, read_records, records_to_queries, unique_ids
 from dots.paths import CONF_DIR
 from dots.plain import to_plain
-from dots.problems import Query, limit_queries, load_pool, read_records, records_to_queries, unique_ids
 
 CONF_BENCHMARKS = CONF_DIR / "benchmark"
 KINDS = ("parquet", "jsonl", "hub", "lab")

@@ -34,9 +34,9 @@ from dots.evaluate.report import average, markdown_table, plot_scores, write_jso
 from dots.evaluate.samples import read_samples, run_benchmark, samples_key, summarize
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
+from dots.io.problems import Query
 from dots.paths import check_creatable, outputs_root
 from dots.plain import to_plain
-from dots.problems import Query
 
 log = logging.getLogger("dots.evaluate")
 

@@ -14,8 +14,8 @@ from typing import Any, Sequence, cast
 from dots.evaluate.benchmarks import Benchmark
 from dots.evaluate.metrics import aggregate, grade, problem_score
 from dots.io.checkpoint import Checkpoint
+from dots.io.problems import Query
 from dots.keys import stable_hash
-from dots.problems import Query
 from dots.scoring.prompts import format_prompt
 
 log = logging.getLogger("dots.evaluate")
@@ -99,7 +99,7 @@ def run_benchmark(
     chunks: dict[int, list[tuple[int, Query]]] = {}
     for i, p in todo:
         chunks.setdefault(i // chunk, []).append((i, p))
-    from dots.progress import new_progress
+    from dots.runtime.progress import new_progress
 
     with new_progress(f"{model} · {bench.name}") as bar, open(path, "a") as out:
         task = bar.add_task("problems", total=len(problems), completed=len(problems) - len(todo))

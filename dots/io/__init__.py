@@ -1,9 +1,5 @@
-"""Checkpoint I/O: lazy reader (local dir or Hub id), atomic sharded writer, alignment of a
-base with its fine-tunes."""
-
-from dots.io.align import Alignment, align, config_differences
-from dots.io.checkpoint import Checkpoint
-from dots.io.safetensors import TensorInfo
-from dots.io.writer import CheckpointWriter
-
-__all__ = ["Alignment", "Checkpoint", "CheckpointWriter", "TensorInfo", "align", "config_differences"]
+"""Checkpoint I/O: lazy reader (checkpoint: local dir or Hub id), the safetensors format
+(safetensors), atomic sharded writer (writer), alignment of a base with its fine-tunes
+(align), model shapes (shapes), .bin conversion (convert), file modes (modes), tensor names
+(modules) and the pools and benchmarks (problems). Import from the modules: importing this
+package loads nothing, so `dots.io.problems` (read by every command's config) stays light."""

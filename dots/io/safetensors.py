@@ -1,7 +1,13 @@
-"""The safetensors format, read by hand: dtype codes, tensor metadata, header parsing.
+"""The safetensors format, read and written by hand: dtype codes, tensor metadata, header
+parsing, header bytes, and the two ways dots writes a file.
 
 Parsing the JSON header ourselves gives every tensor's byte range without mapping the
-file, so a reader can fetch one tensor (or some of its rows) with plain reads.
+file, so a reader can fetch one tensor (or some of its rows) with plain reads. Writing:
+`lay_out` makes a file with its header at its final size, so tensors go to their offsets
+in any order (`dots.io.writer.CheckpointWriter`); `write_file` writes tensors at hand in
+one pass (the Fisher cache); `AppendedFile` appends tensors whose sizes are known only
+as they come and writes the header last (the τ̃ cache). Each tensor's bytes are written
+straight from its memory (`safetensors.torch.save_file` first builds a copy of them all).
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import torch
 
@@ -107,3 +114,97 @@ def _entry(entry: object, where: str) -> tuple[TensorInfo, int, int]:
             f"{where}: data_offsets {offsets} hold {end - start} bytes, its shape and dtype need {info.nbytes}"
         )
     return info, start, end
+
+
+def tensor_bytes(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The bytes of `tensor` (cast to `dtype`, on the CPU, in C order) as a flat uint8 view."""
+    return tensor.detach().to("cpu", dtype or tensor.dtype).contiguous().reshape(-1).view(torch.uint8)
+
+
+def header_bytes(
+    names: list[str], plan: Mapping[str, TensorInfo], metadata: Mapping[str, str]
+) -> tuple[bytes, dict[str, int]]:
+    """The JSON header of a file holding `names` in that order (padded with spaces to 8
+    bytes, as safetensors does) and each tensor's offset in the data section."""
+    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
+    offsets: dict[str, int] = {}
+    start = 0
+    for name in names:
+        info = plan[name]
+        header[name] = {
+            "dtype": ST_DTYPES[info.dtype],
+            "shape": list(info.shape),
+            "data_offsets": [start, start + info.nbytes],
+        }
+        offsets[name] = start
+        start += info.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors pads the header with spaces to 8 bytes
+    return raw, offsets
+
+
+def lay_out(
+    path: Path, names: list[str], plan: Mapping[str, TensorInfo], metadata: Mapping[str, str]
+) -> dict[str, int]:
+    """Create `path` with its header, at its final size (sparse until written); each tensor's
+    absolute byte offset in the file."""
+    header, offsets = header_bytes(names, plan, metadata)
+    with open(path, "wb") as fh:
+        fh.write(len(header).to_bytes(8, "little"))
+        fh.write(header)
+        fh.truncate(8 + len(header) + sum(plan[x].nbytes for x in names))
+    return {name: 8 + len(header) + offsets[name] for name in names}
+
+
+def write_file(tensors: Mapping[str, torch.Tensor], path: Path, metadata: Mapping[str, str]) -> None:
+    """One safetensors file of `tensors`, in their order, in one pass."""
+    plan = {name: TensorInfo(tuple(t.shape), t.dtype) for name, t in tensors.items()}
+    header, _ = header_bytes(list(plan), plan, metadata)
+    with open(path, "wb") as fh:
+        fh.write(len(header).to_bytes(8, "little"))
+        fh.write(header)
+        for tensor in tensors.values():
+            fh.write(tensor_bytes(tensor).numpy().data)
+
+
+class AppendedFile:
+    """One safetensors file written front to back with bounded memory: the room for the
+    header is reserved first (the names are known, the sizes of the compact tensors are
+    not until each is encoded), tensors are appended as they come, and the header is
+    written last, padded with spaces as the format allows."""
+
+    def __init__(self, path: Path, names: list[str]):
+        self.room = sum(len(json.dumps(n)) + 96 for n in names) + 64  # an entry's JSON: its name + ≤ 88
+        self.room += -self.room % 8
+        self.fh = open(path, "wb")
+        self.fh.write(bytes(8 + self.room))
+        self.header: dict[str, dict] = {}
+        self.offset = 0
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        """Append `tensor` under `name`."""
+        data = tensor_bytes(tensor)
+        self.fh.write(memoryview(data.numpy()))  # type: ignore[arg-type]
+        end = self.offset + data.numel()
+        entry = {"dtype": ST_DTYPES[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [self.offset, end]}
+        self.header[name] = entry
+        self.offset = end
+
+    def __enter__(self) -> AppendedFile:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.fh.close()  # the caller removes the unfinished file
+
+    def close(self) -> None:
+        """Write the header into its room and close the file."""
+        raw = json.dumps({"__metadata__": {"format": "pt"}, **self.header}, separators=(",", ":")).encode()
+        if len(raw) > self.room:
+            raise DotsError(f"internal: safetensors header of {len(raw)} bytes exceeds its reserved {self.room}")
+        self.fh.seek(0)
+        self.fh.write(self.room.to_bytes(8, "little"))
+        self.fh.write(raw + b" " * (self.room - len(raw)))
+        self.fh.close()

@@ -1,7 +1,7 @@
 """What a model's tensors are without reading a weight: names, shapes, dtypes, attention
 geometry — from a checkpoint's safetensors headers, or from a config.json alone.
 
-The memory plan (`dots.engines.plan`) needs only this. From a checkpoint (a local
+The memory plan (`dots.plan`) needs only this. From a checkpoint (a local
 directory or a Hub id: config and headers, no weights) the tensors are exact; with
 `ModelShapes.from_config` they are derived from a decoder-only transformer config of the
 Llama family (Llama, Qwen2, Mistral: embeddings, per layer q/k/v/o + gated MLP + two

@@ -26,7 +26,7 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import RECORD, Destination, claim
 from dots.io.modes import apply_umask, copy_file
-from dots.io.safetensors import ST_DTYPES, TensorInfo
+from dots.io.safetensors import TensorInfo, lay_out, tensor_bytes
 
 
 def _shard_plan(plan: Mapping[str, TensorInfo], max_shard_bytes: int) -> list[list[str]]:
@@ -39,26 +39,6 @@ def _shard_plan(plan: Mapping[str, TensorInfo], max_shard_bytes: int) -> list[li
         shards[-1].append(name)
         size += info.nbytes
     return shards
-
-
-def _header(
-    names: list[str], plan: Mapping[str, TensorInfo], metadata: Mapping[str, str]
-) -> tuple[bytes, dict[str, int]]:
-    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
-    offsets: dict[str, int] = {}
-    start = 0
-    for name in names:
-        info = plan[name]
-        header[name] = {
-            "dtype": ST_DTYPES[info.dtype],
-            "shape": list(info.shape),
-            "data_offsets": [start, start + info.nbytes],
-        }
-        offsets[name] = start
-        start += info.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # safetensors pads the header with spaces to 8 bytes
-    return raw, offsets
 
 
 def check_free_space(out_dir: Path, nbytes: int) -> None:
@@ -134,16 +114,9 @@ class CheckpointWriter:
         self.weight_map: dict[str, str] = {}
         for i, names in enumerate(shards, 1):
             fname = f"{weights_name}.safetensors" if n == 1 else f"{weights_name}-{i:05d}-of-{n:05d}.safetensors"
-            header, offsets = _header(names, self.plan, meta)
             path = self.tmp_dir / fname
-            data_bytes = sum(self.plan[x].nbytes for x in names)
-            with open(path, "wb") as fh:
-                fh.write(len(header).to_bytes(8, "little"))
-                fh.write(header)
-                fh.truncate(8 + len(header) + data_bytes)
-            base = 8 + len(header)
-            for name in names:
-                self._files[name] = (path, base + offsets[name])
+            for name, offset in lay_out(path, names, self.plan, meta).items():
+                self._files[name] = (path, offset)
                 self.weight_map[name] = fname
         self.index_name = f"{weights_name}.safetensors.index.json" if n > 1 else None
 
@@ -177,7 +150,7 @@ class CheckpointWriter:
             self._written.add(name)
 
     def _queue_bytes(self, name: str, offset: int, tensor: torch.Tensor, info: TensorInfo) -> None:
-        data = tensor.detach().to("cpu", info.dtype).contiguous().reshape(-1).view(torch.uint8)
+        data = tensor_bytes(tensor, info.dtype)
         self._check_background()
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_queued, name="dots-writer", daemon=True)

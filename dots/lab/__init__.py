@@ -4,15 +4,18 @@
 shipped in dots/data/lab for the default settings, else built on first use
 (conf/lab.yaml + key=value overrides; cached under <outputs root>/lab). Importing this package registers the
 OmegaConf resolver `lab`, so a config can say `base: ${lab:base}` or, with lab
-overrides, `${lab:rlvr,'seed=1'}`.
+overrides, `${lab:rlvr,'seed=1'}`, and the pool kind `lab` (conf/pool/lab.yaml:
+`dots.lab.tasks.pool_queries`) with `dots.io.problems`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from omegaconf import OmegaConf
+
+from dots.io.problems import register_pool_kind
 
 
 def ensure_trio(overrides: Sequence[str] | None = None, shipped: bool = True) -> dict[str, Path]:
@@ -31,6 +34,13 @@ def _resolve_lab(stage: str, *overrides: str) -> str:
     return str(paths[stage])
 
 
+def _pool_records(cfg: Any) -> list[dict]:
+    from dots.lab.tasks import pool_queries
+
+    return pool_queries(cfg)
+
+
 OmegaConf.register_new_resolver("lab", _resolve_lab, replace=True)
+register_pool_kind("lab", _pool_records)
 
 __all__ = ["ensure_trio"]

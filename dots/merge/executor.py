@@ -32,7 +32,7 @@ from dots.io.writer import CheckpointWriter
 from dots.merge.methods import MergeContext, build_options, get_method
 from dots.merge.methods.base import WHOLE, Part
 from dots.paths import check_creatable
-from dots.progress import progress_bar
+from dots.runtime.progress import progress_bar
 from dots.vectors.deltas import BLOCK_ENTRIES, block_stream, read_inputs, row_blocks, tensor_stream
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,8 @@ def merge_checkpoints(
     """Merge `sources` into `base` with `method` and write a loadable model to `output`.
     Tensors above `block_entries` entries are read, merged (blockwise methods) and written
     in row blocks, so peak memory does not grow with the model's width."""
-    from dots.export.card import render_model_card
     from dots.io.align import align, config_differences
+    from dots.merge.card import render_model_card
 
     spec = get_method(method)
     opts = build_options(spec, dict(options or {}))

@@ -7,7 +7,7 @@ pool has one, else the model's own greedy completion (generated once per model).
 One backward pass per example (batch size 1), so each squared gradient is per example.
 
 Calibration set: `calibration_size` (default 64) queries drawn with a seed from
-`dots.problems.load_pool(pool_cfg)` when a pool is configured. Without a pool we fall back
+`dots.io.problems.load_pool(pool_cfg)` when a pool is configured. Without a pool we fall back
 to a built-in, deterministic set of two-digit addition/subtraction questions ("What is
 47 + 38?") whose gold answers ("\\boxed{85}") are known, so no model-generated labels
 and no data files are needed; configure a pool from the target domain for real runs.
@@ -21,7 +21,7 @@ Memory: computing S for one model holds its weights and the float32 accumulator:
 bytes per parameter in float32 (7B → ~57 GB; use a large GPU, or `dtype: bfloat16` for
 the weights: ≈ 6 bytes per parameter — on a GPU: on a 2-core AVX2 CPU a bfloat16 pass over a
 2-layer Qwen2.5-7B-shaped model did not finish in 31 min, float32 took 33 s per model).
-The pass runs under `dots.memory.freeing_as_it_goes`: its host transients are one-off (on the
+The pass runs under `dots.runtime.allocator.freeing_as_it_goes`: its host transients are one-off (on the
 CPU at that shape, SAR's peak 14.2 instead of 16.4 GiB, +35% wall). Each parameter's squared
 gradient is added to the accumulator (in chunks) as soon as backward has produced it, and the
 gradient freed, so the gradients of the whole model never exist at once. SAR's merge pass
@@ -45,11 +45,12 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim
 from dots.io.modes import apply_umask
+from dots.io.safetensors import write_file
 from dots.keys import stable_hash
-from dots.locks import run_once_lock
-from dots.memory import freeing_as_it_goes
 from dots.paths import cache_root
-from dots.progress import progress_bar
+from dots.runtime.allocator import freeing_as_it_goes
+from dots.runtime.locks import run_once_lock
+from dots.runtime.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def pool_calibration(
     pool_cfg: Any, n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0, format_prompt: Callable[[str], str] | None = None
 ) -> list[CalibrationExample]:
     """n queries sampled with `seed` from a configured pool (gold answer when it has one)."""
-    from dots.problems import load_pool
+    from dots.io.problems import load_pool
 
     queries = list(load_pool(pool_cfg))
     if not queries:
@@ -264,29 +265,13 @@ def _compute_and_write(
         gc.collect()  # the model's weights, before the table is written
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        write_safetensors(fisher, tmp, {"model": str(ckpt.path), "examples": str(len(examples))})
+        write_file(fisher, tmp, {"model": str(ckpt.path), "examples": str(len(examples))})
         apply_umask(tmp)
         tmp.replace(path)  # atomic: a reader never sees a half-written file
     except Exception as exc:  # safetensors reports a full disk as its own error
         tmp.unlink(missing_ok=True)
         raise DotsError(f"cannot write the Fisher cache {path}: {str(exc).splitlines()[0]}") from None
     return path
-
-
-def write_safetensors(tensors: Mapping[str, torch.Tensor], path: Path, metadata: Mapping[str, str]) -> None:
-    """One safetensors file, each tensor's bytes written straight from its memory
-    (`safetensors.torch.save_file` first builds a byte copy of them all: a second Fisher
-    table, 6 GB at a 2-layer 7B shape)."""
-    from dots.io.safetensors import TensorInfo
-    from dots.io.writer import _header
-
-    plan = {name: TensorInfo(tuple(t.shape), t.dtype) for name, t in tensors.items()}
-    header, _ = _header(list(plan), plan, metadata)
-    with open(path, "wb") as fh:
-        fh.write(len(header).to_bytes(8, "little"))
-        fh.write(header)
-        for tensor in tensors.values():
-            fh.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
 
 
 class FisherTable:

@@ -2,7 +2,7 @@
 that carry them.
 
 - `model` (the default, the paper's): one λ per source, parameter `lambda_<source>`.
-- `module`: one λ per source and module group (`dots.modules.MODULE_GROUPS`: attention,
+- `module`: one λ per source and module group (`dots.io.modules.MODULE_GROUPS`: attention,
   mlp, embed_head, norm), parameter `lambda_<source>_<group>`, so the search can weight one
   source's attention and another's MLP differently (the module-wise findings of DoTS Fig. 1c
   and seed 001). K sources give 4K parameters.
@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from dots.checks import check_choice, finite_number
 from dots.errors import DotsError
-from dots.modules import MODULE_GROUPS
+from dots.io.modules import MODULE_GROUPS
 from dots.vectors.coefficients import CheckedCoefficients
 
 GRANULARITIES = ("model", "module")

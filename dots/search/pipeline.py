@@ -13,234 +13,48 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
-from dots.engines.plan import MemoryPlan
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import Destination, claim, input_paths
-from dots.keys import stable_hash
-from dots.locks import held_by_one
+from dots.io.problems import load_pool
 from dots.paths import check_creatable
 from dots.plain import to_plain
-from dots.problems import Query, load_pool
+from dots.plan.decide import MemoryPlan
+from dots.runtime.locks import held_by_one
 from dots.search.dashboard import dashboard_command
-from dots.search.engine_model import engine_model, source_activation
-from dots.search.granularity import DEFAULT_GRANULARITY, fixed_point, param_names
+from dots.search.engine_model import engine_model
+from dots.search.granularity import DEFAULT_GRANULARITY, fixed_point
 from dots.search.identity import check_range, resolve_run_dir, run_identity
 from dots.search.options import check_search_config
-from dots.search.scorer import LazyEngine, Scorer
-from dots.search.selection import (
-    DamagedSelection,
-    SelectionConfig,
-    choose,
-    load_selection,
-    random_selection,
-    save_selection,
-    score_difficulty,
-)
+from dots.search.run import Run
+from dots.search.scorer import LazyEngine
 from dots.search.stages import Stage, run_stages
+from dots.search.steps import (
+    build_export,
+    build_pick,
+    build_push,
+    build_selection,
+    build_vectors,
+    export_dir,
+    load_pick,
+    load_selected,
+    run_trials,
+    selection_inputs,
+)
 from dots.search.stopping import stop_rule
-from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.coefficients import format_coefficients
-from dots.vectors.sparsify import SparsifyConfig
 
 log = logging.getLogger("dots.search")
 
 
-@dataclass
-class Run:
-    """What the stages of one search share: its config, inputs and the live engine."""
-
-    cfg: DictConfig
-    run_dir: Path
-    alignment: Alignment
-    identity: dict
-    bounds: tuple[float, float]
-    fixed: list[list[float]] | None  # each point as the values of `param_names`
-    granularity: str = DEFAULT_GRANULARITY
-    queries: list[Query] = field(default_factory=list)
-    prompts: dict[str, str] = field(default_factory=dict)
-    tokenizer: Any = None
-    engine: Any = None
-    results: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def task_vectors(self) -> TaskVectors:
-        return self.results["task_vectors"]
-
-    @property
-    def sources(self) -> list[str]:
-        return self.task_vectors.sources
-
-    @property
-    def param_names(self) -> list[str]:
-        """The study's Optuna parameters (`lambda_<source>[_<group>]`)."""
-        return param_names(self.sources, self.granularity)
-
-
 # --- the stages -------------------------------------------------------------------------
-
-
-def build_vectors(run: Run) -> TaskVectors:
-    """τ̃_i for every source (the cache shared by runs skips what is built)."""
-    al = run.alignment
-    return build_task_vectors(
-        al.base,
-        al.sources,
-        SparsifyConfig(**to_plain(run.cfg.sparsify)),
-        run.cfg.get("cache_dir") or None,
-        alignment=al,
-    )
-
-
-def selection_inputs(run: Run) -> dict:
-    inputs = {k: run.identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")}
-    rule = str(run.cfg.search.get("consistency", "majority"))
-    return inputs if rule == "majority" else {**inputs, "consistency": rule}  # earlier keys kept
-
-
-def build_selection(run: Run) -> list[Query]:
-    """SPEC §3: difficulty of every pool query under each source, then a balanced draw."""
-    selection = draw_selection(run)
-    save_selection(selection, run.run_dir / "selection.jsonl", stable_hash(selection_inputs(run)))
-    return selection.queries
-
-
-def draw_selection(run: Run) -> Any:
-    """The selection of this run's inputs (the difficulty record makes the same draw again), unsaved."""
-    cfg = SelectionConfig(**to_plain(run.cfg.selection))
-    key = stable_hash(selection_inputs(run))
-    if cfg.strategy == "random":
-        return random_selection(run.queries, cfg)
-    activate = source_activation(run.engine, cfg.source, run.alignment, run.task_vectors)
-    per_source = score_difficulty(
-        run.queries,
-        run.prompts,
-        activate,
-        run.engine.generate,
-        cfg,
-        run.run_dir / f"difficulty-{key}.jsonl",
-        mode=str(run.cfg.search.get("answer_mode", "math")),
-        rule=str(run.cfg.search.get("consistency", "majority")),
-    )
-    return choose(run.queries, per_source, cfg)
-
-
-def load_selected(run: Run) -> list[Query]:
-    path = run.run_dir / "selection.jsonl"
-    try:
-        saved = load_selection(path, stable_hash(selection_inputs(run)))
-    except DamagedSelection as damage:
-        return reselect(run, damage)
-    if saved is None:
-        raise DotsError(f"{path} does not match this run's inputs; delete it to select again")
-    log.info("selection: reusing %s (%d queries)", path, len(saved.queries))
-    return saved.queries
-
-
-def reselect(run: Run, damage: DamagedSelection) -> list[Query]:
-    """Select again in place of a damaged selection.jsonl (the difficulty record makes the same
-    draw without sampling again); safe only if it chose the queries the study was scored on,
-    which the rows before the damage show. Refused, the damaged file is left as it is (for restoring)."""
-    log.warning("%s; selecting again (the recorded difficulties are reused)", damage)
-    selection = draw_selection(run)
-    if not set(damage.intact_ids) <= {q.id for q in selection.queries}:
-        raise DotsError(
-            f"{damage}, and selecting again chose other queries than the study was scored on: restore it "
-            "from a copy, or move study.db away to start the study again"
-        )
-    save_selection(selection, run.run_dir / "selection.jsonl", stable_hash(selection_inputs(run)))
-    return selection.queries
-
-
-def study_name(run: Run) -> str:
-    return run.cfg.search.study_name or f"dots-{stable_hash(run.identity, 12)}" + ("-fixed" if run.fixed else "")
-
-
-def run_trials(run: Run) -> Any:
-    """SPEC §4: the study, extended until it holds search.n_trials complete trials."""
-    import optuna
-
-    from dots.search.study import open_storage, open_study, run_study
-    from dots.search.workers import recover_stale_trials
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    cfg, names = run.cfg, run.sources
-    study = open_study(cfg, open_storage(cfg.search.storage, run.run_dir), study_name(run))
-    if int(cfg.search.workers) <= 1:  # alone on this study: whatever is RUNNING was interrupted
-        recover_stale_trials(study, -1.0, run.param_names, left_by="an interrupted run")
-    chosen = run.results["selection"]
-    scorer = Scorer(run.engine, [run.prompts[q.id] for q in chosen], cfg, run.tokenizer)
-    try:
-        run_study(
-            study,
-            scorer,
-            names,
-            run.bounds,
-            int(cfg.search.n_trials),
-            int(cfg.seed),
-            run.fixed,
-            heartbeat_s=float(cfg.search.heartbeat_s),
-            grace_s=float(cfg.search.grace_s),
-            granularity=run.granularity,
-            stop=stop_rule(cfg.search),
-        )
-    finally:
-        run.engine.close()
-    return study
-
-
-def build_pick(run: Run) -> dict:
-    """App. A.2: the Pareto front of complete trials and the configured pick."""
-    from dots.search.diagnosis import add_warnings
-    from dots.search.report import pick_and_report
-
-    study = run.results["study"]
-    result = pick_and_report(
-        study, run.sources, str(run.cfg.pick), run.run_dir, f"DoTS on {run.cfg.backbone.name}", run.granularity
-    )
-    record = run.run_dir / f"difficulty-{stable_hash(selection_inputs(run))}.jsonl"
-    mode = str(run.cfg.search.get("answer_mode", "math"))
-    return add_warnings(result, study, [q.id for q in run.results["selection"]], record, mode, run.run_dir)
-
-
-def load_pick(run: Run) -> dict:
-    return yaml.safe_load((run.run_dir / "result.yaml").read_text())
-
-
-def build_export(run: Run) -> Path:
-    from dots.export.model import export_model
-
-    return export_model(
-        run.cfg,
-        run.task_vectors,
-        run.alignment,
-        run.results["pick"],
-        run.run_dir,
-        selection=[q.id for q in run.results["selection"]],
-    )
-
-
-def build_push(run: Run) -> bool:
-    from dots.export.hub import try_push
-
-    pushed = try_push(run.results["export"], str(run.cfg.export.push_to_hub), bool(run.cfg.export.private))
-    if pushed:
-        (run.run_dir / "pushed.json").write_text(str(run.cfg.export.push_to_hub))
-    return pushed
-
-
-def export_dir(run: Run) -> str:
-    """The export's directory: export.dir (absolute, as the export resolves it) or <run_dir>/model."""
-    return str(Path(str(run.cfg.export.dir)).expanduser().resolve()) if run.cfg.export.dir else "model"
 
 
 def search_stages(run: Run) -> list[Stage]:
@@ -309,7 +123,7 @@ def prepare(cfg: DictConfig) -> Run:
 def check_module_groups(alignment: Alignment) -> None:
     """Every merged tensor has a module group (search.granularity=module), else a one-line
     DotsError naming the first that has none — before anything is written."""
-    from dots.modules import module_group
+    from dots.io.modules import module_group
 
     for name in alignment.merged:
         module_group(name)
@@ -336,13 +150,14 @@ def check_destinations(run: Run) -> Destination:
 
 
 def memory_plan(run: Run) -> MemoryPlan:
-    """What the run holds on each device and where τ̃ lives (`dots.engines.plan`), printed;
+    """What the run holds on each device and where τ̃ lives (`dots.plan`), printed;
     a DotsError (one line) when the engine and τ̃ cannot fit either way."""
-    from dots.engines.plan import plan_search
+    from dots.engines.setting import plan_search
     from dots.io.shapes import ModelShapes
+    from dots.plan.render import describe
 
     plan = plan_search(run.cfg, ModelShapes.from_alignment(run.alignment))
-    print("\n".join(plan.lines()))
+    print("\n".join(describe(plan)))
     return plan
 
 

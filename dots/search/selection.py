@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from dots.errors import DotsError
-from dots.problems import Query
-from dots.progress import progress_bar
+from dots.io.problems import Query
+from dots.runtime.progress import progress_bar
 from dots.scoring.grade import consistency_and_majority
 
 log = logging.getLogger(__name__)

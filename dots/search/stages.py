@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dots.keys import stable_hash
-from dots.locks import run_once_lock
+from dots.runtime.locks import run_once_lock
 
 log = logging.getLogger(__name__)
 

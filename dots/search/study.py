@@ -20,13 +20,13 @@ from typing import Any
 
 from dots.errors import DotsError
 from dots.plain import to_plain
+from dots.runtime.signals import sigterm_deferred
 from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
 from dots.search.pruning import attach, count_bound_pruned, is_bound_pruned, outcome, tell_scored
 from dots.search.samplers import build_sampler
 from dots.search.scorer import Scorer
 from dots.search.stopping import StopRule, stop_reason
 from dots.search.workers import Heartbeat, fail_and_requeue, recover_stale_trials
-from dots.signals import sigterm_deferred
 from dots.vectors.coefficients import format_coefficients
 
 log = logging.getLogger("dots.search")
@@ -128,7 +128,7 @@ def run_study(
     count as scored (dots.search.pruning); `stop` may end the study early (dots.search.stopping)."""
     from optuna.trial import TrialState
 
-    from dots.progress import new_progress
+    from dots.runtime.progress import new_progress
 
     names = param_names(sources, granularity)
 

@@ -6,7 +6,7 @@ heartbeat (a user attribute refreshed by a background thread); a RUNNING trial w
 heartbeat is older than the grace period belongs to a dead worker: it is marked FAIL and
 its coefficients are enqueued again, so no point is lost and none is evaluated twice to
 completion. Stages that must run once (task vectors, selection, pick and export) are
-guarded by `dots.locks.run_once_lock` (see `dots.search.stages`).
+guarded by `dots.runtime.locks.run_once_lock` (see `dots.search.stages`).
 """
 
 from __future__ import annotations

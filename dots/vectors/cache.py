@@ -32,11 +32,11 @@ from dots.errors import DotsError
 from dots.io.align import Alignment, align
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, discard, input_paths
-from dots.io.safetensors import ST_DTYPES, dtype_size
+from dots.io.safetensors import AppendedFile, dtype_size
 from dots.io.writer import check_free_space, disk_write_error
 from dots.keys import stable_hash
-from dots.locks import run_once_lock
 from dots.paths import cache_root
+from dots.runtime.locks import run_once_lock
 from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 
@@ -172,47 +172,6 @@ class TaskVectors:
 # --- building ---------------------------------------------------------------------------
 
 
-class _StreamingSafetensors:
-    """One safetensors file written front to back with bounded memory: the room for the
-    header is reserved first (the names are known, the sizes of the compact tensors are
-    not until each is encoded), tensors are appended as they come, and the header is
-    written last, padded with spaces as the format allows."""
-
-    def __init__(self, path: Path, names: list[str]):
-        self.room = sum(len(json.dumps(n)) + 96 for n in names) + 64  # an entry's JSON: its name + ≤ 88
-        self.room += -self.room % 8
-        self.fh = open(path, "wb")
-        self.fh.write(bytes(8 + self.room))
-        self.header: dict[str, dict] = {}
-        self.offset = 0
-
-    def add(self, name: str, tensor: torch.Tensor) -> None:
-        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-        self.fh.write(memoryview(data.numpy()))  # type: ignore[arg-type]
-        end = self.offset + data.numel()
-        entry = {"dtype": ST_DTYPES[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [self.offset, end]}
-        self.header[name] = entry
-        self.offset = end
-
-    def __enter__(self) -> _StreamingSafetensors:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.fh.close()  # the caller removes the unfinished file
-
-    def close(self) -> None:
-        raw = json.dumps({"__metadata__": {"format": "pt"}, **self.header}, separators=(",", ":")).encode()
-        if len(raw) > self.room:
-            raise DotsError(f"internal: safetensors header of {len(raw)} bytes exceeds its reserved {self.room}")
-        self.fh.seek(0)
-        self.fh.write(self.room.to_bytes(8, "little"))
-        self.fh.write(raw + b" " * (self.room - len(raw)))
-        self.fh.close()
-
-
 def _cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig, version: int = CACHE_VERSION) -> str:
     return stable_hash({"v": version, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": cfg.key()}, 20)
 
@@ -242,7 +201,7 @@ def _build_one(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sourc
     try:
         stats = SparseStats()
         tensors: dict[str, dict] = {}
-        with _StreamingSafetensors(tmp / WEIGHTS_FILE, entry_names) as writer:
+        with AppendedFile(tmp / WEIGHTS_FILE, entry_names) as writer:
             for name, sparse in sparsify_source(al, key, cfg, stats):
                 form, parts = encode(sparse, al.source_tensor(key, name), al.base.get(name))
                 for suffix, tensor in parts.items():

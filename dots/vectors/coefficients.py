@@ -2,9 +2,9 @@
 engines' swaps, the export and the search pass around.
 
 `Coefficients` maps each source to either one λ (every tensor of the source: the paper's
-model granularity) or a mapping from module group (`dots.modules.MODULE_GROUPS`:
+model granularity) or a mapping from module group (`dots.io.modules.MODULE_GROUPS`:
 attention, mlp, embed_head, norm) to λ (module granularity: the λ of a tensor is its
-group's, `dots.modules.module_group`). Both forms may be mixed across sources. They are
+group's, `dots.io.modules.module_group`). Both forms may be mixed across sources. They are
 plain dicts, so they cross process boundaries (vLLM's `collective_rpc`), JSON (the
 export's marker) and YAML (result.yaml) unchanged.
 
@@ -19,7 +19,7 @@ import math
 from typing import TYPE_CHECKING, Mapping, Union
 
 from dots.errors import DotsError
-from dots.modules import MODULE_GROUPS, module_group
+from dots.io.modules import MODULE_GROUPS, module_group
 
 if TYPE_CHECKING:
     from dots.vectors.cache import TaskVectors

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 
 from dots.checks import check_choice, check_density
-from dots.progress import progress_bar
+from dots.runtime.progress import progress_bar
 from dots.vectors.deltas import task_vector
 from dots.vectors.masks import TopKMask, topk_magnitude_mask
 from dots.vectors.topk import CHUNK, Threshold, global_kth_largest, kth_largest

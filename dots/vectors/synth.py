@@ -15,7 +15,7 @@ a source added rows gets those rows appended (they are the source's own values).
 
 `ResidentSynthesizer` computes the same values from θ0 and the compact τ̃ held in memory
 on the device (no disk reads, no allocation per call): the engines use it with
-`synth_cache: memory`, or `auto` when the memory plan (`dots.engines.plan`) finds room.
+`synth_cache: memory`, or `auto` when the memory plan (`dots.plan`) finds room.
 """
 
 from __future__ import annotations

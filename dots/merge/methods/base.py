@@ -69,7 +69,7 @@ class MergeContext:
 
     alignment: Alignment
     cache_dir: Path | None = None
-    pool: Mapping | None = None  # pool config (dots.problems) for calibration sets
+    pool: Mapping | None = None  # pool config (dots.io.problems) for calibration sets
     format_prompt: Callable[[str], str] | None = None  # question -> prompt text (backbone template)
     device: str = "cpu"
 

@@ -32,9 +32,8 @@ def _load_builtin() -> None:
     """Import every module of this package once, so that each registers itself."""
     import importlib
     import pkgutil
+    from pathlib import Path
 
-    import dots.merge.methods as package
-
-    for info in pkgutil.iter_modules(package.__path__):
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if info.name not in ("base", "registry"):
             importlib.import_module(f"dots.merge.methods.{info.name}")

@@ -1,6 +1,8 @@
 """Problems and queries: the one loader of pools (search) and benchmarks (evaluation).
 
-Sources: a verl/LUFFY parquet, jsonl, a Hub dataset, the lab.
+Sources: a verl/LUFFY parquet, jsonl, a Hub dataset, and pool kinds registered by what
+makes their records (`register_pool_kind`: the lab registers `lab` when `dots.lab` is imported,
+as every command's config does), so this low layer never imports the lab.
 
 A pool is a list of `Query` (question text, and the gold answer when the file has one:
 DoTS never uses it for the search, but SAR's Fisher and the evaluation do).
@@ -24,6 +26,15 @@ class Query:
     question: str
     answer: str | None = None
     source: str = ""
+
+
+# pool kinds beyond files and the Hub: kind → the records (id, question, answer, skill) of a pool config
+POOL_KINDS: dict[str, Callable[[Any], list[dict]]] = {}
+
+
+def register_pool_kind(kind: str, records: Callable[[Any], list[dict]]) -> None:
+    """Let `load_pool` read pools of `kind` from `records(cfg)` (a list of dicts with id, question, answer, skill)."""
+    POOL_KINDS[kind] = records
 
 
 def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -181,20 +192,19 @@ def unique_ids(queries: list[Query]) -> list[Query]:
 
 
 def load_pool(cfg: Any) -> list[Query]:
-    """Queries of a pool config: kind (parquet|jsonl|hub|lab), path, filters, limit, seed."""
+    """Queries of a pool config: kind (parquet|jsonl|hub|a registered kind: lab), path, filters, limit, seed."""
     kind = _cfg_get(cfg, "kind", "parquet")
-    if kind == "lab":
-        from dots.lab.tasks import pool_queries
-
-        records = pool_queries(cfg)
+    if kind in POOL_KINDS:
+        records = POOL_KINDS[kind](cfg)
         queries = [
-            Query(str(r["id"]), str(r["question"]), str(r["answer"]), str(r.get("skill", "lab"))) for r in records
+            Query(str(r["id"]), str(r["question"]), str(r["answer"]), str(r.get("skill", kind))) for r in records
         ]
     elif kind in ("parquet", "jsonl", "hub"):
         origin = str(_cfg_get(cfg, "path", ""))
         queries = records_to_queries(read_records(cfg, f"pool {origin}"), cfg, Path(origin).name or origin)
     else:
-        raise DotsError(f"unknown pool kind {kind!r} (parquet, jsonl, hub or lab)")
+        kinds = ["parquet", "jsonl", "hub", *POOL_KINDS]
+        raise DotsError(f"unknown pool kind {kind!r} ({', '.join(kinds[:-1])} or {kinds[-1]})")
     sources = _cfg_get(cfg, "data_sources")
     if sources:
         if isinstance(sources, str) or not all(isinstance(s, (str, int)) for s in sources):

@@ -1,10 +1,10 @@
 """Engine processes end with the process that owns them, however it dies.
 
 vLLM runs its engine core and workers in processes of their own. A clean exit (and
-SIGTERM, `dots.signals`) closes them, but after `kill -9`, an OOM kill or a crash of the
+SIGTERM, `dots.runtime.signals`) closes them, but after `kill -9`, an OOM kill or a crash of the
 owner they were re-parented to init and kept running, holding memory and GPUs. Before
 an engine starts, `start_reaper` launches one small watcher per owner process
-(`python -m dots.reaper PID`, in a session of its own so Ctrl-C and job signals
+(`python -m dots.runtime.reaper PID`, in a session of its own so Ctrl-C and job signals
 reach the owner, not it). While the owner lives, the watcher records the owner's
 descendants every `INTERVAL_S`; when the owner is gone it ends every recorded process
 still running, and their descendants (SIGTERM, then SIGKILL after `GRACE_S`), and exits.
@@ -109,11 +109,11 @@ def start_reaper() -> subprocess.Popen | None:
         return _started[owner]
     if not Path(f"/proc/{owner}/stat").exists():
         return None
-    from dots.engines.vllm_env import export_import_path
+    from dots.paths import export_import_path
 
     export_import_path()  # the watcher imports dots like the engine's own processes do
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dots.reaper", str(owner)],
+        [sys.executable, "-m", "dots.runtime.reaper", str(owner)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

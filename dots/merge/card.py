@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 import dots
-from dots.modules import MODULE_GROUPS
+from dots.io.modules import MODULE_GROUPS
 from dots.plain import to_plain
 from dots.vectors.coefficients import Coefficients
 

@@ -1,0 +1,189 @@
+"""The plan: engine + resident τ̃ or one tensor at a time, per device, against what the devices
+have free — `synth_cache` chosen (and vLLM's share of a GPU), or one line saying why nothing fits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from dots.errors import DotsError
+from dots.io.safetensors import dtype_size
+from dots.io.shapes import ModelShapes
+from dots.plan.devices import DeviceMemory
+from dots.plan.estimate import (
+    ENGINE_RESERVE,
+    GB,
+    MARGIN,
+    PROMPT_TOKENS,
+    resident_bytes,
+    sharded_resident_bytes,
+    stream_bytes,
+)
+from dots.vectors.compact import estimate_bytes
+
+VLLM_MAX_UTILIZATION = 0.9  # vLLM's own default share of a GPU
+SYNTH_CACHES = ("auto", "disk", "memory")
+
+
+def check_synth_cache(value: str) -> str:
+    """Where an engine keeps θ0 and τ̃ for swap_coefficients. disk: read from the τ̃ cache at
+    every swap (memory: a few tensors); memory: held on the engine's device once
+    (transformers: ResidentSynthesizer, ≈ 2×base + K compact τ̃, 0.725 bytes per parameter
+    each for bf16 at density 0.3; vLLM: each worker its shard of base + K compact τ̃, in its
+    parameters' layout, `dots.engines.vllm_resident`); auto: memory when it fits, else
+    disk — decided by the search's memory plan before the engine starts (`dots.plan`),
+    or by the engine from its device's free memory when it gets its task vectors."""
+    if value not in SYNTH_CACHES:
+        raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class EngineSetting:
+    """The engine config (conf/engine/*.yaml) and search options the plan depends on."""
+
+    name: str  # vllm | hf
+    device: str  # cuda | cpu
+    tensor_parallel: int = 1
+    dtype: torch.dtype | None = None  # weights and KV; None: the checkpoint's
+    utilization: float | None = None  # vLLM's gpu_memory_utilization as configured
+    max_model_len: int | None = None  # vLLM's; None: the model's max_position_embeddings
+    sequences: int = 8  # sequences whose KV must fit at once (search.k; hf: batch_size)
+    max_tokens: int = 1024  # generated tokens per sequence (search.max_tokens)
+    synth_cache: str = "auto"
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes per device of the engine and of each way to hold τ̃, and the choice made."""
+
+    shapes: ModelShapes
+    setting: EngineSetting
+    memory: DeviceMemory
+    sources: int
+    density: float
+    dtype: torch.dtype  # the engine's weights and KV
+    weights: int
+    kv: int
+    kv_tokens: int
+    kv_note: str
+    reserve: int
+    tau: int  # the K compact τ̃ (part of `resident`)
+    resident: int
+    stream: int
+    synth_cache: str  # memory | disk
+    utilization: float | None  # vLLM's gpu_memory_utilization to start with (None: not vLLM on a GPU)
+    reason: str
+
+    @property
+    def engine(self) -> int:
+        return self.weights + self.kv + self.reserve
+
+    def engine_options(self, engine_cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """The engine config with the plan applied: synth_cache chosen, vLLM's share set."""
+        out = dict(engine_cfg)
+        out["synth_cache"] = self.synth_cache
+        if self.utilization is not None and out.get("gpu_memory_utilization") is None:
+            out["gpu_memory_utilization"] = round(self.utilization, 4)
+        return out
+
+
+def plan_memory(
+    shapes: ModelShapes,
+    setting: EngineSetting,
+    memory: DeviceMemory,
+    sources: int,
+    density: float,
+    tau_bytes: int | None = None,
+) -> MemoryPlan:
+    """The plan for `sources` task vectors of `shapes` at `density` beside `setting`'s engine on
+    devices with `memory`; `tau_bytes` (all sources) when the cache exists, else estimated.
+    A DotsError (one line, the numbers) when the requested synth_cache cannot fit."""
+    check_synth_cache(setting.synth_cache)
+    tp = max(1, setting.tensor_parallel)
+    dtype = setting.dtype or next(iter(shapes.tensors.values())).dtype
+    weights = sum(i.numel * dtype_size(dtype) for i in shapes.tensors.values())
+    weights = (weights + sum(shapes.extra_bytes(n) for n in shapes.extra_rows)) // tp
+    per_token = shapes.kv_bytes_per_token(dtype, tp)
+    seq = PROMPT_TOKENS + setting.max_tokens
+    if setting.name == "vllm":
+        limit = setting.max_model_len or shapes.max_position or seq
+        tokens = max(limit, setting.sequences * min(seq, limit))
+        note = f"max(max_model_len {limit}, k={setting.sequences} × {min(seq, limit)})"
+    else:
+        tokens = setting.sequences * seq
+        note = f"batch_size {setting.sequences} × {seq}"
+    kv = tokens * per_token
+    itemsize = dtype_size(shapes.source_dtype)
+    tau_of = {n: sources * estimate_bytes(shapes.tensors[n].numel, density, itemsize) for n in shapes.merged}
+    tau = tau_bytes if tau_bytes is not None else sum(tau_of.values())
+    extra = {n: shapes.extra_bytes(n) for n in shapes.extra_rows}
+    if setting.name == "vllm":
+        resident = sharded_resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, tp)
+    else:
+        resident = resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device)
+    stream = stream_bytes(shapes.tensors, shapes.merged, extra, tau_of, setting.device)
+    reserve = ENGINE_RESERVE.get(setting.device, ENGINE_RESERVE["cuda"])
+    choice, utilization, reason = _decide(setting, memory, weights + kv + reserve, resident, stream)
+    return MemoryPlan(
+        shapes, setting, memory, sources, density, dtype, weights, kv, tokens, note, reserve, tau, resident, stream,
+        choice, utilization, reason,
+    )  # fmt: skip
+
+
+def _decide(
+    setting: EngineSetting, memory: DeviceMemory, engine: int, resident: int, stream: int
+) -> tuple[str, float | None, str]:
+    """(synth_cache, vLLM utilization or None, why) — or a one-line DotsError."""
+    vllm_gpu = setting.name == "vllm" and setting.device == "cuda"
+    workers = max(1, setting.tensor_parallel) if setting.device == "cpu" else 1  # they share the host
+    need = {"memory": resident, "disk": stream}
+    share = setting.utilization * memory.total if vllm_gpu and setting.utilization is not None else None
+    if share is not None and share < engine:
+        raise DotsError(
+            f"memory plan: vLLM's share (gpu_memory_utilization {setting.utilization} × {memory.total / GB:.1f} GB "
+            f"= {share / GB:.1f} GB) is less than its weights + minimum KV cache + reserve ({engine / GB:.1f} GB)"
+        )
+
+    def room(choice: str) -> float:  # bytes left over on a device with this choice (< 0: does not fit)
+        if share is not None:
+            return memory.free - share - need[choice] - MARGIN
+        return memory.free - workers * (engine + need[choice]) - MARGIN
+
+    wanted = ["memory", "disk"] if setting.synth_cache == "auto" else [setting.synth_cache]
+    fitting = [c for c in wanted if room(c) >= 0]
+    if not fitting:
+        last = wanted[-1]  # the smaller need: what would have had to fit
+        label = {"memory": "τ̃ resident", "disk": "τ̃ from the cache"}
+        engine_part = f"engine {engine / GB:.1f} GB" if share is None else f"vLLM's share {share / GB:.1f} GB"
+        other = f" (resident: {resident / GB:.1f} GB)" if last == "disk" else ""
+        per = f", × {workers} workers" if workers > 1 else ""
+        total = share + need[last] if share is not None else workers * (engine + need[last])
+        hint = "use synth_cache=auto or disk" if setting.synth_cache == "memory" else "use larger or more devices"
+        raise DotsError(
+            f"memory plan: does not fit on {setting.device}: {engine_part} + {label[last]} {need[last] / GB:.1f} GB"
+            f"{other}{per} + margin {MARGIN / GB:.1f} GB = {(total + MARGIN) / GB:.1f} GB > "
+            f"{memory.free / GB:.1f} GB free per device; {hint} (python -m dots.plan prints the whole plan)"
+        )
+    choice = fitting[0]
+    utilization = None
+    if vllm_gpu:
+        utilization = setting.utilization
+        if utilization is None:
+            utilization = min(VLLM_MAX_UTILIZATION, (memory.free - need[choice] - MARGIN) / memory.total)
+    beside = f"beside the engine's {engine / GB:.1f} GB" if share is None else f"beside vLLM's {share / GB:.1f} GB"
+    if setting.synth_cache != "auto":
+        reason = f"as configured ({need[choice] / GB:.1f} GB {beside} fits in {memory.free / GB:.1f} GB)"
+    elif choice == "memory":
+        reason = (
+            f"θ0 and τ̃ resident ({resident / GB:.1f} GB) fit {beside} in {memory.free / GB:.1f} GB; "
+            "swaps are arithmetic only"
+        )
+    else:
+        reason = (
+            f"θ0 and τ̃ resident would need {resident / GB:.1f} GB {beside}, {memory.free / GB:.1f} GB free; "
+            f"read from the cache at every swap ({stream / GB:.1f} GB at a time)"
+        )
+    return choice, utilization, reason

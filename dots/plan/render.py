@@ -1,0 +1,48 @@
+"""A memory plan as the lines `python -m dots.plan` and a search print."""
+
+from __future__ import annotations
+
+from dots.plan.decide import MemoryPlan
+from dots.plan.estimate import GB
+
+
+def describe(plan: MemoryPlan) -> list[str]:
+    """Per device: engine weights, KV cache, reserve, τ̃ resident and from the cache, the choice (and vLLM's share)."""
+    s, m = plan.setting, plan.memory
+    dtype = str(plan.dtype).replace("torch.", "")
+    groups = f"{s.tensor_parallel} devices" if s.tensor_parallel > 1 else "1 device"
+    theta0 = plan.shapes.nbytes
+    outputs = sum(plan.shapes.tensors[n].nbytes + plan.shapes.extra_bytes(n) for n in plan.shapes.merged)
+    if s.name == "vllm":  # each worker: its shard of the merged tensors, written into its parameters
+        tp = max(1, s.tensor_parallel)
+        held = (outputs // tp, plan.tau // tp)
+        resident = (
+            f"θ0 {held[0] / GB:.2f} + {plan.sources} compact τ̃ {held[1] / GB:.2f} + set-up or swap buffers "
+            f"{(plan.resident - sum(held)) / GB:.2f} (this worker's shard: / tensor_parallel_size {tp})"
+        )
+    else:
+        resident = (
+            f"θ0 {theta0 / GB:.2f} + outputs {outputs / GB:.2f} + {plan.sources} compact τ̃ {plan.tau / GB:.2f} "
+            f"+ scratch {(plan.resident - theta0 - outputs - plan.tau) / GB:.2f} (whole model)"
+        )
+    out = [
+        f"memory plan: {plan.shapes.name} ({plan.shapes.params / 1e9:.2f} B parameters), {plan.sources} sources "
+        f"at density {plan.density:g}; engine {s.name} on {s.device}, {groups} of {m.total / GB:.1f} GB, "
+        f"{m.free / GB:.1f} GB free ({m.how}); per device:",
+        f"  engine weights     {plan.weights / GB:8.2f} GB  the model in {dtype} "
+        f"/ tensor_parallel_size {s.tensor_parallel}",
+        f"  engine KV cache    {plan.kv / GB:8.2f} GB  at least {plan.kv_tokens} tokens ({plan.kv_note})",
+        f"  engine reserve     {plan.reserve / GB:8.2f} GB  activations, CUDA context, graphs",
+        f"  τ̃ resident         {plan.resident / GB:8.2f} GB  {resident}",
+        f"  τ̃ from the cache   {plan.stream / GB:8.2f} GB  one tensor at a time; each swap reads θ0 "
+        f"{theta0 / GB:.2f} + τ̃ {plan.tau / GB:.2f} GB from the cache (page cache when the host holds them)",
+        f"  → synth_cache={plan.synth_cache}: {plan.reason}",
+    ]
+    if plan.utilization is not None:
+        kv = plan.utilization * m.total - plan.weights - plan.reserve
+        per_token = plan.kv / max(plan.kv_tokens, 1)
+        out.append(
+            f"  → vLLM gpu_memory_utilization {plan.utilization:.2f}: its KV cache ≈ {kv / GB:.1f} GB "
+            f"≈ {kv / per_token / 1e3:.0f}k tokens" + ("" if s.utilization is None else " (as configured)")
+        )
+    return out

@@ -1,0 +1,3 @@
+"""The process plumbing every command shares: glibc's allocator settings (allocator),
+SIGTERM as a clean exit (signals), run-once and held-by-one locks (locks), the watcher that
+ends an engine's processes with their owner (reaper), and progress bars (progress)."""
