@@ -290,29 +290,44 @@ def test_row_blocked_merge_with_a_first_pass_writes_the_same_bytes(qwen_bf16, tm
         assert (whole / name).read_bytes() == (blocked / name).read_bytes(), name
 
 
-# dots_fixed merges whole tensors again: its compact τ̃ (#18) is rebuilt against a whole θ0
-# tensor, and reading row blocks of the compact form is not written yet
-BLOCKWISE_CASES = CASES + [c for c in FIRST_PASS_CASES if c[0] != "dots_fixed"]
+ALL_CASES = CASES + FIRST_PASS_CASES
 
 
-@pytest.mark.parametrize("method,options", BLOCKWISE_CASES, ids=[c[0] for c in BLOCKWISE_CASES])
-def test_every_method_sees_one_row_block_at_a_time(qwen_bf16, tmp_path, monkeypatch, method, options):
-    """The resident set of a merge is a few blocks whatever the width: no method is handed a
-    tensor above block_entries (one row where a row is larger). Before SAR and dots_fixed were
-    blockwise they got whole tensors — 6-7 float32 copies of a 545 M-entry 7B embedding, ≥ 13
-    GiB, stopped by benchmarks/large_shapes.py's memory guard."""
+@pytest.mark.parametrize("method,options", ALL_CASES, ids=[c[0] for c in ALL_CASES])
+def test_every_method_gets_exactly_its_declared_inputs_one_row_block_at_a_time(
+    qwen_bf16, tmp_path, monkeypatch, method, options
+):
+    """The executor hands each method's merge function and passes exactly the inputs their
+    parameters name. And the resident set of a merge is a few blocks whatever the width: no
+    blockwise method is handed a tensor above block_entries (one row where a row is larger).
+    Before SAR was blockwise it got whole tensors — 6-7 float32 copies of a 545 M-entry 7B
+    embedding, ≥ 13 GiB, stopped by benchmarks/large_shapes.py's memory guard. (dots_fixed
+    merges whole tensors: its compact τ̃ is rebuilt against a whole θ0 tensor.)"""
     import dataclasses
 
     from dots.merge.methods import registry
+    from dots.merge.methods.declare import Declared
 
     spec = registry.get_method(method)
     seen: list[int] = []
+    passed: dict[str, set[frozenset[str]]] = {}
 
-    def spy(name, base, deltas, *rest):
-        seen.append(base.numel())
-        return spec.merge(name, base, deltas, *rest)
+    def spied(role: str, declared: Declared | None) -> Declared | None:
+        if declared is None:
+            return None
 
-    monkeypatch.setitem(registry.METHODS, spec.name, dataclasses.replace(spec, merge=spy))
+        def spy(**inputs):
+            passed.setdefault(role, set()).add(frozenset(inputs))
+            if role == "merge":
+                seen.append(next(iter(inputs.get("deltas") or [inputs.get("base")])).numel())
+            return declared.fn(**inputs)
+
+        return Declared(spy, declared.inputs)
+
+    roles = ("merge", "first_pass", "tensor_pass")
+    monkeypatch.setitem(
+        registry.METHODS, spec.name, dataclasses.replace(spec, **{r: spied(r, getattr(spec, r)) for r in roles})
+    )
     block = 100
     merge_checkpoints(
         qwen_bf16.base,
@@ -323,8 +338,10 @@ def test_every_method_sees_one_row_block_at_a_time(qwen_bf16, tmp_path, monkeypa
         cache_dir=tmp_path / "cache",
         block_entries=block,
     )
+    declared = {r: {frozenset(getattr(spec, r).inputs)} for r in roles if getattr(spec, r) is not None}
+    assert passed == declared
     widest_row = max(Checkpoint(qwen_bf16.base).info(n).shape[-1] for n in Checkpoint(qwen_bf16.base).names)
-    assert seen and max(seen) <= max(block, widest_row)
+    assert seen and (max(seen) <= max(block, widest_row)) == spec.blockwise
 
 
 def test_row_blocked_merge_appends_extra_vocab_rows(qwen_bf16, tmp_path):

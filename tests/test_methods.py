@@ -9,7 +9,9 @@ dots.testing.name_seed(f"{tensor name}|{i}|{b}", seed).
 
 from __future__ import annotations
 
+import dis
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,8 +19,8 @@ from safetensors.torch import save_file
 
 from dots.errors import DotsError
 from dots.keys import name_seed
-from dots.merge.methods import available_methods, build_options, get_method
-from dots.merge.methods.base import DROP_BLOCK, MergeContext, topk_magnitude_mask
+from dots.merge.methods import METHODS, available_methods, build_options, get_method
+from dots.merge.methods.base import DROP_BLOCK, WHOLE, topk_magnitude_mask
 
 EPS = 1e-5
 
@@ -150,7 +152,8 @@ def run(method: str, name: str, deltas, weights=None, stats=None, **options):
     opts = build_options(spec, options)
     base = torch.randn(deltas[0].shape)
     weights = weights or [1.0] * len(deltas)
-    return spec.merge(name, base, [d.clone() for d in deltas], weights, opts, stats)
+    inputs = {"name": name, "base": base, "deltas": [d.clone() for d in deltas], "weights": weights}
+    return spec.merge({**inputs, "options": opts, "stats": stats, "part": WHOLE})
 
 
 def close(actual, expected):
@@ -160,19 +163,46 @@ def close(actual, expected):
 # --- tests ------------------------------------------------------------------------------
 
 
-def test_registry_lists_every_method_and_rejects_unknown():
-    assert set(available_methods()) >= {
-        "linear",
-        "task_arithmetic",
-        "ties",
-        "dare",
-        "ram",
-        "ram_plus",
-        "sar",
-        "dots_fixed",
-    }
+def test_registry_is_the_set_of_method_configs_and_rejects_unknown():
+    """Every conf/method/*.yaml names a registered method and every registered method has a config."""
+    import yaml
+
+    conf = Path(__file__).resolve().parent.parent / "dots" / "conf" / "method"
+    configured = {yaml.safe_load(p.read_text())["name"] for p in conf.glob("*.yaml")}
+    assert configured == set(available_methods()) == set(METHODS)
+    assert all(name == method.name for name, method in METHODS.items())
     with pytest.raises(DotsError, match="unknown merge method 'nope'"):
         get_method("nope")
+
+
+def _used_names(fn) -> set[str]:
+    """Names the function's bytecode reads (LOAD_FAST and friends), or hands to a closure."""
+    used = set(fn.__code__.co_cellvars)
+    for ins in dis.get_instructions(fn):
+        if ins.opname.startswith("LOAD_"):
+            used.update(ins.argval if isinstance(ins.argval, tuple) else (ins.argval,))
+    return used
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_every_declared_input_is_used(name):
+    """A method asks only for what it reads: each parameter of its merge function and passes
+    is read in the function's body (so the executor never computes an input for nothing)."""
+    method = METHODS[name]
+    for role, declared in (("merge", method.merge), ("first", method.first_pass), ("tensor", method.tensor_pass)):
+        if declared is not None:
+            unused = set(declared.inputs) - _used_names(declared.fn)
+            assert not unused, f"{name}'s {role} function declares {sorted(unused)} and never reads them"
+    assert method.weighted == ("weights" in method.merge.inputs)
+
+
+def test_a_method_that_asks_for_an_input_nobody_offers_is_refused():
+    from dots.merge.methods import merge_method
+
+    with pytest.raises(TypeError, match=r"asks for \['theta'\]"):
+        merge_method("broken")(lambda deltas, theta: deltas[0])
+    with pytest.raises(TypeError, match="kwargs"):
+        merge_method("broken")(lambda deltas, **kwargs: deltas[0])
 
 
 @pytest.mark.parametrize(
@@ -280,7 +310,9 @@ def _ram_stats(method, named_deltas, **options):
     spec = get_method(method)
     opts = build_options(spec, options)
     stream = lambda: ((n, torch.zeros(d[0].shape), [t.clone() for t in d]) for n, d in named_deltas.items())  # noqa: E731
-    return spec.first_pass(stream, opts, MergeContext(alignment=_Keys(len(next(iter(named_deltas.values()))))))
+    assert spec.first_pass is not None
+    alignment = _Keys(len(next(iter(named_deltas.values()))))
+    return spec.first_pass({"stream": stream, "options": opts, "alignment": alignment})
 
 
 class _Keys:
@@ -481,10 +513,14 @@ def _by_blocks(method: str, name: str, base, deltas, rows_per_block: int, stats=
         for r0, r1 in spans:
             yield r0 * per_row, base[r0:r1].clone(), [d[r0:r1].clone() for d in deltas]
 
-    facts = spec.tensor_pass(name, base.numel(), blocks, opts, stats) if spec.tensor_pass else None
-    weights = [1.0] * len(deltas)
+    offered = {"name": name, "total": base.numel(), "blocks": blocks, "options": opts, "stats": stats}
+    facts = spec.tensor_pass(offered) if spec.tensor_pass else None
+    common = {"name": name, "weights": [1.0] * len(deltas), "options": opts, "stats": stats}
     return torch.cat(
-        [spec.merge(name, b, ds, weights, opts, stats, Part(start, base.numel(), facts)) for start, b, ds in blocks()]
+        [
+            spec.merge({**common, "base": b, "deltas": ds, "part": Part(start, base.numel(), facts)})
+            for start, b, ds in blocks()
+        ]
     )
 
 

@@ -19,28 +19,13 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from dots.checks import positive_int
 from dots.errors import DotsError, cli_errors
 from dots.merge.executor import DEFAULT_MAX_SHARD_BYTES, merge_checkpoints
 from dots.plain import to_plain
 from dots.vectors.deltas import BLOCK_ENTRIES
-
-
-def _prompt_formatter(template: str | None, tokenizer_path: str) -> Callable[[str], str] | None:
-    """question → prompt text under the backbone's SPEC §8 template (for SAR's calibration)."""
-    if not template or template == "plain":
-        return None
-    from dots.scoring.prompts import format_prompt
-
-    tokenizer = None
-    if template == "chat":
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    return lambda question: format_prompt(question, template, tokenizer)
-
 
 SOURCE_OVERRIDE = re.compile(r"^(\+{0,2})backbone\.sources\.([^=]+)=")
 
@@ -100,14 +85,11 @@ def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
         revision=revision if isinstance(revision, str) else None,
         config_from=str(backbone.get("config_from") or "base"),
         cache_dir=container.get("cache_dir"),
-        pool=container.get("pool"),
-        format_prompt=_prompt_formatter(backbone.get("prompt"), str(backbone["base"])) if name == "sar" else None,
-        device=_device(container.get("device", "auto")),
         max_shard_bytes=positive_int(
             _or_default(container, "max_shard_bytes", DEFAULT_MAX_SHARD_BYTES), "max_shard_bytes"
         ),
         block_entries=positive_int(container.get("block_entries", BLOCK_ENTRIES), "block_entries"),
-        card_config=container,
+        config=container,
     )
 
 
@@ -115,12 +97,6 @@ def _or_default(container: dict, key: str, default: int) -> object:
     """The configured value, the default for null (0 is a value, to be refused)."""
     value = container.get(key)
     return default if value is None else value
-
-
-def _device(device: str | None) -> str:
-    from dots.merge.fisher import resolve_device
-
-    return resolve_device(device)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -20,7 +20,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -29,7 +29,7 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
 from dots.io.writer import CheckpointWriter
-from dots.merge.methods import MergeContext, build_options, get_method
+from dots.merge.methods import Method, build_options, get_method
 from dots.merge.methods.base import WHOLE, Part
 from dots.paths import check_creatable
 from dots.runtime.progress import progress_bar
@@ -72,16 +72,15 @@ def merge_checkpoints(
     revision: str | None = None,
     config_from: str = "base",
     cache_dir: str | os.PathLike | None = None,
-    pool: Mapping | None = None,
-    format_prompt: Callable[[str], str] | None = None,
-    device: str = "cpu",
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-    card_config: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
     block_entries: int = BLOCK_ENTRIES,
 ) -> Path:
     """Merge `sources` into `base` with `method` and write a loadable model to `output`.
     Tensors above `block_entries` entries are read, merged (blockwise methods) and written
-    in row blocks, so peak memory does not grow with the model's width."""
+    in row blocks, so peak memory does not grow with the model's width. `config`: the run's
+    composed configuration, recorded in the model card and offered to the method's first pass
+    (SAR reads its calibration `pool`, `backbone.prompt` and `device` there)."""
     from dots.io.align import align, config_differences
     from dots.merge.card import render_model_card
 
@@ -118,11 +117,18 @@ def merge_checkpoints(
     keys = list(source_ckpts)
     weight_list = resolve_weights(weights, keys) if spec.weighted else [1.0] * n
     output_config = al.output_config(config_from)
-    context = MergeContext(al, Path(cache_dir) if cache_dir else None, pool, format_prompt, device)
 
     stats = None
     if spec.first_pass is not None:
-        stats = spec.first_pass(lambda: tensor_stream(al, al.merged, block_entries=block_entries), opts, context)
+        stats = spec.first_pass(
+            {
+                "stream": lambda: tensor_stream(al, al.merged, block_entries=block_entries),
+                "options": opts,
+                "alignment": al,
+                "cache_dir": Path(cache_dir) if cache_dir else None,
+                "config": dict(config or {}),
+            }
+        )
 
     card = render_model_card(
         method=spec.name,
@@ -131,7 +137,7 @@ def merge_checkpoints(
         sources={k: str(v) for k, v in sources.items()},
         weights=dict(zip(keys, weight_list)) if spec.weighted else None,
         revisions=al.revisions(),
-        config=card_config,
+        config=config,
         base_dir=base_ckpt.path,
     )
     merged = set(al.merged)
@@ -159,7 +165,7 @@ def merge_checkpoints(
 
 
 def _merge_one(
-    al, name: str, spec, opts, weights: Sequence[float], stats, writer: CheckpointWriter, block_entries: int
+    al, name: str, spec: Method, opts, weights: Sequence[float], stats, writer: CheckpointWriter, block_entries: int
 ) -> None:
     """Merge one tensor and hand it to the writer: whole, or (a blockwise method on a large
     tensor) in row blocks after the method's tensor_pass over the same blocks."""
@@ -175,7 +181,8 @@ def _merge_one(
         return
     facts = None
     if spec.tensor_pass is not None:
-        facts = spec.tensor_pass(name, info.numel, lambda: block_stream(al, name, spans), opts, stats)
+        blocks = lambda: block_stream(al, name, spans)  # noqa: E731
+        facts = spec.tensor_pass({"name": name, "total": info.numel, "blocks": blocks, "options": opts, "stats": stats})
     for start, base, deltas in block_stream(al, name, spans, spec.reads_deltas):
         rows = start // max(1, math.prod(info.shape[1:]))
         writer.write_rows(
@@ -188,11 +195,28 @@ def _merge_one(
 
 
 def _apply(
-    spec, name: str, base: torch.Tensor, deltas: list[torch.Tensor], weights: Sequence[float], opts, stats, part: Part
+    spec: Method,
+    name: str,
+    base: torch.Tensor,
+    deltas: list[torch.Tensor],
+    weights: Sequence[float],
+    opts,
+    stats,
+    part: Part,
 ) -> torch.Tensor:
-    """θ0 + the method's delta (or its θ, for `absolute` methods) for one tensor or block."""
-    delta = spec.merge(name, base, deltas, weights, opts, stats, part)
-    del deltas
+    """θ0 + the method's delta (or its θ, for `absolute` methods) for one tensor or block; the
+    method is handed the inputs it declares."""
+    inputs = {
+        "name": name,
+        "base": base,
+        "deltas": deltas,
+        "weights": weights,
+        "options": opts,
+        "stats": stats,
+        "part": part,
+    }
+    delta = spec.merge(inputs)
+    del deltas, inputs
     if tuple(delta.shape) != tuple(base.shape):
         raise RuntimeError(
             f"method {spec.name} returned shape {tuple(delta.shape)} for {name}, expected {tuple(base.shape)}"

@@ -15,13 +15,17 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from optuna.trial import TrialState
 
 from dots.errors import DotsError
 from dots.plain import to_plain
 from dots.runtime.signals import sigterm_deferred
 from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
+from dots.search.optuna_adapter import enqueued_point, trial_id, was_enqueued
 from dots.search.pruning import attach, count_bound_pruned, is_bound_pruned, outcome, tell_scored
 from dots.search.samplers import build_sampler
 from dots.search.scorer import Scorer
@@ -126,103 +130,169 @@ def run_study(
     target, waits while others run the last ones, and takes over a dead worker's trial
     once its heartbeat is older than `grace_s` (dots.search.workers). Trials pruned by the bound
     count as scored (dots.search.pruning); `stop` may end the study early (dots.search.stopping)."""
-    from optuna.trial import TrialState
-
     from dots.runtime.progress import new_progress
 
-    names = param_names(sources, granularity)
-
-    def count(*states: TrialState) -> int:  # COMPLETE counts the trials pruned by the bound too
-        n = len(study.get_trials(deepcopy=False, states=states))
-        return n + count_bound_pruned(study) if TrialState.COMPLETE in states else n
-
     attach(scorer, study, fixed is None)
-
-    def key(point: Any) -> tuple[float, ...]:
-        return point_key(point, names)
-
-    if fixed is not None:
-        done = {key(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-        queued = {
-            key(t.system_attrs["fixed_params"])
-            for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
-            if "fixed_params" in t.system_attrs
-        }
-        todo = [dict(zip(names, fixed_point(p, sources, granularity))) for p in fixed]
-        todo = [p for p in todo if key(p) not in done]
-        for point in todo:  # (not skip_if_exists: a FAILed trial of the point must not hide it)
-            if key(point) not in queued:
-                study.enqueue_trial(point)
-                queued.add(key(point))
-        target = count(TrialState.COMPLETE) + len(todo)
-    else:
-        target = n_trials
-    start = count(TrialState.COMPLETE)
+    loop = StudyLoop(study, scorer, sources, bounds, seed, fixed, heartbeat_s, grace_s, poll_s, granularity, stop)
+    target = loop.resume(n_trials)
+    start = loop.count(TrialState.COMPLETE)
     if start >= target:
         log.info("study already has %d complete trials", start)
         return
-    repeats = 0  # duplicate proposals in a row
     with new_progress("trials", status=True) as bar:
         task = bar.add_task("trials", total=target, completed=start, status="")
+        while loop.wait_for_room(target):
+            proposal = loop.ask(target)
+            if proposal is None:  # lost a race for the last trial, or a point already scored
+                continue
+            result = loop.score(proposal)
+            loop.tell(proposal, result)
+            loop.show(proposal, result, bar, task)
+
+
+@dataclass
+class Proposal:
+    """A trial this worker asked for, and the coefficients its parameters make."""
+
+    trial: Any
+    coefficients: Any
+
+
+@dataclass
+class StudyLoop:
+    """The steps of `run_study` for one worker: resume, wait for room, ask (setting aside
+    duplicates), score, tell, and give the trial back when interrupted."""
+
+    study: Any
+    scorer: Scorer
+    sources: list[str]
+    bounds: tuple[float, float]
+    seed: int
+    fixed: list[list[float]] | None
+    heartbeat_s: float
+    grace_s: float
+    poll_s: float
+    granularity: str
+    stop: StopRule | None = None
+    repeats: int = 0  # duplicate proposals in a row
+    names: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.names = param_names(self.sources, self.granularity)
+
+    def trials(self, *states: TrialState) -> list[Any]:
+        return self.study.get_trials(deepcopy=False, states=states)
+
+    def count(self, *states: TrialState) -> int:
+        """How many trials are in `states`; COMPLETE counts the trials pruned by the bound too."""
+        n = len(self.trials(*states))
+        return n + count_bound_pruned(self.study) if TrialState.COMPLETE in states else n
+
+    def key(self, point: Any) -> tuple[float, ...]:
+        return point_key(point, self.names)
+
+    def resume(self, n_trials: int) -> int:
+        """The number of complete trials to reach: n_trials, or with fixed points those complete
+        plus the points not scored yet, each enqueued unless a waiting or running trial has it."""
+        if self.fixed is None:
+            return n_trials
+        done = {self.key(t.params) for t in self.trials(TrialState.COMPLETE)}
+        queued = {
+            self.key(p)
+            for t in self.trials(TrialState.WAITING, TrialState.RUNNING)
+            if (p := enqueued_point(t)) is not None
+        }
+        todo = [dict(zip(self.names, fixed_point(p, self.sources, self.granularity))) for p in self.fixed]
+        todo = [p for p in todo if self.key(p) not in done]
+        for point in todo:  # (not skip_if_exists: a FAILed trial of the point must not hide it)
+            if self.key(point) not in queued:
+                self.study.enqueue_trial(point)
+                queued.add(self.key(point))
+        return self.count(TrialState.COMPLETE) + len(todo)
+
+    def wait_for_room(self, target: int) -> bool:
+        """True once this worker may start a trial; False when the study holds `target` complete
+        ones. Meanwhile it takes over dead workers' trials and waits while others run the last."""
         while True:
-            recover_stale_trials(study, grace_s, names)
-            complete = count(TrialState.COMPLETE)
+            recover_stale_trials(self.study, self.grace_s, self.names)
+            complete = self.count(TrialState.COMPLETE)
             if complete >= target:
-                break
-            reason = stop_reason(study, stop) if fixed is None else None
+                return False
+            reason = stop_reason(self.study, self.stop) if self.fixed is None else None
             if reason:  # converged: let running trials finish, then say why in one line
-                if count(TrialState.RUNNING) == 0:
+                if self.count(TrialState.RUNNING) == 0:
                     print(reason)
-                    break
-                time.sleep(poll_s)
-                continue
-            if complete + count(TrialState.RUNNING) >= target:  # others are running the last trials
-                time.sleep(poll_s)
-                continue
-            trial = None
-            try:
-                with sigterm_deferred():  # a SIGTERM here lands after the suggestions, in the except
-                    trial = study.ask()
-                    if count(TrialState.COMPLETE) + count(TrialState.RUNNING) - 1 >= target:  # lost a race
-                        study.tell(trial, state=TrialState.PRUNED)
-                        trial = None
-                        continue
-                    params = {n: trial.suggest_float(n, *bounds) for n in names}
-                    lam = coefficients_from_params(params, sources, granularity)
-                    if fixed is None and set_aside_duplicate(study, trial, names):
-                        trial, repeats = None, repeats + 1
-                        if repeats >= MAX_DUPLICATES:  # a sampler stuck on a point: break the loop
-                            enqueue_random_point(study, names, bounds, seed)
-                            repeats = 0
-                        continue
-                    repeats = 0
-                with Heartbeat(study, trial._trial_id, heartbeat_s):
-                    res = scorer(lam, seed=seed + trial.number)
-            except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the point is redone on resume
-                if trial is not None:
-                    with sigterm_deferred():
-                        fail_and_requeue(study, trial._trial_id, names)
-                raise
-            except BaseException:
-                if trial is not None:
-                    study.tell(trial, state=TrialState.FAIL)
-                raise
+                    return False
+            elif complete + self.count(TrialState.RUNNING) < target:
+                return True
+            time.sleep(self.poll_s)
+
+    def ask(self, target: int) -> Proposal | None:
+        """Ask for a trial and draw its parameters, uninterrupted by SIGTERM; None when another
+        worker took the last trial first or the sampler proposed a point already scored."""
+        trial = None
+        try:
+            with sigterm_deferred():  # a SIGTERM here lands after the suggestions, in the except
+                trial = self.study.ask()
+                if self.count(TrialState.COMPLETE) + self.count(TrialState.RUNNING) - 1 >= target:  # lost a race
+                    self.study.tell(trial, state=TrialState.PRUNED)
+                    trial = None
+                    return None
+                params = {n: trial.suggest_float(n, *self.bounds) for n in self.names}
+                coefficients = coefficients_from_params(params, self.sources, self.granularity)
+                if self.fixed is None and set_aside_duplicate(self.study, trial, self.names):
+                    trial, self.repeats = None, self.repeats + 1
+                    if self.repeats >= MAX_DUPLICATES:  # a sampler stuck on a point: break the loop
+                        enqueue_random_point(self.study, self.names, self.bounds, self.seed)
+                        self.repeats = 0
+                    return None
+                self.repeats = 0
+                return Proposal(trial, coefficients)
+        except BaseException as exc:
+            if trial is not None:
+                self.give_back(trial, exc)
+            raise
+
+    def score(self, proposal: Proposal) -> Any:
+        """Score the trial's coefficients while its heartbeat runs."""
+        trial = proposal.trial
+        try:
+            with Heartbeat(self.study, trial_id(trial), self.heartbeat_s):
+                return self.scorer(proposal.coefficients, seed=self.seed + trial.number)
+        except BaseException as exc:
+            self.give_back(trial, exc)
+            raise
+
+    def give_back(self, trial: Any, exc: BaseException) -> None:
+        """Interrupted (Ctrl-C, SIGTERM): the trial fails and its point is queued again, so a
+        resume redoes it; any other error: the trial is told FAIL."""
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             with sigterm_deferred():
-                tell_scored(study, trial, res)
-            finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            best = max(finished, key=lambda t: (t.values[0], -t.values[1]))
-            bar.update(
-                task,
-                completed=len(finished),
-                status=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}",
-            )
-            log.info(
-                "trial %d: %s → %s (%.2fs)",
-                trial.number,
-                format_coefficients(lam),
-                outcome(res),
-                res.times["total"],
-            )
+                fail_and_requeue(self.study, trial_id(trial), self.names)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def tell(self, proposal: Proposal, res: Any) -> None:
+        """Record the scores and the trial's details, uninterrupted by SIGTERM."""
+        with sigterm_deferred():
+            tell_scored(self.study, proposal.trial, res)
+
+    def show(self, proposal: Proposal, res: Any, bar: Any, task: Any) -> None:
+        """The progress bar with the best trial so far, and one log line for this trial."""
+        finished = self.trials(TrialState.COMPLETE)
+        best = max(finished, key=lambda t: (t.values[0], -t.values[1]))
+        bar.update(
+            task,
+            completed=len(finished),
+            status=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}",
+        )
+        log.info(
+            "trial %d: %s → %s (%.2fs)",
+            proposal.trial.number,
+            format_coefficients(proposal.coefficients),
+            outcome(res),
+            res.times["total"],
+        )
 
 
 def enqueue_random_point(study: Any, names: list[str], bounds: tuple[float, float], seed: int) -> None:
@@ -243,11 +313,9 @@ def enqueue_random_point(study: Any, names: list[str], bounds: tuple[float, floa
 
 def set_aside_duplicate(study: Any, trial: Any, names: list[str]) -> bool:
     """True (the trial told PRUNED, tagged DUPLICATE_OF, the sampler reseeded) when the sampler
-    proposed a point that a complete, running or bound-pruned trial already has; an enqueued point (a retry
-    of an interrupted trial) is never a duplicate."""
-    from optuna.trial import TrialState
-
-    if "fixed_params" in study._storage.get_trial(trial._trial_id).system_attrs:
+    proposed a point that a complete, running or bound-pruned trial already has; an enqueued
+    point (a retry of an interrupted trial) is never a duplicate."""
+    if was_enqueued(study, trial):
         return False
     mine = point_key(trial.params, names)
     for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)):

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+from dots.search.optuna_adapter import enqueued_point, mark_failed, set_system_attr, stored_trial, trial_id
+
 log = logging.getLogger(__name__)
 
 HEARTBEAT = "dots_heartbeat"
@@ -26,7 +28,7 @@ class Heartbeat:
     """Refresh a trial's heartbeat every `interval` seconds until stopped."""
 
     def __init__(self, study: Any, trial_id: int, interval: float):
-        self._storage = study._storage
+        self._study = study
         self._trial_id = trial_id
         self._interval = interval
         self._stop = threading.Event()
@@ -35,7 +37,7 @@ class Heartbeat:
         self._thread.start()
 
     def _beat(self) -> None:
-        self._storage.set_trial_system_attr(self._trial_id, HEARTBEAT, time.time())
+        set_system_attr(self._study, self._trial_id, HEARTBEAT, time.time())
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -59,25 +61,25 @@ def retry_point(trial: Any, names: list[str] | None = None) -> dict[str, Any] | 
     """The coefficients an interrupted trial should be evaluated at again: the point it was
     enqueued with, else its suggested parameters when all of `names` were drawn; None when
     it was cut off before (it evaluated nothing, so a fresh trial loses nothing)."""
-    fixed = trial.system_attrs.get("fixed_params")
-    if fixed:
-        return dict(fixed)
+    enqueued = enqueued_point(trial)
+    if enqueued:
+        return enqueued
     if trial.params and (names is None or set(trial.params) == set(names)):
         return dict(trial.params)
     return None
 
 
-def fail_and_requeue(study: Any, trial_id: int, names: list[str] | None = None) -> bool:
+def fail_and_requeue(study: Any, running_id: int, names: list[str] | None = None) -> bool:
     """Mark a RUNNING trial FAIL and enqueue its point again (`retry_point`), tagged with
     RETRY_OF. False, doing nothing, if the trial is no longer RUNNING: only one worker wins
     this transition, so only one re-enqueues the point."""
     from optuna.trial import TrialState
 
-    trial = study._storage.get_trial(trial_id)
+    trial = stored_trial(study, running_id)
     if trial.state != TrialState.RUNNING:
         return False
     try:
-        study._storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        mark_failed(study, running_id)
     except Exception:  # finished or recovered by another worker in the meantime
         return False
     point = retry_point(trial, names)
@@ -101,7 +103,7 @@ def recover_stale_trials(
             beat = trial.datetime_start.timestamp()
         if beat is not None and now - float(beat) <= grace_s:
             continue
-        if fail_and_requeue(study, trial._trial_id, names):
+        if fail_and_requeue(study, trial_id(trial), names):
             recovered.append(trial.number)
     if recovered:
         log.warning(

@@ -1,10 +1,7 @@
-"""Merge methods (SPEC §5): one small module per family, registered by name.
+"""Merge methods: one small module per family, each a `@merge_method` function that
+declares the inputs it uses (`declare`), all listed in `registry`."""
 
-Adding a method = one module here that calls `register(Method(...))` plus one
-`conf/method/<name>.yaml`; the registry imports every module of this package.
-"""
+from dots.merge.methods.declare import Method, build_options, merge_method
+from dots.merge.methods.registry import METHODS, available_methods, get_method
 
-from dots.merge.methods.base import MergeContext, Method, TensorStream, build_options
-from dots.merge.methods.registry import available_methods, get_method, register
-
-__all__ = ["Method", "MergeContext", "TensorStream", "available_methods", "build_options", "get_method", "register"]
+__all__ = ["METHODS", "Method", "available_methods", "build_options", "get_method", "merge_method"]

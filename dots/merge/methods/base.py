@@ -1,15 +1,11 @@
-"""What a merge method is, and the arithmetic several methods share (SPEC §5).
+"""The tensors a merge method sees, and the arithmetic several methods share.
 
-A method is a short function of one parameter's float32 tensors::
-
-    merge(name, base, deltas, weights, options, stats, part) -> merged delta
-
-`deltas` are the task vectors τ_i = θ_i − θ0 (the method may overwrite them in place:
-the executor hands over tensors it will not use again, which keeps peak memory at a
-few tensors), `weights` the per-model weights w_i, `stats` whatever the method's
-optional `first_pass` gathered over the whole model (RAM+'s ρ, SAR's Fisher, the τ̃
-cache of dots_fixed). The executor (`dots.merge`) owns I/O, dtypes, memory and
-progress and computes θ = θ0 + merged delta.
+A method is a short function of one parameter's float32 tensors that declares the
+inputs it uses (`dots.merge.methods.declare`) and returns the merged delta. `deltas` are
+the task vectors τ_i = θ_i − θ0 (the method may overwrite them in place: the executor
+hands over tensors it will not use again, which keeps peak memory at a few tensors).
+The executor (`dots.merge`) owns I/O, dtypes, memory and progress and computes
+θ = θ0 + merged delta.
 
 A `blockwise` method is elementwise once a few per-tensor facts are known (TIES'
 thresholds, RAM's per-tensor ρ); its optional `tensor_pass` gathers them from a stream
@@ -20,24 +16,18 @@ whatever the model's width; the written bits are those of the whole-tensor call.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from dots.checks import check_choice, check_density, check_probability, finite_number, positive_int  # noqa: F401  (the methods' checks)
-from dots.errors import DotsError
+from dots.checks import check_choice, check_density, check_probability  # noqa: F401  (the methods' checks)
 from dots.keys import name_seed
 from dots.vectors.masks import topk_magnitude_mask  # noqa: F401  (re-exported for the methods)
 from dots.vectors.topk import CHUNK
-
-if TYPE_CHECKING:
-    from dots.io.align import Alignment
 
 # (name, base float32, [τ_1..τ_K] float32) for every merged tensor, in checkpoint order;
 # a large tensor comes as several consecutive items of row blocks.
@@ -58,80 +48,6 @@ class Part:
 
 
 WHOLE = Part()
-MergeFn = Callable[[str, torch.Tensor, list[torch.Tensor], Sequence[float], Any, Any, Part], torch.Tensor]
-# (tensor name, total entries, row blocks, options, first-pass stats) -> facts for Part
-TensorPassFn = Callable[[str, int, BlockStream, Any, Any], Any]
-
-
-@dataclass
-class MergeContext:
-    """Whole-run facts a first pass may need beyond the tensor stream."""
-
-    alignment: Alignment
-    cache_dir: Path | None = None
-    pool: Mapping | None = None  # pool config (dots.io.problems) for calibration sets
-    format_prompt: Callable[[str], str] | None = None  # question -> prompt text (backbone template)
-    device: str = "cpu"
-
-    @property
-    def source_keys(self) -> list[str]:
-        return list(self.alignment.sources)
-
-
-FirstPassFn = Callable[[Callable[[], TensorStream], Any, MergeContext], Any]
-
-
-@dataclass(frozen=True)
-class Method:
-    """A registered merge method.
-
-    `first_pass(stream_factory, options, context)` runs once before merging; calling
-    `stream_factory()` streams every merged tensor (each call is a fresh pass).
-    `weighted`: the method accepts per-model weights. `reads_deltas`: the executor
-    must read the sources tensor by tensor (False when the method reads its own cache).
-    `absolute`: `merge` returns the merged θ itself rather than a delta (dots_fixed, to
-    reproduce the synthesiser's order of float32 additions exactly). `blockwise`: `merge`
-    accepts row blocks of a tensor (see `Part`), after `tensor_pass` (when given) has
-    gathered the per-tensor facts from the blocks.
-    """
-
-    name: str
-    options: type
-    merge: MergeFn
-    first_pass: FirstPassFn | None = None
-    min_sources: int = 1
-    max_sources: int | None = None
-    weighted: bool = False
-    reads_deltas: bool = True
-    absolute: bool = False
-    blockwise: bool = False
-    tensor_pass: TensorPassFn | None = None
-    summary: str = ""
-
-
-def build_options(method: Method, values: Mapping[str, Any]) -> Any:
-    """Instantiate a method's options dataclass, naming any unknown key; each value has its
-    field's type (`float`: a finite number, `int`: a whole number >= 0, `str`: a text)."""
-    fields = {f.name: f.type for f in dataclasses.fields(method.options)}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise DotsError(
-            f"unknown option(s) for method {method.name}: {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(fields)) or 'none'})"
-        )
-    typed = dict(values)
-    for key, value in values.items():
-        what = f"method.{key}"
-        if fields[key] == "float":
-            typed[key] = finite_number(value, what)
-        elif fields[key] == "int":
-            typed[key] = positive_int(value, what, minimum=0)
-        elif fields[key] == "str" and not isinstance(value, str):
-            raise DotsError(f"{what} must be a text, got {value!r}")
-    try:
-        return method.options(**typed)
-    except TypeError as exc:
-        raise DotsError(f"bad options for method {method.name}: {exc}") from None
 
 
 # --- shared arithmetic -----------------------------------------------------------------

@@ -15,17 +15,8 @@ from typing import Sequence
 
 import torch
 
-from dots.merge.methods.base import (
-    WHOLE,
-    Method,
-    Part,
-    check_choice,
-    check_probability,
-    dare_drop,
-    disjoint_mean,
-    weighted_sum,
-)
-from dots.merge.methods.registry import register
+from dots.merge.methods.base import Part, check_choice, check_probability, dare_drop, disjoint_mean, weighted_sum
+from dots.merge.methods.declare import merge_method
 
 COMBINES = ("linear", "ties")
 
@@ -42,30 +33,15 @@ class DareOptions:
         check_choice(self.combine, COMBINES, "dare combine")
 
 
-def merge(
-    name: str,
-    base: torch.Tensor,
-    deltas: list[torch.Tensor],
-    weights: Sequence[float],
-    options: DareOptions,
-    stats: None,
-    part: Part = WHOLE,
+@merge_method("dare", DareOptions, blockwise=True, summary="random drop p, rescale 1/(1-p), combine linear|ties")
+def dare(
+    name: str, deltas: list[torch.Tensor], weights: Sequence[float], options: DareOptions, part: Part
 ) -> torch.Tensor:
+    """τ'_i = τ_i ⊙ m_i / (1 − p) with m_i ~ Bernoulli(1 − p) keyed by (name, i, seed); then
+    combine linear: λ·Σ_i w_i·τ'_i, or ties: λ·(sign election + disjoint mean of the τ'_i)."""
     dropped = dare_drop(deltas, float(options.p), name, int(options.seed), part)
     if options.combine == "ties":
         merged = disjoint_mean(dropped, weights)
     else:
         merged = weighted_sum(dropped, weights)
     return merged.mul_(float(options.scale))
-
-
-register(
-    Method(
-        "dare",
-        DareOptions,
-        merge,
-        weighted=True,
-        blockwise=True,
-        summary="random drop p, rescale 1/(1-p), combine linear|ties",
-    )
-)

@@ -14,12 +14,15 @@ against a whole θ0 tensor (row blocks of it are not read yet).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from dots.merge.methods.base import WHOLE, MergeContext, Method, Part, TensorStream
-from dots.merge.methods.registry import register
+from dots.merge.methods.declare import merge_method
+
+if TYPE_CHECKING:
+    from dots.io.align import Alignment
 
 
 @dataclass(frozen=True)
@@ -37,41 +40,26 @@ class DotsFixedOptions:
         return SparsifyConfig(density=float(self.density), scope=str(self.scope), rescale=str(self.rescale))
 
 
-def first_pass(stream: Callable[[], TensorStream], options: DotsFixedOptions, context: MergeContext):
-    """Build (or reuse) the τ̃ cache of every source."""
+def task_vector_cache(options: DotsFixedOptions, alignment: Alignment, cache_dir: Path | None) -> Any:
+    """First pass: build (or reuse) the τ̃ cache of every source (the merge's `stats`)."""
     from dots.vectors.cache import build_task_vectors
 
-    al = context.alignment
-    root = context.cache_dir / "taskvec" if context.cache_dir is not None else None
-    return build_task_vectors(al.base, al.sources, options.sparsify(), root, alignment=al)
+    root = cache_dir / "taskvec" if cache_dir is not None else None
+    return build_task_vectors(alignment.base, alignment.sources, options.sparsify(), root, alignment=alignment)
 
 
-def merge(
-    name: str,
-    base: torch.Tensor,
-    deltas: list[torch.Tensor],
-    weights: Sequence[float],
-    options: DotsFixedOptions,
-    stats,
-    part: Part = WHOLE,
-) -> torch.Tensor:
-    """θ0 + Σ λ_i·τ̃_i (the merged weights themselves: this method is `absolute`)."""
+@merge_method(
+    "dots_fixed",
+    DotsFixedOptions,
+    first_pass=task_vector_cache,
+    absolute=True,
+    summary="θ0 + Σ λ_i τ̃_i at fixed λ (DoTS synthesis)",
+)
+def dots_fixed(name: str, base: torch.Tensor, weights: Sequence[float], stats: Any) -> torch.Tensor:
+    """θ = θ0 + Σ_{i: λ_i ≠ 0} λ_i·τ̃_i, added in source order (the merged weights themselves:
+    this method is `absolute`); τ̃_i is rebuilt from the cache against this θ0."""
     out = base.clone()
     for key, lam in zip(stats.sources, weights):
         if float(lam) != 0.0:
             out.add_(stats.get(key, name, theta0=base), alpha=float(lam))  # τ̃ rebuilt against this θ0
     return out
-
-
-register(
-    Method(
-        "dots_fixed",
-        DotsFixedOptions,
-        merge,
-        first_pass=first_pass,
-        weighted=True,
-        reads_deltas=False,
-        absolute=True,
-        summary="θ0 + Σ λ_i τ̃_i at fixed λ (DoTS synthesis)",
-    )
-)

@@ -10,7 +10,7 @@ with λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6) and the overlap-unique ratio
 
 `scope: global` (the paper; default) counts ρ_t over the whole model in a first pass;
 `scope: tensor` counts it per tensor (as mergekit's `ramplus_tl`; on a tensor merged in row blocks,
-over all its blocks first: `tensor_pass`). A model with no
+over all its blocks first: the tensor pass). A model with no
 unique entries gets ρ = ∞ → clipped to α (its λ then multiplies nothing); a model that
 changed nothing gets ρ = 0. No division by zero happens.
 
@@ -25,22 +25,16 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from dots.checks import number_in
-from dots.merge.methods.base import (
-    WHOLE,
-    BlockStream,
-    MergeContext,
-    Method,
-    Part,
-    TensorStream,
-    check_choice,
-    chunkwise,
-)
-from dots.merge.methods.registry import register
+from dots.merge.methods.base import BlockStream, Part, TensorStream, check_choice, chunkwise
+from dots.merge.methods.declare import merge_method
+
+if TYPE_CHECKING:
+    from dots.io.align import Alignment
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +100,8 @@ def _overlap_counts(
     return shared, unique
 
 
-def first_pass(stream: Callable[[], TensorStream], options: RamOptions, context: MergeContext) -> RamStats | None:
-    """Global scope with r ≠ 0: count shared / unique entries of each source over the model."""
+def overlap_pass(stream: Callable[[], TensorStream], options: RamOptions, alignment: Alignment) -> RamStats | None:
+    """First pass, global scope with r ≠ 0: count shared / unique entries of each source over the model."""
     if float(options.r) == 0.0 or options.scope != "global":
         return None
     shared = unique = None
@@ -118,17 +112,16 @@ def first_pass(stream: Callable[[], TensorStream], options: RamOptions, context:
         del deltas
     assert shared is not None and unique is not None
     lambdas = [rescale_factor(s, u, options.r, options.alpha) for s, u in zip(shared, unique)]
-    for key, s, u, lam in zip(context.source_keys, shared, unique, lambdas):
+    for key, s, u, lam in zip(alignment.sources, shared, unique, lambdas):
         log.info(
             "ram: source %s shares %d and owns %d changed entries: ρ=%.4g, λ=%.4f", key, s, u, overlap_ratio(s, u), lam
         )
     return RamStats(shared, unique, lambdas)
 
 
-def tensor_pass(
-    name: str, total: int, blocks: BlockStream, options: RamOptions, stats: RamStats | None
-) -> list[float] | None:
-    """`scope: tensor` with r ≠ 0: λ_i from this tensor's shared / unique counts, summed over its row blocks."""
+def tensor_overlap_pass(blocks: BlockStream, options: RamOptions) -> list[float] | None:
+    """Tensor pass, `scope: tensor` with r ≠ 0: λ_i from this tensor's shared / unique counts,
+    summed over its row blocks."""
     if float(options.r) == 0.0 or options.scope != "tensor":
         return None
     eps = float(options.epsilon)
@@ -141,20 +134,23 @@ def tensor_pass(
     return [rescale_factor(s, u, options.r, options.alpha) for s, u in zip(shared, unique)]
 
 
-def merge(
-    name: str,
-    base: torch.Tensor,
-    deltas: list[torch.Tensor],
-    weights: Sequence[float],
-    options: RamOptions,
-    stats: RamStats | None,
-    part: Part = WHOLE,
-) -> torch.Tensor:
+@merge_method(
+    "ram",
+    RamOptions,
+    first_pass=overlap_pass,
+    tensor_pass=tensor_overlap_pass,
+    min_sources=2,
+    blockwise=True,
+    summary="mean on shared entries, unique entries kept (RAM)",
+)
+def ram(deltas: list[torch.Tensor], options: RamOptions, stats: RamStats | None, part: Part) -> torch.Tensor:
+    """m_i = |τ_i| > ε, c = Σ_i m_i; merged = Σ_{i: m_i} λ_i^[c=1]·τ_i / max(c, 1) with
+    λ_i = 1 + r·clip(ρ_i, 0, α) (ρ_i from the first pass, the tensor pass or this tensor)."""
     eps = float(options.epsilon)
     counts = _change_counts(deltas, eps)
     if float(options.r) == 0.0:
         lambdas = [1.0] * len(deltas)
-    elif part.facts is not None:  # a row block: λ from tensor_pass
+    elif part.facts is not None:  # a row block: λ from the tensor pass
         lambdas = part.facts
     elif options.scope == "tensor":
         shared, unique = _overlap_counts(deltas, counts, eps)
@@ -176,27 +172,4 @@ def merge(
     return out
 
 
-register(
-    Method(
-        "ram",
-        RamOptions,
-        merge,
-        first_pass=first_pass,
-        min_sources=2,
-        blockwise=True,
-        tensor_pass=tensor_pass,
-        summary="mean on shared entries, unique entries kept (RAM)",
-    )
-)
-register(
-    Method(
-        "ram_plus",
-        RamPlusOptions,
-        merge,
-        first_pass=first_pass,
-        min_sources=2,
-        blockwise=True,
-        tensor_pass=tensor_pass,
-        summary="RAM with unique entries rescaled by 1 + r·clip(ρ, 0, α)",
-    )
-)
+ram_plus = ram.renamed("ram_plus", RamPlusOptions, "RAM with unique entries rescaled by 1 + r·clip(ρ, 0, α)")

@@ -1,39 +1,34 @@
-"""Name → merge method. Each module of `dots.merge.methods` registers its methods on import."""
+"""Every merge method, by name: the one list `dots.merge` picks from (`method=NAME`).
+
+Adding a method = a module of this package with a `@merge_method` function, its line
+here, and a `dots/conf/method/<name>.yaml`.
+"""
 
 from __future__ import annotations
 
 from dots.errors import DotsError
-from dots.merge.methods.base import Method
+from dots.merge.methods.dare import dare
+from dots.merge.methods.declare import Method
+from dots.merge.methods.dots_fixed import dots_fixed
+from dots.merge.methods.linear import linear
+from dots.merge.methods.ram import ram, ram_plus
+from dots.merge.methods.sar import sar
+from dots.merge.methods.task_arithmetic import task_arithmetic
+from dots.merge.methods.ties import ties
 
-METHODS: dict[str, Method] = {}
-
-
-def register(method: Method) -> Method:
-    if method.name in METHODS:
-        raise ValueError(f"merge method {method.name!r} registered twice")
-    METHODS[method.name] = method
-    return method
+METHODS: dict[str, Method] = {
+    method.name: method for method in (linear, task_arithmetic, ties, dare, ram, ram_plus, sar, dots_fixed)
+}
 
 
 def available_methods() -> list[str]:
-    _load_builtin()
+    """The names of every merge method, sorted."""
     return sorted(METHODS)
 
 
 def get_method(name: str) -> Method:
-    _load_builtin()
+    """The method called `name`; an unknown name is a one-line error listing the known ones."""
     method = METHODS.get(str(name))
     if method is None:
         raise DotsError(f"unknown merge method {name!r} (known: {', '.join(sorted(METHODS))})")
     return method
-
-
-def _load_builtin() -> None:
-    """Import every module of this package once, so that each registers itself."""
-    import importlib
-    import pkgutil
-    from pathlib import Path
-
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if info.name not in ("base", "registry"):
-            importlib.import_module(f"dots.merge.methods.{info.name}")

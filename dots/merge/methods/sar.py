@@ -19,7 +19,7 @@ and cached next to the task-vector cache. Memory: the Fisher pass holds 2 float3
 of a model (weights, accumulator; the gradients are folded in one parameter at a time);
 the merge pass holds per tensor the base, δA, δB, S_A, S_B and r — about 6 float32 copies
 plus boolean masks — of one row block: blockwise, a large tensor is merged in row blocks
-after `tensor_pass` has found the median |r| of its private entries over all of them
+after its tensor pass has found the median |r| of its private entries over all of them
 (exact, `RadixSelect`), so every block drops the entries the whole tensor would.
 """
 
@@ -28,24 +28,17 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
 from dots.checks import number_in, positive_int
-from dots.merge.methods.base import (
-    WHOLE,
-    BlockStream,
-    MergeContext,
-    Method,
-    Part,
-    TensorStream,
-    check_choice,
-    check_probability,
-    chunkwise,
-    drop_mask,
-)
-from dots.merge.methods.registry import register
+from dots.merge.methods.base import BlockStream, Part, check_choice, check_probability, chunkwise, drop_mask
+from dots.merge.methods.declare import merge_method
+
+if TYPE_CHECKING:
+    from dots.io.align import Alignment
 from dots.vectors.topk import RadixSelect, magnitude_bits
 
 log = logging.getLogger(__name__)
@@ -82,20 +75,39 @@ class SarStats:
         return [table.get(name, shape, rows) for table in self.tables]
 
 
-def first_pass(stream: Callable[[], TensorStream], options: SarOptions, context: MergeContext) -> SarStats:
-    """Compute (or reuse) the diagonal Fisher of A and B; the tensor stream is not needed."""
-    from dots.merge.fisher import FisherTable, calibration_set, default_fisher_root, fisher_for
+def prompt_formatter(template: str | None, tokenizer_path: str) -> Callable[[str], str] | None:
+    """question → prompt text under the backbone's prompt template (`backbone.prompt`)."""
+    if not template or template == "plain":
+        return None
+    from dots.scoring.prompts import format_prompt
 
+    tokenizer = None
+    if template == "chat":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    return lambda question: format_prompt(question, template, tokenizer)
+
+
+def fisher_pass(
+    options: SarOptions, alignment: Alignment, cache_dir: Path | None, config: Mapping[str, Any]
+) -> SarStats:
+    """First pass: compute (or reuse) the diagonal Fisher of A and B on calibration queries of
+    the configured `pool`, prompted as `backbone.prompt` says, on `device` (cpu from the Python API)."""
+    from dots.merge.fisher import FisherTable, calibration_set, default_fisher_root, fisher_for, resolve_device
+
+    backbone = config.get("backbone") or {}
+    format_prompt = prompt_formatter(backbone.get("prompt"), str(backbone.get("base")))
     examples = calibration_set(
-        context.pool, int(options.calibration_size), int(options.calibration_seed), context.format_prompt
+        config.get("pool"), int(options.calibration_size), int(options.calibration_seed), format_prompt
     )
-    root = context.cache_dir / "fisher" if context.cache_dir is not None else default_fisher_root()
+    root = cache_dir / "fisher" if cache_dir is not None else default_fisher_root()
     dtype = getattr(torch, str(options.fisher_dtype))
-    al = context.alignment
+    device = resolve_device(config.get("device", "cpu"))
     tables = []
-    for key, ckpt in al.sources.items():
-        path = fisher_for(ckpt, examples, root, context.device, int(options.max_new_tokens), dtype)
-        renames = {name: src for (k, name), src in al.renames.items() if k == key}
+    for key, ckpt in alignment.sources.items():
+        path = fisher_for(ckpt, examples, root, device, int(options.max_new_tokens), dtype)
+        renames = {name: src for (k, name), src in alignment.renames.items() if k == key}
         tables.append(FisherTable(path, renames))
     return SarStats(tables)
 
@@ -107,8 +119,8 @@ def _private_magnitudes(a: torch.Tensor, b: torch.Tensor, eps: float) -> torch.T
     return torch.add(a[private], b[private]).abs_()
 
 
-def tensor_pass(name: str, total: int, blocks: BlockStream, options: SarOptions, stats: SarStats | None) -> Any:
-    """The lower median of |r| over the tensor's private entries — `torch.median` of the
+def private_median(blocks: BlockStream, options: SarOptions) -> Any:
+    """Tensor pass: the lower median of |r| over the tensor's private entries — `torch.median` of the
     whole-tensor path — from two passes over the row blocks; None when nothing is dropped."""
     eps = float(options.epsilon)
     if float(options.p) <= 0.0:
@@ -126,15 +138,19 @@ def tensor_pass(name: str, total: int, blocks: BlockStream, options: SarOptions,
     return torch.tensor(select.thresholds()[k].value, dtype=torch.float32)
 
 
-def merge(
-    name: str,
-    base: torch.Tensor,
-    deltas: list[torch.Tensor],
-    weights: Sequence[float],
-    options: SarOptions,
-    stats: SarStats | None,
-    part: Part = WHOLE,
-) -> torch.Tensor:
+@merge_method(
+    "sar",
+    SarOptions,
+    first_pass=fisher_pass,
+    tensor_pass=private_median,
+    min_sources=2,
+    max_sources=2,
+    blockwise=True,
+    summary="Fisher-arbitrated conflicts, low private entries dropped (SAR-Merging)",
+)
+def sar(name: str, deltas: list[torch.Tensor], options: SarOptions, stats: SarStats | None, part: Part) -> torch.Tensor:
+    """r = δA + δB off the conflicts C, on C the δ of the larger Fisher (ties → B); private
+    entries with |r| < median drop with p, survivors ×1/(1−p); merged = λ·r."""
     eps, p = float(options.epsilon), float(options.p)
     a, b = deltas
     changed_a, changed_b = a.abs() > eps, b.abs() > eps
@@ -168,18 +184,3 @@ def merge(
         chunkwise(lambda x, s: x.copy_(torch.where(s, x / (1.0 - p), x)), r, survivors)
         del survivors
     return r.mul_(float(options.scale))
-
-
-register(
-    Method(
-        "sar",
-        SarOptions,
-        merge,
-        first_pass=first_pass,
-        min_sources=2,
-        max_sources=2,
-        blockwise=True,
-        tensor_pass=tensor_pass,
-        summary="Fisher-arbitrated conflicts, low private entries dropped (SAR-Merging)",
-    )
-)

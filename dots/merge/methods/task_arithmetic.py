@@ -1,4 +1,4 @@
-"""`task_arithmetic` (Ilharco et al. 2023): θ = θ0 + λ·Σ_i w_i·τ_i.
+"""`task_arithmetic` (Ilharco et al. 2023): add the scaled sum of the task vectors.
 
 λ (`scale`) defaults to 1.0; 0.7 is the value several papers use — configs that
 reproduce them must say so.
@@ -11,8 +11,8 @@ from typing import Sequence
 
 import torch
 
-from dots.merge.methods.base import WHOLE, Method, Part, weighted_sum
-from dots.merge.methods.registry import register
+from dots.merge.methods.base import weighted_sum
+from dots.merge.methods.declare import merge_method
 
 
 @dataclass(frozen=True)
@@ -20,16 +20,9 @@ class TaskArithmeticOptions:
     scale: float = 1.0
 
 
-def merge(
-    name: str,
-    base: torch.Tensor,
-    deltas: list[torch.Tensor],
-    weights: Sequence[float],
-    options: TaskArithmeticOptions,
-    stats: None,
-    part: Part = WHOLE,
+@merge_method("task_arithmetic", TaskArithmeticOptions, blockwise=True, summary="λ·Σ w_i τ_i")
+def task_arithmetic(
+    deltas: list[torch.Tensor], weights: Sequence[float], options: TaskArithmeticOptions
 ) -> torch.Tensor:
+    """θ = θ0 + λ·Σ_i w_i·τ_i (λ = `scale`)."""
     return weighted_sum(deltas, weights).mul_(float(options.scale))
-
-
-register(Method("task_arithmetic", TaskArithmeticOptions, merge, weighted=True, blockwise=True, summary="λ·Σ w_i τ_i"))

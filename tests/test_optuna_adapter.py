@@ -1,0 +1,45 @@
+"""Each Optuna internal of dots.search.optuna_adapter on a real study (SQLite, as a run uses):
+run this file under a new Optuna release before adding it to `CHECKED_ON`."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from dots.search import optuna_adapter as adapter
+
+
+@pytest.fixture
+def study(tmp_path):
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
+    return optuna.create_study(storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+
+
+def test_trial_ids_and_stored_trials(study):
+    first, second = study.ask(), study.ask()
+    ids = [adapter.trial_id(first), adapter.trial_id(second)]
+    assert ids[0] != ids[1]
+    assert [adapter.trial_id(t) for t in study.get_trials(deepcopy=False)] == ids  # FrozenTrial: the same id
+    assert adapter.stored_trial(study, ids[1]).number == second.number
+    adapter.set_system_attr(study, ids[0], "dots_heartbeat", 12.5)
+    assert adapter.stored_trial(study, ids[0]).system_attrs["dots_heartbeat"] == 12.5
+
+
+def test_enqueued_points_are_told_apart_from_sampled_ones(study):
+    sampled = study.ask()
+    sampled.suggest_float("x", 0, 1)
+    study.enqueue_trial({"x": 0.25})
+    queued = study.ask()
+    assert queued.suggest_float("x", 0, 1) == 0.25
+    assert adapter.was_enqueued(study, queued) and not adapter.was_enqueued(study, sampled)
+    assert adapter.enqueued_point(adapter.stored_trial(study, adapter.trial_id(queued))) == {"x": 0.25}
+    assert adapter.enqueued_point(adapter.stored_trial(study, adapter.trial_id(sampled))) is None
+
+
+def test_a_running_trial_is_failed_once(study):
+    trial = study.ask()
+    adapter.mark_failed(study, adapter.trial_id(trial))
+    assert adapter.stored_trial(study, adapter.trial_id(trial)).state == TrialState.FAIL
+    with pytest.raises(RuntimeError):  # finished (UpdateFinishedTrialError): another worker won
+        adapter.mark_failed(study, adapter.trial_id(trial))
