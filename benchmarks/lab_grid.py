@@ -5,8 +5,8 @@
 Prints markdown tables (the ones in docs/lab.md):
 1. base / SFT / RLVR accuracy on A (add) and B (sub), greedy and T=0.6 (avg@k);
 2. ‖τ_SFT‖ / ‖τ_RLVR‖, the share of entries changed in the stored dtype, sign conflict
-   before and after top-30% per-tensor sparsification (SPEC §1, §6);
-3. accuracy (greedy, T=0.6) and mean consistency (SPEC §3) over
+   before and after top-30% per-tensor sparsification (docs/method.md §1, §6);
+3. accuracy (greedy, T=0.6) and mean consistency (docs/method.md §3) over
    θ(λ) = θ0 + λ_SFT·τ̃_SFT + λ_RLVR·τ̃_RLVR, λ ∈ {0, 0.5, 1, 1.5, 2}², dense and sparsified
    (top-30% per tensor, one global norm-preserving γ per task vector), computed in float32
    and cast to the checkpoints' dtype, as a written merge would be.

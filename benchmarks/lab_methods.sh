@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/lab_methods.sh [SEARCH_RUN_DIR]
 #
-# Merges the lab trio with each baseline (SPEC §5, default hyper-parameters of
+# Merges the lab trio with each baseline (docs/method.md §5, default hyper-parameters of
 # conf/method/*.yaml) and with DoTS at the fixed coefficients of the paper's ablations
 # (λ = (1, 1) and (0.5, 0.5) over the sparsified τ̃), then scores base, SFT, RLVR, the
 # DoTS pick (SEARCH_RUN_DIR/model, default: the run of the README's main command) and all

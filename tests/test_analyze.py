@@ -1,4 +1,4 @@
-"""SPEC §6 task-vector analysis: every metric recovers structure planted in generated
+"""docs/method.md §6 task-vector analysis: every metric recovers structure planted in generated
 checkpoints (sparsity, sign conflicts, norms, cosine, module activation, overlap, regions),
 and matches a dense in-memory reference on bf16 checkpoints full of ties, for any chunking."""
 

@@ -1,4 +1,4 @@
-"""Answer extraction, math-verify equivalence and consistency (SPEC §3, §7)."""
+"""Answer extraction, math-verify equivalence and consistency (docs/method.md §3, §7)."""
 
 import threading
 

@@ -303,9 +303,8 @@ def test_markdown_links_and_anchors_resolve() -> None:
     assert problems_of(stale_links, [t for t in documentation() if t.markdown]) == []
 
 
-def test_docs_cite_only_the_repository() -> None:
-    # the code's own citations go once they point at docs/method.md: then check documentation()
-    assert problems_of(outside_citations, [t for t in documentation() if t.markdown]) == []
+def test_docs_and_code_cite_only_the_repository() -> None:
+    assert problems_of(outside_citations, documentation()) == []
 
 
 def test_each_check_catches_a_stale_reference() -> None:

@@ -1,4 +1,4 @@
-"""The transformers engine: batched generation, prompt NLL, in-place swaps (SPEC §2, §4)."""
+"""The transformers engine: batched generation, prompt NLL, in-place swaps (docs/method.md §2, §4)."""
 
 import math
 

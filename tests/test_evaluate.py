@@ -1,4 +1,4 @@
-"""Evaluation (SPEC §7): metrics on hand-made outputs, benchmark loaders, resume, engine swaps, CLI."""
+"""Evaluation (docs/method.md §7): metrics on hand-made outputs, benchmark loaders, resume, engine swaps, CLI."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The streaming executor and `python -m dots.merge` on tiny generated checkpoints.
 
-Merged tensors are compared with the dense SPEC references of test_methods applied to
+Merged tensors are compared with the dense references (docs/method.md) of test_methods applied to
 weights read straight from the safetensors files; outputs are loaded and run in
 transformers; every bad input is tried through the CLI in a subprocess.
 """

@@ -1,4 +1,4 @@
-"""Each merge method against a direct dense computation of its SPEC §5 formula.
+"""Each merge method against a direct dense computation of its docs/method.md §5 formula.
 
 The reference functions below are written from the formulas, independently of
 dots.merge.methods (plain loops over models, sorts instead of radix selection). The only

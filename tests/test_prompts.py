@@ -1,4 +1,4 @@
-"""SPEC §8 prompt templates (DoTS App. A.4)."""
+"""docs/method.md §8 prompt templates (DoTS App. A.4)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""SPEC §3 selection rules on hand-made consistencies (the scoring itself runs in the search tests)."""
+"""docs/method.md §3 selection rules on hand-made consistencies (the scoring itself runs in the search tests)."""
 
 import json
 

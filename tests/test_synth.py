@@ -1,4 +1,4 @@
-"""DoTS synthesis θ0 + Σ λ_i τ̃_i (SPEC §2) on real tiny checkpoints."""
+"""DoTS synthesis θ0 + Σ λ_i τ̃_i (docs/method.md §2) on real tiny checkpoints."""
 
 import pytest
 import torch

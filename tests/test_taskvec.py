@@ -1,4 +1,4 @@
-"""SPEC §1 on real checkpoints: top-k masks, norm-preserving rescale, cache reuse, alignment."""
+"""docs/method.md §1 on real checkpoints: top-k masks, norm-preserving rescale, cache reuse, alignment."""
 
 import json
 
@@ -27,7 +27,7 @@ def trio(tmp_path_factory):
 
 
 def reference(base, source, names, cfg):
-    """Dense SPEC §1 computed on the concatenated vector."""
+    """Dense docs/method.md §1 computed on the concatenated vector."""
     taus = {n: source.get(n).float() - base.get(n).float() for n in names}
     flat = torch.cat([t.reshape(-1) for t in taus.values()])
     masks, offset = {}, 0

@@ -1,4 +1,4 @@
-"""Task-vector analysis (SPEC §6): streaming statistics of τ_i = θ_i − θ0 and their figures,
+"""Task-vector analysis (docs/method.md §6): streaming statistics of τ_i = θ_i − θ0 and their figures,
 `python -m dots.analyze`.
 
 `dots.analyze.run.analyze` is the entry point; the pieces are: `modules` (which module class

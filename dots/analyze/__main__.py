@@ -1,5 +1,5 @@
 """`python -m dots.analyze [backbone=...] [key=value ...]`: the task-vector anatomy of a
-backbone's sources (SPEC §6) into analysis.json and figures (dots/conf/analyze.yaml)."""
+backbone's sources (docs/method.md §6) into analysis.json and figures (dots/conf/analyze.yaml)."""
 
 from __future__ import annotations
 

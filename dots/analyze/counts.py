@@ -1,4 +1,4 @@
-"""Per-tensor counters of the three streaming passes (SPEC §6).
+"""Per-tensor counters of the three streaming passes (docs/method.md §6).
 
 Pass 1 (`count_pass1`): L2 norms, update sparsity at ε, exact-zero counts, K-source
 overlap (RAM §3), pairwise dot products, sign agreement, SAR regions and the conflict

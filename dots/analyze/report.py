@@ -1,4 +1,4 @@
-"""Turn per-tensor counters into analysis.json (SPEC §6), grouped by layer and module.
+"""Turn per-tensor counters into analysis.json (docs/method.md §6), grouped by layer and module.
 
 Every number is a plain JSON value; per-layer series are lists indexed by block number
 (None where a block has no merged tensor). Fractions are of parameter counts.

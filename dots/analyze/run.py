@@ -1,4 +1,4 @@
-"""`python -m dots.analyze`: task-vector analysis of a base and its sources (SPEC §6).
+"""`python -m dots.analyze`: task-vector analysis of a base and its sources (docs/method.md §6).
 
 Streams τ_i = θ_i − θ0 in float32, one bounded chunk at a time, in three passes, so a
 7B trio is analysed in a few hundred MB of RAM:
@@ -56,7 +56,7 @@ DEFAULT_RETENTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 @dataclass(frozen=True)
 class AnalyzeConfig:
-    """Options of SPEC §6.
+    """Options of docs/method.md §6.
 
     sft / rlvr: source keys for the two-source DoTS metrics (None skips them).
     eps: |τ| > eps counts as changed (seeds 000/003: 1e-5).
@@ -122,7 +122,7 @@ def _input_key(base: Checkpoint, sources: Mapping[str, Checkpoint], cfg: Analyze
 
 
 def compute_analysis(base: Checkpoint, sources: Mapping[str, Checkpoint], cfg: AnalyzeConfig) -> dict:
-    """All SPEC §6 metrics for `base` and `sources`, streamed (three passes)."""
+    """All docs/method.md §6 metrics for `base` and `sources`, streamed (three passes)."""
     keys = list(sources)
     cfg.validate(keys)
     al = align(base, sources)

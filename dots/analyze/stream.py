@@ -1,4 +1,4 @@
-"""τ_i = θ_i − θ0 in float32, one bounded row chunk at a time (SPEC §6: streaming).
+"""τ_i = θ_i − θ0 in float32, one bounded row chunk at a time (docs/method.md §6: streaming).
 
 A chunk is a row range of one tensor holding at most `chunk_entries` entries, so the
 largest tensor (an embedding of a 150k vocabulary) never sits whole in memory, and

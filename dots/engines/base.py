@@ -60,7 +60,7 @@ class Engine(Protocol):
     def swap_checkpoint(self, path: str | Path) -> None: ...
 
     def swap_coefficients(self, coefficients: Coefficients) -> None:
-        """θ0 + Σ λ_i τ̃_i from the engine's task-vector cache (SPEC §2); λ per source, or per
+        """θ0 + Σ λ_i τ̃_i from the engine's task-vector cache (docs/method.md §2); λ per source, or per
         source and module group (`dots.vectors.coefficients`)."""
         ...
 

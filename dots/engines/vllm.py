@@ -1,6 +1,6 @@
 """The vLLM engine: one `vllm.LLM` for the whole run, weights reloaded in place.
 
-Swaps follow DESIGN.md's worker-extension pattern: `collective_rpc` carries only
+Swaps follow the worker-extension pattern (docs/architecture.md): `collective_rpc` carries only
 coefficients (or a checkpoint path); every worker builds its tensors from disk and calls
 its own `reload_weights`, which shards them for tensor parallelism and copies them into
 the existing parameter storage (CUDA graphs stay valid). The prefix cache is reset after
@@ -208,7 +208,7 @@ class VLLMEngine:
         self.task_vectors = task_vectors
 
     def swap_coefficients(self, coefficients: Coefficients) -> None:
-        """θ0 + Σ λ_i τ̃_i built inside each worker from the cache on disk (SPEC §2)."""
+        """θ0 + Σ λ_i τ̃_i built inside each worker from the cache on disk (docs/method.md §2)."""
         if self.task_vectors is None:
             raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
         from dots.vectors.synth import check_coefficients

@@ -192,7 +192,7 @@ class DotsWorkerExtension:
         return [name for name, module in stale if compat.repack_cpu_gemm(module)]
 
     def dots_swap_coefficients(self, coefficients: Coefficients) -> float:
-        """Reload θ0 + Σ λ_i τ̃_i (SPEC §2); returns the seconds spent in this worker."""
+        """Reload θ0 + Σ λ_i τ̃_i (docs/method.md §2); returns the seconds spent in this worker."""
         if self._dots_task_vectors is None:
             raise RuntimeError("dots_swap_coefficients before dots_set_task_vectors")
         from dots.vectors.synth import synthesize

@@ -1,4 +1,4 @@
-"""`python -m dots.evaluate`: models × benchmarks (SPEC §7) with one live engine
+"""`python -m dots.evaluate`: models × benchmarks (docs/method.md §7) with one live engine
 (dots/conf/evaluate.yaml; see `dots.evaluate.run`)."""
 
 from __future__ import annotations

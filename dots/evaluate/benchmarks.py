@@ -1,4 +1,4 @@
-"""Benchmark definitions (conf/benchmark/*.yaml) and their problems (SPEC §7).
+"""Benchmark definitions (conf/benchmark/*.yaml) and their problems (docs/method.md §7).
 
 A definition names where the problems come from (`data`), how they are scored (`metric`
 avg@K or pass@K, `mode` math or choice) and how they are sampled (temperature, top_p,
@@ -50,7 +50,7 @@ class Benchmark:
     temperature: float = 0.6
     top_p: float = 1.0
     max_tokens: int | None = None  # null = the backbone's max_tokens
-    prompt: str | None = None  # null = the backbone's template (SPEC §8)
+    prompt: str | None = None  # null = the backbone's template (docs/method.md §8)
     system_prompt: str | None = None  # null = the template's own (DoTS App. A.4)
     limit: int | None = None  # evaluate a seeded sample of this many problems
     seed: int = 0  # for `limit` and GPQA's option order

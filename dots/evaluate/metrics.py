@@ -1,4 +1,4 @@
-"""Benchmark metrics of SPEC §7: avg@k and pass@k, and the correctness of each sample.
+"""Benchmark metrics of docs/method.md §7: avg@k and pass@k, and the correctness of each sample.
 
 - `avg@k`: k samples per problem; a problem scores the share of its samples that are
   correct; the benchmark scores the mean over problems (DoTS §5.1: AIME24/25, AMC at k=32).
@@ -6,7 +6,7 @@
   (2021) per problem, averaged; with n = k = 1 it is the accuracy of one sample per problem
   (DoTS §5.1: MATH500, Minerva, OlympiadBench at pass@1, temperature 0.6).
 
-Correctness (SPEC §7): math-verify equivalence with the ground truth (`mode: math`) or the
+Correctness (docs/method.md §7): math-verify equivalence with the ground truth (`mode: math`) or the
 option letter (`mode: choice`), as in `dots.scoring.is_correct`; the answers of one problem
 are compared with its gold answer in one batch so each distinct answer is parsed once.
 """

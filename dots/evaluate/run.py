@@ -1,4 +1,4 @@
-"""`python -m dots.evaluate`: models × benchmarks (SPEC §7) with one live engine.
+"""`python -m dots.evaluate`: models × benchmarks (docs/method.md §7) with one live engine.
 
     python -m dots.evaluate [backbone=qwen7b] [benchmarks=[aime24,math500]] [limit=16] \
         [+models.dots=outputs/search/<run>/model] [+models.ties=outputs/merge/ties]
@@ -91,7 +91,7 @@ def resolve_models(cfg: DictConfig) -> dict[str, str]:
 
 
 def default_benchmarks(backbone: Any) -> list[str]:
-    """The lab's test sets for the lab backbone; SPEC §7's nine benchmarks for the others."""
+    """The lab's test sets for the lab backbone; docs/method.md §7's nine benchmarks for the others."""
     test_set = backbone.get("test_set") if hasattr(backbone, "get") else None
     if str(backbone.get("name")) == "lab" or (test_set is not None and test_set.get("kind") == "lab"):
         return list(LAB_BENCHMARKS)

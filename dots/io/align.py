@@ -1,4 +1,4 @@
-"""Which tensors of a base and its sources take part in a merge (SPEC preamble).
+"""Which tensors of a base and its sources take part in a merge (docs/method.md, notation).
 
 Only floating tensors whose name and shape exist in the base and in every source are
 merged; every other base tensor is copied. A shape mismatch is an error unless it is

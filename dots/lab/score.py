@@ -2,7 +2,7 @@
 
 Accuracy is avg@n: the share of the n samples per problem whose last `\\boxed{}` holds
 the right integer, averaged over problems (greedy when temperature is 0). Consistency is
-SPEC §3's C(x) = max_y (1/n)·#{samples with answer y}; samples without an answer never
+docs/method.md §3's C(x) = max_y (1/n)·#{samples with answer y}; samples without an answer never
 form the majority, so a problem whose samples have no answer gets C = 0.
 """
 

@@ -1,4 +1,4 @@
-"""The classic merge methods (SPEC §5) on a streaming executor: `python -m dots.merge`."""
+"""The classic merge methods (docs/method.md §5) on a streaming executor: `python -m dots.merge`."""
 
 from dots.merge.executor import merge_checkpoints
 

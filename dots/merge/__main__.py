@@ -1,4 +1,4 @@
-r"""`python -m dots.merge`: one baseline merge (SPEC §5) from the packaged configs.
+r"""`python -m dots.merge`: one baseline merge (docs/method.md §5) from the packaged configs.
 
     python -m dots.merge method=ties backbone.base=DIR_OR_ID \
         +backbone.sources.sft=DIR +backbone.sources.rlvr=DIR output=DIR [overwrite=true]

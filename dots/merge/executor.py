@@ -1,4 +1,4 @@
-"""Streaming merge executor and the `python -m dots.merge` CLI (SPEC §5).
+"""Streaming merge executor and the `python -m dots.merge` CLI (docs/method.md §5).
 
 For each tensor name (in the base's order) it reads the base and every source, forms
 τ_i = θ_i − θ0 in float32, calls the method, writes θ0 + δ cast to the base dtype at

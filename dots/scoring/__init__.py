@@ -5,13 +5,13 @@
     is_correct("<answer>62.5\\%</answer>", "62.5%")                                      # True
     equivalence_classes(["1/2", "0.5", "50\\%", "2", None])                             # [0, 0, 0, 1, None]
 
-- `is_correct(completion, gold)`: SPEC §7 correctness of one completion;
+- `is_correct(completion, gold)`: docs/method.md §7 correctness of one completion;
 - `equivalence_classes(answers)` / `answers_equivalent(a, b)`: the same mathematical
   answer (plain numbers read by dots, then math-verify under a per-comparison timeout);
 - `extract_answer` / `extract_choice`: the final answer of a completion (`<answer>` tags,
   boxes, "the answer is" phrases; the Solution after `</think>` first);
 - `consistency`: DoTS Eq. 4 for a query's samples; `majority_answer`;
-- `perplexity`: exp of the mean token NLL; `format_prompt`: the SPEC §8 templates.
+- `perplexity`: exp of the mean token NLL; `format_prompt`: the docs/method.md §8 templates.
 """
 
 from dots.scoring.equivalence import answers_equivalent, equivalence_classes

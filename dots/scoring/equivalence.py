@@ -1,4 +1,4 @@
-"""Mathematical equivalence of answers, and equivalence classes (SPEC §3 `≡`, §7).
+"""Mathematical equivalence of answers, and equivalence classes (docs/method.md §3 `≡`, §7).
 
 `answers_equivalent(a, b)` decides, in order:
 1. equal `normalize`d strings (`dots.scoring.normalize`): the same answer, no parsing;
@@ -6,7 +6,7 @@
    is a decimal approximation; scientific notation and percentages read as the field
    reads them; math-verify is not asked;
 3. a set `\\{…\\}` against one tuple or interval `(…)`: different (`normalize.shape`);
-4. math-verify (Kydlíček et al., the grader SPEC §7 names) on `normalize.to_latex` of
+4. math-verify (Kydlíček et al., the grader docs/method.md §7 names) on `normalize.to_latex` of
    both, in either direction (`verify(gold, target)` is not symmetric), in the helper
    process of `dots.scoring.worker`, at most `COMPARE_TIMEOUT_S` per comparison (a
    comparison that runs over is "not equivalent", and logged). Answers longer than

@@ -1,4 +1,4 @@
-"""Final answers out of completions (SPEC §3, §7; DoTS App. A.4 asks for `\\boxed{}`).
+"""Final answers out of completions (docs/method.md §3, §7; DoTS App. A.4 asks for `\\boxed{}`).
 
 `extract_answer` reads, in order, from the Solution part of a completion (the text after
 its last `</think>`, or all of it when there is none):

@@ -1,4 +1,4 @@
-"""Consistency (DoTS Eq. 4, SPEC §3) and correctness (SPEC §7) of completions.
+"""Consistency (DoTS Eq. 4, docs/method.md §3) and correctness (docs/method.md §7) of completions.
 
 Consistency: C = max_y (1/m)·#{samples ≡ y}; samples without an answer count in m but
 never form the majority; all-no-answer gives 0. Correctness: the completion's answer
@@ -112,7 +112,7 @@ def is_correct(
     fallbacks: Iterable[str] = DEFAULT_FALLBACKS,
     letters: str = "ABCDEFGHIJ",
 ) -> bool:
-    """Whether one completion answers `gold` correctly (SPEC §7).
+    """Whether one completion answers `gold` correctly (docs/method.md §7).
 
     `gold` is the ground truth as the benchmark writes it (`4.4e7`, `62.5%`, `$\\frac{1}{2}$`,
     or a solution whose last box is the answer). `mode` "math": the extracted answer is

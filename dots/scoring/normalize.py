@@ -1,5 +1,5 @@
 """Answer strings before comparison: a cheap canonical form, the LaTeX math-verify parses,
-and the set-versus-tuple shape (SPEC §3, §7).
+and the set-versus-tuple shape (docs/method.md §3, §7).
 
 - `normalize`: equal results are the same answer without parsing (whitespace, `$`,
   `\\left`/`\\right`, `\\dfrac`, `^\\circ`, `\\text{}` wrappers, `\\%` vs `%` do not matter).

@@ -1,4 +1,4 @@
-"""Plain numbers in answers, and when two of them are the same answer (SPEC §3, §7).
+"""Plain numbers in answers, and when two of them are the same answer (docs/method.md §3, §7).
 
 Most answers of the math benchmarks are one number, and math-verify gets three kinds
 wrong, so dots reads numbers itself and decides them without parsing LaTeX:

@@ -1,4 +1,4 @@
-"""Perplexity of a model on texts (SPEC §4): exp of the mean token NLL over all texts, or (as
+"""Perplexity of a model on texts (docs/method.md §4): exp of the mean token NLL over all texts, or (as
 the official DoTS code) exp of the mean over texts of each text's mean token NLL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prompt templates of SPEC §8 (DoTS App. A.4).
+"""Prompt templates of docs/method.md §8 (DoTS App. A.4).
 
 - `dots_think`: the paper's system prompt, then `User: This is the problem: {QUESTION}
   Assistant: <think>` (Qwen series, training and inference).
@@ -58,7 +58,7 @@ def format_prompt(
     tokenizer: Any = None,
     system_prompt: str | None = None,
 ) -> str:
-    """The text given to the engine for one question under a SPEC §8 template."""
+    """The text given to the engine for one question under a docs/method.md §8 template."""
     system = DOTS_SYSTEM_PROMPT if system_prompt is None else system_prompt
     if template == "dots_think":
         return DOTS_USER_TEMPLATE.format(system=system, question=question)

@@ -1,4 +1,4 @@
-"""Difficulty-aware selection of adaptation queries (DoTS §4.2, SPEC §3).
+"""Difficulty-aware selection of adaptation queries (DoTS §4.2, docs/method.md §3).
 
 For each candidate x, m answers are sampled from every source model θ_i;
 C_θi(x) = max_y (1/m)·#{samples ≡ y} (Eq. 4) and D(x) = 1 − mean_i C_θi(x) (Eq. 5).
@@ -144,7 +144,7 @@ def _split(kept: list[str], difficulty: Mapping[str, float], median: float, rule
 
 
 def choose(queries: Sequence[Query], per_source: Mapping[str, Mapping[str, float]], cfg: SelectionConfig) -> Selection:
-    """Filter by difficulty, split at the median, draw n (SPEC §3)."""
+    """Filter by difficulty, split at the median, draw n (docs/method.md §3)."""
     rng = random.Random(cfg.seed)
     by_id = {q.id: q for q in queries}
     difficulty = {qid: 1.0 - statistics.fmean(c.values()) for qid, c in per_source.items()}

@@ -52,7 +52,7 @@ def selection_inputs(run: Run) -> dict:
 
 
 def build_selection(run: Run) -> list[Query]:
-    """SPEC §3: difficulty of every pool query under each source, then a balanced draw."""
+    """docs/method.md §3: difficulty of every pool query under each source, then a balanced draw."""
     selection = draw_selection(run)
     save_selection(selection, run.run_dir / "selection.jsonl", stable_hash(selection_inputs(run)))
     return selection.queries
@@ -110,7 +110,7 @@ def study_name(run: Run) -> str:
 
 
 def run_trials(run: Run) -> Any:
-    """SPEC §4: the study, extended until it holds search.n_trials complete trials."""
+    """docs/method.md §4: the study, extended until it holds search.n_trials complete trials."""
     import optuna
 
     from dots.search.study import open_storage, open_study, run_study

@@ -1,4 +1,4 @@
-"""The Optuna study of a search (SPEC §4): storage, sampler, and the ask/tell loop.
+"""The Optuna study of a search (docs/method.md §4): storage, sampler, and the ask/tell loop.
 
 Multi-objective (consistency ↑, perplexity ↓) with a seeded TPE sampler; the study lives
 in a SQLite file of the run directory by default, or in a journal file / RDB for several

@@ -1,4 +1,4 @@
-"""The τ̃ cache: each source's sparsified task vector on disk, shared by runs (SPEC §1).
+"""The τ̃ cache: each source's sparsified task vector on disk, shared by runs (docs/method.md §1).
 
 An entry holds τ̃_i = γ·(θ_i − θ0)⊙M_i (DoTS Eq. 3) in compact form (`dots.vectors.compact`):
 per merged tensor, where M_i keeps an entry (a bitmask or sorted positions, whichever is

@@ -1,4 +1,4 @@
-"""The coefficients λ of a synthesis θ0 + Σ_i λ_i·τ̃_i (SPEC §2): what the synthesis, the
+"""The coefficients λ of a synthesis θ0 + Σ_i λ_i·τ̃_i (docs/method.md §2): what the synthesis, the
 engines' swaps, the export and the search pass around.
 
 `Coefficients` maps each source to either one λ (every tensor of the source: the paper's

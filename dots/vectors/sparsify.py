@@ -1,4 +1,4 @@
-"""Sparsify and rescale one task vector (DoTS §4.1, Eq. 3; SPEC §1).
+"""Sparsify and rescale one task vector (DoTS §4.1, Eq. 3; docs/method.md §1).
 
 τ̃ = γ·(τ⊙M): M keeps exactly the top round(density·n) entries of |τ| — per tensor
 (`scope: tensor`, the official code) or over the whole vector (`scope: global`, one
@@ -38,7 +38,7 @@ CUTS = ("exact", "ties")
 
 @dataclass(frozen=True)
 class SparsifyConfig:
-    """Options of SPEC §1. density 1.0 + rescale none = the dense task vector."""
+    """Options of docs/method.md §1. density 1.0 + rescale none = the dense task vector."""
 
     density: float = 0.3
     scope: str = "tensor"

@@ -1,4 +1,4 @@
-"""DoTS synthesis, Eq. 6: θ(λ) = θ0 + Σ_i λ_i·τ̃_i, one tensor at a time (SPEC §2).
+"""DoTS synthesis, Eq. 6: θ(λ) = θ0 + Σ_i λ_i·τ̃_i, one tensor at a time (docs/method.md §2).
 
 λ is one value per source, or one per source and module group (`dots.vectors.coefficients`;
 the search's `search.granularity=module`): a tensor takes its group's λ.
@@ -137,7 +137,7 @@ def synthesize(
 
 
 class ResidentSynthesizer:
-    """θ0 and every compact τ̃ held on one device, so that a swap is arithmetic only (SPEC §2).
+    """θ0 and every compact τ̃ held on one device, so that a swap is arithmetic only (docs/method.md §2).
 
     Same values as `synthesize` (same operations, same order), without disk reads and
     without allocating outputs: results are written into one output buffer per tensor that

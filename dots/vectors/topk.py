@@ -1,4 +1,4 @@
-"""Exact top-k by magnitude, in bounded memory (TIES' trim, DoTS Eq. 3's mask M, SPEC §6).
+"""Exact top-k by magnitude, in bounded memory (TIES' trim, DoTS Eq. 3's mask M, docs/method.md §6).
 
 One rule everywhere: keep exactly k entries — every entry above the k-th largest value,
 then entries equal to it in stream order (tensor order, then flat index) until k are

@@ -1,4 +1,4 @@
-"""`dots_fixed`: DoTS synthesis at fixed coefficients (DoTS Eq. 6; SPEC §2).
+"""`dots_fixed`: DoTS synthesis at fixed coefficients (DoTS Eq. 6; docs/method.md §2).
 
 θ = θ0 + Σ_i λ_i·τ̃_i with τ̃_i the sparsified, norm-rescaled task vectors of
 `dots.vectors.cache` (top `density` 0.3 per tensor, global γ rescale by default) read from
