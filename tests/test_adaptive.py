@@ -73,7 +73,7 @@ def test_rounds_stop_settled_queries_and_draw_the_rest_to_k(lab_scorer_adaptive)
 
     scorer._generate = counted
     try:
-        drawn = scorer.sample(seed=3)
+        drawn = scorer.sample(scorer.prompts, seed=3)
     finally:
         del scorer._generate
     k, first, step = K, ROUNDS["first"], ROUNDS["step"]
