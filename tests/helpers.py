@@ -213,3 +213,16 @@ def line_data(ax: Any) -> dict[str, tuple[list[float], list[float]]]:
 def legend_texts(ax: Any) -> list[str]:
     legend = ax.get_legend()
     return [t.get_text() for t in legend.get_texts()] if legend else []
+
+
+def run_together(commands: Sequence[Sequence[str]], timeout: float = 600) -> list[str]:
+    """Start the commands at once (from the repository, progress bars off), wait for all, and
+    return each one's output (stdout and stderr); every one must exit 0."""
+    env = {**os.environ, "DOTS_PROGRESS": "0"}
+    procs = [
+        subprocess.Popen(list(c), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for c in commands
+    ]
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(procs), outs
+    return outs

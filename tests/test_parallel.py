@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO, overrides, run
+from helpers import REPO, overrides, run, run_together
 
 
 def load_sqlite(db: Path):
@@ -66,20 +66,7 @@ def test_two_workers_share_one_study(tiny, tmp_path):
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 6
     run(worker_cmd(tiny, run_dir, storage, 1, 0)[3:] + ["export.enabled=false"])
-    env = {**os.environ, "DOTS_PROGRESS": "0"}
-    procs = [
-        subprocess.Popen(
-            worker_cmd(tiny, run_dir, storage, n, w),
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for w in (0, 1)
-    ]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    outs = run_together([worker_cmd(tiny, run_dir, storage, n, w) for w in (0, 1)])
     study = load(storage)
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == n

@@ -12,13 +12,12 @@ from __future__ import annotations
 import itertools
 import random
 import re
-import subprocess
 from typing import Any
 
 import optuna
 import pytest
 import yaml
-from helpers import REPO, compose, overrides, run_cli
+from helpers import compose, overrides, run_cli, run_together
 from test_parallel import load, worker_cmd
 
 from dots.search.pareto import Point, pareto_front, pick
@@ -208,7 +207,6 @@ def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_
     """Two workers on one journal study holding a perfect trial: each prunes its trials against
     the front it reads from the storage, and the stop rule (no gain: the perfect trial dominates
     everything) ends the study for both at 2·window scored trials, recorded in result.yaml."""
-    import os
 
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -223,19 +221,7 @@ def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_
         "search.stop.window=2",
         "search.stop.threshold=0.995",
     ]
-    procs = [
-        subprocess.Popen(
-            worker_cmd(tiny, run_dir, storage, 12, w, extra),
-            cwd=REPO,
-            env={**os.environ, "DOTS_PROGRESS": "0"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for w in (0, 1)
-    ]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    outs = run_together([worker_cmd(tiny, run_dir, storage, 12, w, extra) for w in (0, 1)])
     trials = load(storage).get_trials()
     scored = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE or PRUNED_BY in t.user_attrs]
     assert [t.number for t in scored if t.state == optuna.trial.TrialState.COMPLETE] == [0]
