@@ -1,4 +1,5 @@
-"""Several worker processes on one study (journal storage), without SLURM: the same code
+"""Several worker processes on one study (a journal file, and a real MariaDB database through an
+RDB URL), without SLURM: the same code
 paths the SLURM array runs (tests/test_search_slurm.py submits them for real); and the
 study's bookkeeping of interrupted and failed trials (SIGTERM, partial points, fixed points)."""
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import REPO, overrides, run, run_together
+from mariadb_server import mariadb  # noqa: F401  (a fixture)
 
 
 def load_sqlite(db: Path):
@@ -25,12 +27,13 @@ def load_sqlite(db: Path):
     return optuna.load_study(study_name=summary.study_name, storage=url)
 
 
-def load(storage: Path):
+def load(storage: Path | str):
+    """The study in a journal file, or in a database (an RDB URL)."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    st = JournalStorage(JournalFileBackend(str(storage)))
+    st = storage if isinstance(storage, str) else JournalStorage(JournalFileBackend(str(storage)))
     (summary,) = optuna.get_all_study_summaries(st)
     return optuna.load_study(study_name=summary.study_name, storage=st)
 
@@ -45,7 +48,7 @@ def worker_cmd(tiny, run_dir, storage, n, worker, extra=()):
             run_dir,
             trials=n,
             extra=[
-                f"search.storage={storage}",
+                f"search.storage='{storage}'",  # quoted: an RDB URL holds '=' (Hydra's grammar)
                 "search.workers=2",
                 f"search.worker={worker}",
                 "search.heartbeat_s=0.5",
@@ -56,15 +59,24 @@ def worker_cmd(tiny, run_dir, storage, n, worker, extra=()):
     ]
 
 
+@pytest.fixture(params=["journal", "mariadb"])
+def shared_storage(request, tmp_path):
+    """Where the workers' study lives: a journal file, or a database on a real MariaDB server
+    (tests/mariadb_server.py, started as the SLURM scripts start theirs)."""
+    if request.param == "journal":
+        return tmp_path / "study.journal"
+    return request.getfixturevalue("mariadb").url()
+
+
 @pytest.mark.timeout(900)
-def test_two_workers_share_one_study(tiny, tmp_path):
+def test_two_workers_share_one_study(tiny, tmp_path, shared_storage):
     """Two worker processes extend one study to n trials: each scores trials of its own, none
     twice, and one exports. The shared stages (selection, τ̃) and a first trial are made
     beforehand, so that both workers start on equal terms (else the one that built the stages
     has its engine running first and may score every trial before the other starts)."""
     from optuna.trial import TrialState
 
-    run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 6
+    run_dir, storage, n = tmp_path / "run", shared_storage, 6
     run(worker_cmd(tiny, run_dir, storage, 1, 0)[3:] + ["export.enabled=false"])
     outs = run_together([worker_cmd(tiny, run_dir, storage, n, w) for w in (0, 1)])
     study = load(storage)
@@ -81,11 +93,11 @@ def test_two_workers_share_one_study(tiny, tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_dead_workers_trial_is_recovered(tiny, tmp_path):
+def test_dead_workers_trial_is_recovered(tiny, tmp_path, shared_storage):
     """Worker 1 is killed while it runs a trial; worker 0 takes that trial over."""
     from optuna.trial import TrialState
 
-    run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 5
+    run_dir, storage, n = tmp_path / "run", shared_storage, 5
     env = {**os.environ, "DOTS_PROGRESS": "0"}
     # worker 0 first alone long enough to build the shared stages, then worker 1 joins
     slow = subprocess.Popen(
@@ -99,7 +111,7 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path):
     victim = None
     while time.time() < deadline and victim is None and slow.poll() is None:
         time.sleep(0.1)
-        if storage.exists():
+        if isinstance(storage, str) or storage.exists():
             try:
                 running = load(storage).get_trials(states=(TrialState.RUNNING,))
             except Exception:
@@ -121,6 +133,28 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path):
     assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
     assert retried[0].params == trials[victim].params
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == n
+
+
+def test_workers_opening_an_empty_database_together_all_get_the_study(mariadb):
+    """Four processes open one empty MariaDB database at once: Optuna's tables are created by one,
+    the others retry past "already exists", and all load the same study."""
+    url = mariadb.url()
+    code = (
+        "import sys, optuna; from pathlib import Path; from dots.search.study import open_storage\n"
+        "st = open_storage(sys.argv[1], Path('.'))\n"
+        "optuna.create_study(study_name='s', storage=st, load_if_exists=True, directions=['maximize'] * 2)"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, url], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-1500:] for _, err in outs]
+    import optuna
+
+    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["s"]  # one study, loaded by all
 
 
 # --- the bookkeeping, on an in-memory study (no engine) --------------------------------------

@@ -65,9 +65,23 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
             return JournalStorage(JournalFileBackend(url))
         if url.startswith("sqlite"):
             return RDBStorage(url)
-        return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        return _database(url)
     except Exception as exc:
         raise storage_error(url, exc) from None
+
+
+def _database(url: str, tries: int = 5) -> Any:
+    """An RDB storage on a database server. Workers started together all create Optuna's tables
+    on an empty database; the losers of that race see "already exists" and open it again."""
+    from optuna.storages import RDBStorage
+
+    for attempt in range(tries):
+        try:
+            return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except Exception as exc:
+            if "already exists" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def storage_error(url: str, exc: BaseException) -> DotsError:
