@@ -1,7 +1,7 @@
 """`python -m dots.search -m hydra/launcher=slurm_local ...` as real jobs on a SLURM cluster.
 
 A sweep becomes one job array; several workers of one study are array tasks sharing a
-journal file; a worker cancelled with `scancel` mid-trial loses nothing (its trial is
+journal file (or a MariaDB database); a worker cancelled with `scancel` mid-trial loses nothing (its trial is
 failed and retried by the other worker). Runs on the tiny generated family `tiny` of
 tests/conftest.py with the search overrides of tests/helpers.py, and
 conf/hydra/launcher/slurm_local.yaml (slurm.yaml sized for a CPU node: 1 CPU each).
@@ -23,6 +23,7 @@ import pytest
 import yaml
 from conftest_slurm import SlurmCluster, sacct_final_states, slurm_cluster  # noqa: F401  (fixture)
 from helpers import REPO, overrides
+from mariadb_server import mariadb  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -93,15 +94,16 @@ def env(tmp_path):
     return {**os.environ, "PYTHONPATH": path, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(tmp_path / "outputs")}
 
 
-def load_study(storage: Path):
-    """The one study in a journal file, or None while no worker has created it yet."""
+def load_study(storage: Path | str):
+    """The one study in a journal file or a database (an RDB URL), or None while no worker has
+    created it yet."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    if not storage.exists():
+    if isinstance(storage, Path) and not storage.exists():
         return None
-    backend = JournalStorage(JournalFileBackend(str(storage)))
+    backend = storage if isinstance(storage, str) else JournalStorage(JournalFileBackend(str(storage)))
     summaries = optuna.get_all_study_summaries(backend)
     if not summaries:
         return None
@@ -129,7 +131,7 @@ def wait_for_study(
 def worker_args(
     tiny,
     run_dir: Path,
-    storage: Path,
+    storage: Path | str,
     n: int,
     heartbeat_s: float,
     grace_s: float,
@@ -143,7 +145,7 @@ def worker_args(
             *trial_work,
             "search.workers=2",
             "search.worker=range(2)",
-            f"search.storage={storage}",
+            f"search.storage='{storage}'",  # quoted: an RDB URL holds '=' (Hydra's grammar)
             f"search.heartbeat_s={heartbeat_s}",
             f"search.grace_s={grace_s}",
         ],
@@ -183,10 +185,13 @@ def test_density_sweep_runs_two_searches_as_one_job_array(tiny, slurm_cluster, s
     assert densities == {0.3, 0.5}
 
 
-def test_two_workers_share_one_study_as_array_tasks(tiny, slurm_cluster, sweep_dir, env, tmp_path):
+@pytest.mark.parametrize("kind", ["journal", "mariadb"])
+def test_two_workers_share_one_study_as_array_tasks(tiny, slurm_cluster, sweep_dir, env, tmp_path, kind, request):
+    """The array's two tasks extend one study, on a journal file or a MariaDB database."""
     from optuna.trial import TrialState
 
-    run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 6
+    storage = tmp_path / "study.journal" if kind == "journal" else request.getfixturevalue("mariadb").url()
+    run_dir, n = tmp_path / "run", 6
     args = worker_args(tiny, run_dir, storage, n, heartbeat_s=1, grace_s=60)
     proc = subprocess.Popen(
         multirun_cmd(slurm_cluster, sweep_dir, args),
