@@ -7,8 +7,10 @@ there (PYTHONPATH set to it; outputs and caches in a directory of its own): ever
 method of `dots/conf/method/` through `python -m dots.merge` on the shipped lab trio, and
 one seeded short lab search (`python -m dots.search`, engine=hf, `--trials` trials, small
 selection) with its export. Compared by sha256: every merged `model.safetensors`, the
-search's `trials.csv` without its time columns, its `result.yaml`, the exported
-safetensors, and every safetensors file of the τ̃ and Fisher caches. Prints one line per
+exported safetensors and every safetensors file of the τ̃ and Fisher caches; by value: every
+column of the search's `trials.csv` both versions write (time columns aside) and every key of
+its `result.yaml` both write — a column or key only the newer version writes is listed as
+new, not counted as a difference. Prints one line per
 item (same / DIFFERENT) and exits 1 on any difference. `--quick` checks only the writers (merges
 of the cheap methods, a sharded checkpoint, the τ̃ cache, the Fisher file format) in seconds.
 """
@@ -88,15 +90,34 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def trials_without_times(path: Path) -> str:
-    """trials.csv with its time columns (time_*) dropped, as text."""
+def trials_without_times(path: Path, columns: list[str] | None = None) -> str:
+    """trials.csv with its time columns (time_*) dropped (and only `columns`, when given), as text."""
     rows = list(csv.DictReader(path.open()))
-    keep = [k for k in (rows[0] if rows else {}) if not k.startswith("time_")]
+    keep = [k for k in (rows[0] if rows else {}) if not k.startswith("time_") and (columns is None or k in columns)]
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=keep, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
+
+
+def compare_search(before: Path, after: Path) -> tuple[dict[str, bool], list[str]]:
+    """The search outputs by value: trials.csv on the columns both write, result.yaml on the
+    keys both write; and what only the newer version writes."""
+    import yaml
+
+    cols = [list(csv.DictReader(p.open()).fieldnames or []) for p in (before / "trials.csv", after / "trials.csv")]
+    shared = [c for c in cols[0] if c in cols[1]]
+    results = [yaml.safe_load((p / "result.yaml").read_text()) for p in (before, after)]
+    keys = [k for k in results[0] if k in results[1]]
+    same = {
+        "search: trials.csv, shared columns, no time": trials_without_times(before / "trials.csv", shared)
+        == trials_without_times(after / "trials.csv", shared),
+        "search: result.yaml, shared keys": all(results[0][k] == results[1][k] for k in keys),
+    }
+    new = [f"trials.csv column {c}" for c in cols[1] if c not in cols[0]]
+    new += [f"result.yaml key {k}" for k in results[1] if k not in results[0]]
+    return same, new
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
@@ -145,10 +166,6 @@ def produce(ref: str, label: str, work: Path, methods: list[str], trials: int, q
             cmd = [sys.executable, "-m", "dots.search", *SEARCH, f"search.n_trials={trials}", f"run_dir={run_dir}"]
             run(cmd, out, env, log)
             print(f"  {label} search: {time.time() - start:.0f} s", flush=True)
-            digests["search: trials.csv without time columns"] = hashlib.sha256(
-                trials_without_times(run_dir / "trials.csv").encode()
-            ).hexdigest()
-            digests["search: result.yaml"] = sha256(run_dir / "result.yaml")
             for f in sorted((run_dir / "model").glob("*.safetensors")):
                 digests[f"export: {f.name}"] = sha256(f)
         # cache entries are named by keys that include file times: compared by content, per kind
@@ -185,12 +202,19 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         before = produce(args.before, "before", work, methods, args.trials, args.quick)
         after = produce(args.after, "after", work, methods, args.trials, args.quick)
+        searched = args.trials > 0 and not args.quick
+        by_value, new = compare_search(work / "before" / "search", work / "after" / "search") if searched else ({}, [])
     differences = 0
     for name in sorted(before.keys() | after.keys()):
         same = before.get(name) is not None and before.get(name) == after.get(name)
         differences += not same
         print(f"{'same' if same else 'DIFFERENT':9} {name}  {(after.get(name) or before.get(name) or '')[:16]}")
-    print(f"{args.before} vs {args.after}: {len(before)} items, {differences} different")
+    for name, same in by_value.items():
+        differences += not same
+        print(f"{'same' if same else 'DIFFERENT':9} {name}  (by value)")
+    for what in new:
+        print(f"new       {what} (written by {args.after} only)")
+    print(f"{args.before} vs {args.after}: {len(before) + len(by_value)} items, {differences} different")
     return 1 if differences else 0
 
 
