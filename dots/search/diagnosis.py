@@ -97,13 +97,10 @@ def diagnose_pick(
     return warnings
 
 
-def add_warnings(result: dict, study: Any, selected: Sequence[str], record: Path, mode: str, run_dir: Path) -> dict:
-    """`result` with the pick's warnings (`diagnose_pick`), result.yaml rewritten with them."""
-    import yaml
-
+def pick_warnings(study: Any, result: dict, selected: Sequence[str], record: Path, mode: str) -> list[str]:
+    """The warnings (`diagnose_pick`) of the pick in `result`: its trial's majority answers on the
+    `selected` queries against the sources' in the selection's difficulty `record`."""
     trial = next(t for t in study.get_trials(deepcopy=False) if t.number == result["trial"])
     answers = trial.user_attrs.get("majority_answers")
     pick_answers = dict(zip(selected, answers)) if answers and len(answers) == len(selected) else None
-    result["warnings"] = diagnose_pick(result["coefficients"], pick_answers, source_answers(record), mode)
-    (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
-    return result
+    return diagnose_pick(result["coefficients"], pick_answers, source_answers(record), mode)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -48,7 +48,13 @@ def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANUL
 
 
 def pick_and_report(
-    study: Any, sources: list[str], rule: str, run_dir: Path, title: str, granularity: str = DEFAULT_GRANULARITY
+    study: Any,
+    sources: list[str],
+    rule: str,
+    run_dir: Path,
+    title: str,
+    granularity: str = DEFAULT_GRANULARITY,
+    warnings: Callable[[Any, dict], list[str]] | None = None,
 ) -> dict:
     """The front of the complete trials and its pick by `rule`, written as result.yaml, trials.csv and
     pareto.png (also attached to the study for optuna-dashboard); result.yaml's content."""
@@ -85,6 +91,8 @@ def pick_and_report(
         result["swap_canary"] = canary
     if study.user_attrs.get(STOPPED):  # search.stop ended the study early: why, and when
         result["stopped"] = study.user_attrs[STOPPED]
+    if warnings is not None:  # what the pick looks like without labels (dots.search.diagnosis)
+        result["warnings"] = warnings(study, result)
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
     study.set_user_attr("pick", {k: result[k] for k in ("trial", "pick", "coefficients", "objectives")})
     attach_artifacts(study, run_dir, [run_dir / "pareto.png", run_dir / "result.yaml", run_dir / "trials.csv"])

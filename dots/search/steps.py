@@ -144,16 +144,21 @@ def run_trials(run: Run) -> Any:
 
 def build_pick(run: Run) -> dict:
     """App. A.2: the Pareto front of complete trials and the configured pick."""
-    from dots.search.diagnosis import add_warnings
+    from dots.search.diagnosis import pick_warnings
     from dots.search.report import pick_and_report
 
-    study = run.results["study"]
-    result = pick_and_report(
-        study, run.sources, str(run.cfg.pick), run.run_dir, f"DoTS on {run.cfg.backbone.name}", run.granularity
-    )
     record = run.run_dir / f"difficulty-{stable_hash(selection_inputs(run))}.jsonl"
+    selected = [q.id for q in run.results["selection"]]
     mode = str(run.cfg.search.get("answer_mode", "math"))
-    return add_warnings(result, study, [q.id for q in run.results["selection"]], record, mode, run.run_dir)
+    return pick_and_report(
+        run.results["study"],
+        run.sources,
+        str(run.cfg.pick),
+        run.run_dir,
+        f"DoTS on {run.cfg.backbone.name}",
+        run.granularity,
+        lambda study, result: pick_warnings(study, result, selected, record, mode),
+    )
 
 
 def load_pick(run: Run) -> dict:
