@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,6 +38,13 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+def reason(exc: BaseException) -> str:
+    """Why a request failed, short: the OS's reason ("Connection refused") when there is one."""
+    text = first_line(exc)
+    found = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
+    return found.group(1) if found else text[:300]
+
+
 class MlflowTracker:
     """The `Tracker` of tracking=mlflow (options: uri, experiment, run_name, tags)."""
 
@@ -60,7 +68,7 @@ class MlflowTracker:
             with environment(CHECK_ENV):
                 self.client.search_experiments(max_results=1)
         except Exception as exc:
-            raise DotsError(f"cannot reach the MLflow tracking server at {self.uri}: {first_line(exc)}") from None
+            raise DotsError(f"cannot reach the MLflow tracking server at {self.uri}: {reason(exc)}") from None
 
     def start(self, run_dir: Path, config: dict, worker: int, workers: int) -> set[int]:
         from dots.runtime.locks import run_once_lock
