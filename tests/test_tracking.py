@@ -214,11 +214,18 @@ def wandb_run(run_dir: Path) -> dict:
             elif kind == "history":
                 out["history"].append({"/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
             elif kind == "summary":
-                out["summary"].update({"/".join(u.nested_key) or u.key: json.loads(u.value_json)
-                                       for u in record.summary.update})  # fmt: skip
+                for u in record.summary.update:
+                    out["summary"].update(slashed("/".join(u.nested_key) or u.key, json.loads(u.value_json)))
             elif kind == "artifact":
                 out["artifacts"].append({c.path for c in record.artifact.manifest.contents})
     return out
+
+
+def slashed(key: str, value) -> dict:
+    """A summary value as W&B shows it: a nested mapping as `key/sub` keys (W&B writes either form)."""
+    if not isinstance(value, dict):
+        return {key: value}
+    return {k: v for sub, inner in value.items() for k, v in slashed(f"{key}/{sub}", inner).items()}
 
 
 @pytest.fixture(scope="module")

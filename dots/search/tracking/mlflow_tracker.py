@@ -61,6 +61,7 @@ class MlflowTracker:
         except ImportError as exc:
             raise missing_package(exc, "mlflow", "mlflow-skinny") from None
         self.uri = str(self.options.get("uri") or mlflow.get_tracking_uri())  # null: $MLFLOW_TRACKING_URI, …
+        mlflow.set_tracking_uri(self.uri)  # (MLflow < 3 resolves served artifacts by the global URI)
         self.client = MlflowClient(tracking_uri=self.uri)
         if not self.uri.startswith(("http://", "https://", "databricks")):
             return  # a local store: nothing to reach (and nothing written before the run starts)

@@ -9,6 +9,7 @@ workers tell trials out of order). Files: W&B's `dir` (default: the run director
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -42,10 +43,15 @@ class WandbTracker:
             raise missing_package(exc, "wandb", "wandb") from None
         if self.mode() != "online":
             return
+        options: dict[str, Any] = {"verify": True, "timeout": LOGIN_TIMEOUT_S}
+        if "prompt" in inspect.signature(wandb.login).parameters:  # (newer wandb: never ask on a terminal)
+            options["prompt"] = False
         try:
-            ok = wandb.login(prompt=False, verify=True, timeout=LOGIN_TIMEOUT_S)
+            ok = wandb.login(**options)
         except Exception as exc:
-            raise DotsError(f"cannot reach W&B (tracking=wandb): {first_line(exc)}") from None
+            raise DotsError(
+                f"tracking=wandb cannot log in to W&B: {first_line(exc)} (or log offline: tracking.mode=offline)"
+            ) from None
         if not ok:
             raise DotsError(
                 "tracking=wandb is online but W&B has no API key: run `wandb login` or set WANDB_API_KEY, "
