@@ -21,6 +21,15 @@ from helpers import SMALL_LAB, cli_env, free_port, run_cli, wait_until_serving
 
 pytestmark = pytest.mark.slow
 
+
+def need(module: str) -> None:
+    """Skip without `module` (the test extra installs mlflow and wandb); with `CI` set, fail instead."""
+    if os.environ.get("CI"):
+        __import__(module)
+    else:
+        pytest.importorskip(module)
+
+
 # seed 1 with pruning after every query: trials 2 and 3 are pruned by the bound on the machines this
 # ran on (tests/test_pruning.py proves the bound; here it only gives the trackers pruned trials to log)
 PRUNING = ["seed=1", "search.prune=true", "search.batch=1"]
@@ -49,7 +58,7 @@ def scored_rows(run_dir: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """`mlflow server` on a free local port (SQLite store, artifacts served by it); its URI."""
-    pytest.importorskip("mlflow")
+    need("mlflow")
     tmp = tmp_path_factory.mktemp("mlflow")
     port = free_port()
     exe = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
@@ -153,7 +162,7 @@ def test_mlflow_resumed_search_logs_only_the_new_trial(mlflow_run):
 
 
 def test_mlflow_unreachable_server_stops_before_anything_is_written(tmp_path):
-    pytest.importorskip("mlflow")
+    need("mlflow")
     run_dir = tmp_path / "run"
     done = search(run_dir, "tracking=mlflow", f"tracking.uri=http://127.0.0.1:{free_port()}")
     assert done.returncode == 2
@@ -231,7 +240,7 @@ def slashed(key: str, value) -> dict:
 @pytest.fixture(scope="module")
 def wandb_env(tmp_path_factory) -> dict[str, str]:
     """W&B offline, its data, cache and config directories under the test's directory."""
-    pytest.importorskip("wandb")
+    need("wandb")
     tmp = tmp_path_factory.mktemp("wandb-home")
     dirs = {f"WANDB_{d}_DIR": str(tmp / d.lower()) for d in ("DATA", "CACHE", "CONFIG")}
     return cli_env(tmp / "outputs", WANDB_MODE="offline", WANDB_SILENT="true", **dirs)
