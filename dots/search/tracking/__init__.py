@@ -12,6 +12,7 @@ packages are imported only when chosen.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Callable
 
@@ -92,7 +93,10 @@ class Tracking:
 
         if self.tracker is None or self.failed:
             return
-        frozen = stored_trial(study, trial_id(trial))
+        try:
+            frozen = stored_trial(study, trial_id(trial))
+        except Exception as exc:  # (the study's storage: the search itself will say so if it lasts)
+            return self._failed(trial.number, exc)
         if scored(frozen) and frozen.number not in self.logged:
             self._log(frozen)
 
@@ -103,10 +107,13 @@ class Tracking:
         try:
             self.tracker.log_trial(frozen.number, trial_metrics(trial_row(frozen, self.names())))
         except Exception as exc:
-            self.failed = True
-            log.warning("tracking: logging trial %d failed (%s); the rest is logged at the end", frozen.number, exc)
-            return
+            return self._failed(frozen.number, exc)
         self.logged.add(frozen.number)
+
+    def _failed(self, number: int, exc: Exception) -> None:
+        """One warning; no more trials are logged while the search runs (each try may wait for retries)."""
+        self.failed = True
+        log.warning("tracking: logging trial %d failed (%s); the trials left are logged at the end", number, exc)
 
     def finish(self, run: Any) -> None:
         """At the end: every scored trial not logged yet, the pick and the run's files; then close."""
@@ -119,12 +126,15 @@ class Tracking:
             if frozen.number not in self.logged and not self.failed:
                 self._log(frozen)
         try:
-            if self.failed:
-                raise RuntimeError("a trial could not be logged")
-            self.tracker.log_pick(len(trials), pick_values(run), [run.run_dir / f for f in FILES])
-            self.tracker.close("FINISHED")
+            if not self.failed:
+                self.tracker.log_pick(len(trials), pick_values(run), [run.run_dir / f for f in FILES])
         except Exception as exc:
-            log.warning("tracking: the end of the run was not logged (%s): rerun the same command to log it", exc)
+            self.failed = True
+            log.warning("tracking: logging the pick and the run's files failed (%s)", exc)
+        if self.failed:
+            log.warning("tracking: the run is not fully logged: run the same command again to log what is missing")
+        with contextlib.suppress(Exception):
+            self.tracker.close("FINISHED")
         self.tracker = None
 
     def close(self, exc: BaseException) -> None:
