@@ -22,7 +22,7 @@ them straight into the live parameters a block at a time: the engines use it wit
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import torch
 from torch.profiler import record_function
@@ -31,7 +31,6 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import Coefficients, check_coefficients, tensor_lambdas
-from dots.vectors.compact import CompactTensor
 from dots.vectors.forms import BY_SPEED, ResidentTau, to_form
 
 
@@ -61,7 +60,7 @@ def new_scratch(device: torch.device, numel: int) -> torch.Tensor:
 
 
 def _combine_into(
-    out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[ResidentTau, float]], scratch: torch.Tensor
+    out: torch.Tensor, theta0: torch.Tensor, taus: Sequence[tuple[ResidentTau, float]], scratch: torch.Tensor
 ) -> torch.Tensor:
     """out[:len(θ0)] = cast(θ0 + Σ λ_i τ̃_i), Eq. 6: float32 sums in source order, one block of
     entries at a time, each τ̃_i's block rebuilt from its form (`dots.vectors.compact.TauBlocks`:
