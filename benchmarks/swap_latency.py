@@ -54,6 +54,7 @@ Both for the compact τ̃ and for the dense float32 τ̃ of cache version 1 (4 b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -69,6 +70,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gen_checkpoints  # noqa: E402
 from gen_checkpoints import HEADS, HIDDEN, KV_HEADS, MLP, VOCAB, layer_shapes  # noqa: E402  (Qwen2-0.5B widths)
 
 from dots.io.checkpoint import Checkpoint  # noqa: E402
@@ -80,7 +82,12 @@ from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
 PROMPT = "Question: what is 12 + 30? Answer:"
 
 
+SHAPE: gen_checkpoints.Shape | None = None  # --shape: another model's widths (None: Qwen2.5-0.5B's)
+
+
 def model_shapes(layers: int) -> dict[str, tuple[int, ...]]:
+    if SHAPE is not None:
+        return gen_checkpoints.model_shapes(layers, SHAPE)
     shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN)}
     for i in range(layers):
         shapes.update(layer_shapes(i))
@@ -90,6 +97,8 @@ def model_shapes(layers: int) -> dict[str, tuple[int, ...]]:
 
 def write_tokenizer(out: Path) -> None:
     """Printable characters, specials and filler tokens up to the model's vocabulary size."""
+    if SHAPE is not None:
+        return gen_checkpoints.write_tokenizer(out, SHAPE.vocab)
     import string
 
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -154,6 +163,11 @@ def write_model(out: Path, layers: int, source_seed: int | None, scale: float, d
             "use_sliding_window": False,
             "max_window_layers": layers,
         }
+        if SHAPE is not None:
+            config = {
+                **gen_checkpoints.config(layers, SHAPE, torch.bfloat16, tokenizer=True),
+                "max_position_embeddings": 4096,
+            }
         writer.add_file("config.json", json.dumps(config, indent=2))
         writer.add_file("generation_config.json", json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
         path = writer.commit()
@@ -525,10 +539,20 @@ def main() -> None:
         help="only the resident-forms table (#28): each form on each engine, against its memory-traffic floor",
     )
     parser.add_argument("--classes", action="store_true", help="with --forms: synthesis per tensor class too")
+    parser.add_argument(
+        "--shape", choices=sorted(gen_checkpoints.SHAPES), help="another model's widths (qwen2.5-7b); default 0.5B's"
+    )
+    parser.add_argument("--vocab", type=int, help="with --shape: a smaller vocabulary (smoke tests)")
     args = parser.parse_args()
     os.environ.setdefault("DOTS_PROGRESS", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default share does not fit here
+    global SHAPE
     workdir = args.workdir / f"l{args.layers}"
+    if args.shape:
+        SHAPE = gen_checkpoints.SHAPES[args.shape]
+        if args.vocab:
+            SHAPE = dataclasses.replace(SHAPE, vocab=args.vocab)
+        workdir = args.workdir / f"{args.shape}-v{SHAPE.vocab}-l{args.layers}"
     t = time.perf_counter()
     base, tv = build(workdir, args.layers)
     params = sum(Checkpoint(base).info(n).numel for n in Checkpoint(base).names)
