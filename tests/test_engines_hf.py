@@ -186,3 +186,34 @@ def test_engine_config_files_build(models):
     eng = build_engine(cfg, models["base"])
     assert isinstance(eng, HFEngine)
     eng.close()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_every_resident_form_gives_the_streamed_bytes_in_the_live_parameters(tmp_path, dtype):
+    """A bf16 model with tied embeddings, τ̃ held dense, sparse and bitmask in turn: after each
+    swap every parameter holds the streamed synthesis' bytes (θ0 + Σλτ̃ cast to bf16; then to
+    the engine's float32). In the checkpoint's dtype the swap writes straight into the live
+    parameters (same storage, no output buffers); in float32 it goes through outputs and a cast."""
+    make_tiny_model(tmp_path / "base", dtype=torch.bfloat16, tie_word_embeddings=True)
+    make_finetuned(tmp_path / "base", tmp_path / "sft", seed=1, scale=0.05)
+    make_finetuned(tmp_path / "base", tmp_path / "rl", seed=2, scale=0.01, density=0.3)
+    base = Checkpoint(tmp_path / "base")
+    sources = {"sft": Checkpoint(tmp_path / "sft"), "rl": Checkpoint(tmp_path / "rl")}
+    tv = build_task_vectors(base, sources, SparsifyConfig(), tmp_path / "cache")
+    engine = HFEngine(base.path, task_vectors=tv, device="cpu", dtype=dtype, synth_cache="memory")
+    try:
+        live = {n: t.data_ptr() for n, t in engine._targets.items()}
+        for form in ("dense", "sparse", "bitmask"):
+            engine.set_task_vectors(tv, resident_form=form)
+            assert engine.resident_info()["form"] == form
+            for lam in ({"sft": 2.0, "rl": -0.3}, LAMBDA, {"sft": 0.0, "rl": 1.1}):
+                engine.swap_coefficients(lam)
+                want = dict(synthesize(tv, lam, device="cpu"))
+                got = engine.state_dict()
+                for name, tensor in want.items():
+                    ref = tensor.to(got[name].dtype)
+                    assert torch.equal(got[name].view(-1).view(torch.uint8), ref.view(-1).view(torch.uint8)), name
+            assert {n: t.data_ptr() for n, t in engine._targets.items()} == live
+            assert (engine._resident.out == {}) == (dtype == "bfloat16")  # type: ignore[union-attr]
+    finally:
+        engine.close()

@@ -19,7 +19,7 @@ from dots.plan.decide import EngineSetting, plan_memory
 from dots.plan.devices import DeviceMemory
 from dots.plan.estimate import MARGIN, resident_bytes
 from dots.plan.render import describe
-from dots.plan.resolve import resolve_synth_cache
+from dots.plan.resolve import resident_needs, resolve_resident, resolve_synth_cache
 from dots.vectors.cache import build_task_vectors
 from dots.vectors.sparsify import SparsifyConfig
 from dots.vectors.synth import ResidentSynthesizer
@@ -67,32 +67,43 @@ def test_shapes_from_a_config_equal_the_checkpoints(trio):
 
 
 def test_the_plans_resident_bytes_are_what_the_resident_synthesizer_holds(trio):
-    """Given the cache's own τ̃ sizes, the plan's resident figure is ResidentSynthesizer.nbytes
-    exactly; estimated from the density alone, it is an upper bound within a few percent."""
+    """For every resident form, the figure from the cache's own τ̃ sizes (`resident_needs`) is
+    ResidentSynthesizer.nbytes exactly (θ0 + τ̃ + scratch; writing into the engine's parameters,
+    it makes no outputs until a call without them, and then holds them too); estimated from
+    the density alone, the plan's figure is within a few percent."""
     root, base, sources = trio
     ckpt = Checkpoint(base)
     tv = build_task_vectors(ckpt, {k: Checkpoint(v) for k, v in sources.items()}, SparsifyConfig(), root / "cache")
-    held = ResidentSynthesizer(tv, device="cpu").nbytes
-    tau = sum(e.tau_bytes(tv.names) for e in tv.entries.values())
-    tensors = {n: ckpt.info(n) for n in ckpt.names}
-    assert resident_bytes(tensors, tv.names, {}, tau, "cpu") == held
+    needs = resident_needs(tv, torch.device("cpu"))
     shapes = ModelShapes.from_alignment(align(ckpt, {k: Checkpoint(v) for k, v in sources.items()}))
     estimated = plan_memory(shapes, EngineSetting("hf", "cpu"), gpu(100), 2, 0.3)
-    exact = plan_memory(shapes, EngineSetting("hf", "cpu"), gpu(100), 2, 0.3, tau_bytes=tau)
-    assert exact.resident == held
-    assert held <= estimated.resident <= 1.05 * held
+    tensors = {n: ckpt.info(n) for n in ckpt.names}
+    for form in ("dense", "sparse", "bitmask"):
+        resident = ResidentSynthesizer(tv, device="cpu", form=form)
+        assert needs[form] == resident.nbytes, form
+        tau = sum(t.nbytes for per in resident.taus.values() for t in per.values())
+        assert resident_bytes(tensors, tv.names, {}, tau, "cpu", outputs=False) == resident.nbytes
+        for _ in resident({"sft": 1.0, "rlvr": 0.5}):
+            pass
+        assert resident_bytes(tensors, tv.names, {}, tau, "cpu", outputs=True) == resident.nbytes
+        assert 0.97 * needs[form] <= estimated.forms[form][1] <= 1.05 * needs[form], form
+    assert needs["dense"] > needs["sparse"] > needs["bitmask"]
+    assert estimated.resident_form == "dense" and estimated.resident == estimated.forms["dense"][1]
 
 
 def test_qwen7b_on_one_80gb_gpu_keeps_tau_resident_and_sets_vllms_share():
     shapes = ModelShapes.from_config_file(SHAPES / "qwen2.5-7b.json")
     setting = EngineSetting("vllm", "cuda", sequences=8, max_tokens=8192)
     plan = plan_memory(shapes, setting, gpu(80), 2, 0.3)
-    assert plan.synth_cache == "memory"
+    assert plan.synth_cache == "memory" and plan.resident_form == "bitmask"  # dense: 91 GB, sparse: 67 GB
     assert 0.72 < plan.tau / shapes.params / 2 <= 0.75  # 1/8 + 0.3 × 2 = 0.725 bytes per parameter per source
+    assert plan.forms["dense"][0] == 4 * 2 * sum(shapes.tensors[n].numel for n in shapes.merged)
+    assert 2.39 < plan.forms["sparse"][0] / shapes.params / 2 <= 2.41  # 8 bytes per kept entry at density 0.3
     assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + MARGIN <= 80 * GB
     assert plan.utilization * 80 * GB >= plan.engine
     options = plan.engine_options({"name": "vllm", "gpu_memory_utilization": None, "synth_cache": "auto"})
     assert options["synth_cache"] == "memory" and options["gpu_memory_utilization"] == round(plan.utilization, 4)
+    assert options["resident_form"] == "bitmask"
     assert any("synth_cache=memory" in line for line in describe(plan))
 
 
@@ -107,7 +118,10 @@ def test_70b_at_tp8_keeps_each_ranks_shard_of_tau_resident():
     assert plan.resident == (theta0 + plan.tau) // 8 + theta0 // 8  # + the set-up's second θ0 shard
     assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + MARGIN <= 80 * GB
     one = plan_memory(shapes, EngineSetting("vllm", "cuda", tensor_parallel=1, max_tokens=8192), gpu(2000), 2, 0.3)
-    assert 0.124 < plan.resident / one.resident < 0.126  # TP=8 holds 1/8 of TP=1 per GPU
+    assert 0.124 < plan.resident / one.forms["bitmask"][1] < 0.126  # TP=8 holds 1/8 of TP=1 per GPU
+    # dense (70 GB of τ̃ per GPU) and sparse (42 GB) do not fit beside the engine: the bitmask form
+    assert plan.resident_form == "bitmask" and one.resident_form == "dense"
+    assert any("resident_form=bitmask" in line and "sparse would need" in line for line in describe(plan))
     assert any("/ tensor_parallel_size 8" in line and "τ̃ resident" in line for line in describe(plan))
 
 
@@ -157,8 +171,15 @@ def test_engine_auto_resolves_from_free_memory(trio, monkeypatch):
     )
     assert resolve_synth_cache("disk", tv, torch.device("cpu")) == "disk"
     assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "memory"
+    needs = resident_needs(tv, torch.device("cpu"))
+    between = MARGIN + (needs["sparse"] + needs["dense"]) // 2  # room for sparse, not for dense
+    monkeypatch.setattr(dots.plan.resolve, "meminfo", lambda: {"MemAvailable": between, "MemTotal": between})
+    assert resolve_resident("auto", "auto", tv, torch.device("cpu")) == ("memory", "sparse")
+    assert resolve_resident("memory", "dense", tv, torch.device("cpu")) == ("memory", "dense")  # as asked
+    assert resolve_resident("auto", "dense", tv, torch.device("cpu")) == ("disk", "dense")  # does not fit
     monkeypatch.setattr(dots.plan.resolve, "meminfo", lambda: {"MemAvailable": 10**6, "MemTotal": 10**6})
     assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "disk"
+    assert resolve_resident("memory", "auto", tv, torch.device("cpu")) == ("memory", "bitmask")  # the smallest
     from dots.engines.hf import HFEngine
 
     engine = HFEngine(base, task_vectors=tv, device="cpu")
@@ -191,9 +212,11 @@ def test_search_that_cannot_fit_stops_before_writing_anything(tiny, tmp_path, mo
     assert not run_dir.exists() and not Path(f"{run_dir}-cache").exists()
 
 
-def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_path, monkeypatch, capsys):
-    """Room for one tensor at a time but not for the resident copy: the engine reads τ̃ from
-    the cache (synth_cache=disk reaches it), and the run completes."""
+@pytest.mark.parametrize("fits", ["disk", "sparse"])
+def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_path, monkeypatch, capsys, fits):
+    """Room for one tensor at a time but not for any resident copy: the engine reads τ̃ from
+    the cache (synth_cache=disk reaches it); room for the sparse form but not the dense one:
+    the engine holds τ̃ sparse. The run completes either way."""
     from dots.config import compose
     from dots.engines import factory
     from dots.search.pipeline import run_search
@@ -201,15 +224,46 @@ def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_
     shapes = ModelShapes.from_config_file(trio[1])
     setting = EngineSetting("hf", "cpu", sequences=16, max_tokens=4)
     engine_only = plan_memory(shapes, setting, gpu(100), 2, 0.3)
-    room = engine_only.engine + MARGIN + (engine_only.stream + engine_only.resident) // 2
+    below, above = {"disk": (engine_only.stream, "bitmask"), "sparse": (engine_only.forms["sparse"][1], "dense")}[fits]
+    room = engine_only.engine + MARGIN + (below + engine_only.forms[above][1]) // 2
     monkeypatch.setattr(dots.plan.devices, "device_memory", lambda device, count=1: DeviceMemory(room, room, "test"))
     seen = []
     real = factory.build_engine
     monkeypatch.setattr(factory, "build_engine", lambda cfg, *a, **k: seen.append(dict(cfg)) or real(cfg, *a, **k))
     run_search(compose("search", search_overrides(tiny, tmp_path / "run")))
     out = capsys.readouterr().out
-    assert "memory plan:" in out and "synth_cache=disk" in out
-    assert seen and seen[0]["synth_cache"] == "disk"
+    if fits == "disk":
+        assert "memory plan:" in out and "synth_cache=disk:" in out
+        assert seen and seen[0]["synth_cache"] == "disk"
+    else:
+        assert "synth_cache=memory, resident_form=sparse: " in out and "dense would need" in out
+        assert seen and seen[0]["synth_cache"] == "memory" and seen[0]["resident_form"] == "sparse"
+
+
+def test_resident_form_auto_picks_the_fastest_that_fits_and_a_forced_one_is_checked():
+    shapes = ModelShapes.from_config_file(SHAPES / "qwen2.5-7b.json")
+    hf = EngineSetting("hf", "cuda", sequences=16, max_tokens=1024)
+    picks = {gb: plan_memory(shapes, hf, gpu(gb), 2, 0.3) for gb in (120, 90, 60, 40)}
+    assert [(p.synth_cache, p.resident_form) for p in picks.values()] == [
+        ("memory", "dense"),
+        ("memory", "sparse"),
+        ("memory", "bitmask"),
+        ("disk", None),
+    ]
+    assert picks[90].resident == picks[90].forms["sparse"][1] and picks[90].tau == picks[90].forms["sparse"][0]
+    # forced: held when it fits (even if a faster one would), one line when it does not
+    forced = plan_memory(shapes, EngineSetting("hf", "cuda", resident_form="bitmask"), gpu(120), 2, 0.3)
+    assert (forced.synth_cache, forced.resident_form) == ("memory", "bitmask") and "as configured" in forced.reason
+    with pytest.raises(DotsError) as err:
+        plan_memory(shapes, EngineSetting("hf", "cuda", resident_form="dense"), gpu(90), 2, 0.3)
+    message = str(err.value)
+    assert "\n" not in message and "τ̃ resident (dense form)" in message and "resident_form=auto" in message
+    with pytest.raises(DotsError, match="use synth_cache=memory or auto"):
+        plan_memory(shapes, EngineSetting("hf", "cuda", synth_cache="disk", resident_form="sparse"), gpu(120), 2, 0.3)
+    options = picks[40].engine_options({"name": "hf", "synth_cache": "auto", "resident_form": "auto"})
+    assert options["synth_cache"] == "disk" and options["resident_form"] == "auto"
+    with pytest.raises(DotsError, match="resident_form must be one of"):
+        plan_memory(shapes, EngineSetting("hf", "cuda", resident_form="csr"), gpu(120), 2, 0.3)
 
 
 def run_plan(*args: str) -> subprocess.CompletedProcess:

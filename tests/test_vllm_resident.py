@@ -7,7 +7,9 @@ parameters and writes θ0 + Σλτ̃ straight into them. Checked on vLLM-CPU at 
 - greedy outputs after a swap equal a fresh engine started on the saved merged model, and
   swapping back to λ = 0 gives the base's outputs again (prefix cache reset in between);
 - the kept entries found in the parameters are the cache's kept entries (TP=1: all of them
-  once), and a TP=2 rank holds about half the bytes of the TP=1 worker.
+  once), and a TP=2 rank holds about half the bytes of the TP=1 worker;
+- with τ̃ held in each resident form (bitmask, dense, sparse: one TP=1 engine, set up three
+  times), the same bytes and outputs.
 Two or three engines start here, one at a time (~1 min each on CPU).
 """
 
@@ -88,9 +90,21 @@ def check_engine(eng, models, reference) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tp1(models, reference):
-    eng = VLLMEngine(models["base"], task_vectors=models["tv"], synth_cache="memory", **ENGINE_ARGS)
+    """The TP=1 engine with τ̃ held as bitmask, then (same engine: one start) dense and sparse."""
+    eng = VLLMEngine(
+        models["base"], task_vectors=models["tv"], synth_cache="memory", resident_form="bitmask", **ENGINE_ARGS
+    )
     try:
-        yield check_engine(eng, models, reference)
+        info = check_engine(eng, models, reference)
+        assert [i["form"] for i in info] == ["bitmask"]
+        held = {"bitmask": info[0]["nbytes"]}
+        for form in ("dense", "sparse"):
+            eng.set_task_vectors(models["tv"], resident_form=form)
+            (now,) = check_engine(eng, models, reference)
+            assert now["form"] == form and now["kept"] == info[0]["kept"]
+            held[form] = now["nbytes"]
+        assert held["dense"] > held["sparse"] > held["bitmask"], held
+        yield info
     finally:
         eng.close()
 
@@ -114,7 +128,12 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
 @pytest.mark.slow
 def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, models, reference):
     eng = VLLMEngine(
-        models["base"], task_vectors=models["tv"], synth_cache="memory", tensor_parallel_size=2, **ENGINE_ARGS
+        models["base"],
+        task_vectors=models["tv"],
+        synth_cache="memory",
+        resident_form="bitmask",
+        tensor_parallel_size=2,
+        **ENGINE_ARGS,
     )
     try:
         info = check_engine(eng, models, reference)

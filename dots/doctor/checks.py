@@ -116,5 +116,6 @@ def plan_row(cfg: Any, shapes_file: str | None) -> Row:
         "memory plan",
         "ok",
         f"{plan.shapes.params / 1e6:,.1f} M parameters: engine {plan.engine / gb:.2f} GB, "
-        f"synth_cache={plan.synth_cache} (τ̃ resident {plan.resident / gb:.2f} GB) on {plan.setting.device}",
+        f"synth_cache={plan.synth_cache} (τ̃ resident {plan.resident / gb:.2f} GB, "
+        f"{plan.resident_form or 'bitmask'} form) on {plan.setting.device}",
     )

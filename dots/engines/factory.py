@@ -59,12 +59,13 @@ def vllm_engine_args() -> set[str]:
 
 def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """(engine name, its keyword arguments) from the engine config, or a one-line DotsError:
-    an unknown engine, an option neither engine knows, a bad synth_cache, or (vLLM) an
+    an unknown engine, an option neither engine knows, a bad synth_cache or resident_form, or (vLLM) an
     `extra_args` key that vLLM's EngineArgs does not have — found before any engine starts."""
     import difflib
 
     from dots.engines.hf import HFEngine
     from dots.plan.decide import check_synth_cache
+    from dots.vectors.forms import check_resident_form
 
     options = dict(to_plain(cfg))
     name = resolve_engine_name(str(options.pop("name", "auto")))
@@ -79,6 +80,7 @@ def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     if unknown:
         raise DotsError(f"unknown engine option(s) {unknown}; known: {sorted(known)}")
     check_synth_cache(str(options.get("synth_cache", "disk")))
+    check_resident_form(str(options.get("resident_form", "auto")))
     check_engine_numbers(options)
     check_choice(options.get("log", "file"), ("file", "terminal"), "engine.log")
     extra = options.get("extra_args") or {}

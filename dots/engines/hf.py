@@ -5,7 +5,10 @@ generation config built here (no top-k, no repetition penalty: the same sampling
 vLLM's `SamplingParams`), so greedy outputs match the vLLM engine's. Prompt NLL is one
 forward pass per batch (right padding). A swap copies each tensor into the existing
 parameter storage (`param.copy_`), so nothing is re-allocated and the next call sees
-only the new weights (HF builds a fresh KV cache per `generate`). Runs on CPU or CUDA.
+only the new weights (HF builds a fresh KV cache per `generate`). With τ̃ resident
+(`synth_cache: memory`, in `resident_form`: dense, sparse or bitmask, `dots.vectors.forms`),
+θ0 + Σλτ̃ is written straight into the parameters a block at a time (no full-size temporary).
+Runs on CPU or CUDA.
 The public loading path (`swap_path` "public", the swap canary's check and fallback) hands the
 tensors to the model's own `load_state_dict` instead.
 """
@@ -26,6 +29,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.plan.decide import check_synth_cache
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
+from dots.vectors.forms import check_resident_form
 
 if TYPE_CHECKING:
     from dots.vectors.synth import ResidentSynthesizer
@@ -65,6 +69,7 @@ class HFEngine:
         nll_batch_size: int = 4,
         seed: int = 0,
         synth_cache: str = "auto",
+        resident_form: str = "auto",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -77,6 +82,7 @@ class HFEngine:
         self.seed = seed
         self.task_vectors = task_vectors
         self.synth_cache = check_synth_cache(synth_cache)
+        self.resident_form = check_resident_form(resident_form)
         self._resident: ResidentSynthesizer | None = None
         self.swap_path = "fast"  # "public": every swap through load_state_dict (dots.engines.canary)
         torch.manual_seed(seed)
@@ -210,28 +216,43 @@ class HFEngine:
         check_swappable(ckpt, {n: t.shape for n, t in self._targets.items()}, sorted(params))
         self.swap_weights(ckpt.tensors())
 
-    def set_task_vectors(self, task_vectors, synth_cache: str | None = None) -> None:
+    def set_task_vectors(self, task_vectors, synth_cache: str | None = None, resident_form: str | None = None) -> None:
         """Use this τ̃ cache for swap_coefficients (held in memory with synth_cache "memory", or
-        "auto" when it fits in the device's free memory now)."""
+        "auto" when it fits in the device's free memory now; in `resident_form`, or with "auto"
+        the fastest form that fits)."""
         if synth_cache is not None:
             self.synth_cache = check_synth_cache(synth_cache)
+        if resident_form is not None:
+            self.resident_form = check_resident_form(resident_form)
         self.task_vectors, self._resident = task_vectors, None
         gc.collect()  # a previous resident copy goes before the new one is measured / loaded
-        from dots.plan.resolve import resolve_synth_cache
+        from dots.plan.resolve import resolve_resident
 
-        if resolve_synth_cache(self.synth_cache, task_vectors, self.device) == "memory":
+        cache, form = resolve_resident(self.synth_cache, self.resident_form, task_vectors, self.device)
+        if cache == "memory":
             from dots.vectors.synth import ResidentSynthesizer
 
-            self._resident = ResidentSynthesizer(task_vectors, device=self.device)
+            held = form if form != "auto" else "bitmask"
+            self._resident = ResidentSynthesizer(task_vectors, device=self.device, form=held)
 
+    def resident_info(self) -> dict:
+        """What the engine holds for swaps: the resident form (None: τ̃ read from the cache) and bytes."""
+        if self._resident is None:
+            return {"form": None, "nbytes": 0}
+        return {"form": self._resident.form, "nbytes": self._resident.nbytes}
+
+    @torch.no_grad()
     def swap_coefficients(self, coefficients: Coefficients) -> None:
-        """θ0 + Σ λ_i τ̃_i built on the model's device from the task-vector cache."""
+        """θ0 + Σ λ_i τ̃_i built on the model's device from the task-vector cache; with τ̃ resident,
+        written straight into the live parameters of the checkpoint's dtype."""
         if self.task_vectors is None:
             raise DotsError("this engine was created without task vectors; swap_coefficients needs them")
         from dots.vectors.synth import synthesize
 
         if self._resident is not None:
-            self.swap_weights(self._resident(coefficients))
+            # the public path and a swap broken on purpose (tests) go through swap_weights
+            direct = self.swap_path == "fast" and broken_swap() is None
+            self.swap_weights(self._resident(coefficients, into=self._targets if direct else None))
         else:
             self.swap_weights(synthesize(self.task_vectors, coefficients, device=self.device))
 

@@ -40,6 +40,7 @@ def engine_setting(
         sequences=int(search_cfg.get("k", 8)) if vllm else int(engine_cfg.get("batch_size") or 16),
         max_tokens=int(search_cfg.get("max_tokens") or 1024),
         synth_cache=str(engine_cfg.get("synth_cache") or "auto"),
+        resident_form=str(engine_cfg.get("resident_form") or "auto"),
     )
 
 

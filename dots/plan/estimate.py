@@ -1,6 +1,6 @@
-"""What a run needs per device: the bytes of θ0 and τ̃ held resident (transformers: the whole
-model; vLLM: each worker's shard), or of one tensor at a time read from the cache, and the
-allowances beside the engine."""
+"""What a run needs per device: the bytes of θ0 and τ̃ held resident in a resident form
+(transformers: the whole model; vLLM: each worker's shard), or of one tensor at a time read
+from the cache, and the allowances beside the engine."""
 
 from __future__ import annotations
 
@@ -28,14 +28,16 @@ def resident_bytes(
     extra: Mapping[str, int],
     tau: int,
     device: str,
+    outputs: bool = True,
 ) -> int:
-    """What `ResidentSynthesizer` holds: θ0 (every tensor), one output per merged tensor
-    (with the rows a source adds, `extra` bytes by name), the compact τ̃ (`tau` bytes, all
-    sources) and its float32 scratch."""
-    theta0 = sum(i.nbytes for i in tensors.values())
-    outputs = sum(tensors[n].nbytes + extra.get(n, 0) for n in merged)
+    """What `ResidentSynthesizer` holds: θ0 (every tensor) with the rows a source adds (`extra`
+    bytes by name), τ̃ in its resident form (`tau` bytes, all sources), its float32 scratch,
+    and — unless it writes straight into the engine's parameters (`outputs` False: the
+    transformers engine in the checkpoint's dtype) — one output per merged tensor."""
+    theta0 = sum(i.nbytes for i in tensors.values()) + sum(extra.get(n, 0) for n in merged)
+    out = sum(tensors[n].nbytes + extra.get(n, 0) for n in merged) if outputs else 0
     largest = max((tensors[n].numel for n in merged), default=1)
-    return theta0 + outputs + tau + scratch_bytes(device, largest)
+    return theta0 + out + tau + scratch_bytes(device, largest)
 
 
 def sharded_resident_bytes(

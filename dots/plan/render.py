@@ -12,18 +12,19 @@ def describe(plan: MemoryPlan) -> list[str]:
     dtype = str(plan.dtype).replace("torch.", "")
     groups = f"{s.tensor_parallel} devices" if s.tensor_parallel > 1 else "1 device"
     theta0 = plan.shapes.nbytes
+    shard = max(1, s.tensor_parallel) if s.name == "vllm" else 1  # a vLLM worker holds its shard of τ̃
     outputs = sum(plan.shapes.tensors[n].nbytes + plan.shapes.extra_bytes(n) for n in plan.shapes.merged)
     if s.name == "vllm":  # each worker: its shard of the merged tensors, written into its parameters
         tp = max(1, s.tensor_parallel)
         held = (outputs // tp, plan.tau // tp)
         resident = (
-            f"θ0 {held[0] / GB:.2f} + {plan.sources} compact τ̃ {held[1] / GB:.2f} + set-up or swap buffers "
+            f"θ0 {held[0] / GB:.2f} + {plan.sources} τ̃ {held[1] / GB:.2f} + set-up or swap buffers "
             f"{(plan.resident - sum(held)) / GB:.2f} (this worker's shard: / tensor_parallel_size {tp})"
         )
     else:
         resident = (
-            f"θ0 {theta0 / GB:.2f} + outputs {outputs / GB:.2f} + {plan.sources} compact τ̃ {plan.tau / GB:.2f} "
-            f"+ scratch {(plan.resident - theta0 - outputs - plan.tau) / GB:.2f} (whole model)"
+            f"θ0 {theta0 / GB:.2f} + {plan.sources} τ̃ {plan.tau / GB:.2f} + outputs and scratch "
+            f"{(plan.resident - theta0 - plan.tau) / GB:.2f} (whole model; written into the parameters)"
         )
     out = [
         f"memory plan: {plan.shapes.name} ({plan.shapes.params / 1e9:.2f} B parameters), {plan.sources} sources "
@@ -33,10 +34,16 @@ def describe(plan: MemoryPlan) -> list[str]:
         f"/ tensor_parallel_size {s.tensor_parallel}",
         f"  engine KV cache    {plan.kv / GB:8.2f} GB  at least {plan.kv_tokens} tokens ({plan.kv_note})",
         f"  engine reserve     {plan.reserve / GB:8.2f} GB  activations, CUDA context, graphs",
-        f"  τ̃ resident         {plan.resident / GB:8.2f} GB  {resident}",
+        f"  τ̃ resident         {plan.resident / GB:8.2f} GB  {plan.resident_form or 'bitmask'} form: {resident}",
+        "  τ̃ resident forms   "
+        + " · ".join(f"{f} {held / GB:.2f} GB (τ̃ {tau / shard / GB:.2f})" for f, (tau, held) in plan.forms.items())
+        + f"  fastest first; per parameter and source: 4, ≈ 8 × {plan.density:g}, ≈ 1/8 + {plan.density:g} × itemsize",
         f"  τ̃ from the cache   {plan.stream / GB:8.2f} GB  one tensor at a time; each swap reads θ0 "
-        f"{theta0 / GB:.2f} + τ̃ {plan.tau / GB:.2f} GB from the cache (page cache when the host holds them)",
-        f"  → synth_cache={plan.synth_cache}: {plan.reason}",
+        f"{theta0 / GB:.2f} + τ̃ {plan.forms['bitmask'][0] / GB:.2f} GB from the cache (page cache when the host "
+        "holds them)",
+        f"  → synth_cache={plan.synth_cache}"
+        + (f", resident_form={plan.resident_form}" if plan.resident_form else "")
+        + f": {plan.reason}",
     ]
     if plan.utilization is not None:
         kv = plan.utilization * m.total - plan.weights - plan.reserve

@@ -1,6 +1,7 @@
-"""An engine given `synth_cache: auto` without a plan (built directly, as a library): resident
-when θ0 and its actual τ̃ fit in what its device has free now. And the model shapes a plan is
-made for (`model_shapes`: a config.json, a local checkpoint, or a Hub config)."""
+"""An engine given `synth_cache: auto` without a plan (built directly, as a library): resident,
+in the fastest form that fits, when θ0 and its actual τ̃ fit in what its device has free now.
+And the model shapes a plan is made for (`model_shapes`: a config.json, a local checkpoint, or
+a Hub config)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,16 @@ import torch
 from dots.errors import DotsError
 from dots.plan.devices import meminfo
 from dots.plan.estimate import GB, MARGIN, resident_bytes, sharded_resident_bytes
+from dots.vectors.forms import BY_SPEED
 
 log = logging.getLogger(__name__)
 
 
-def resolve_synth_cache(value: str, task_vectors: Any, device: torch.device, shards: int | None = None) -> str:
-    """`auto` → memory when θ0 and the compact τ̃ of `task_vectors` fit in what `device` has
-    free now (with MARGIN), else disk; logs which and why. Other values pass through.
-    `shards`: a vLLM worker, one of that many tensor-parallel ranks, holding only its shard
-    (`sharded_resident_bytes`); None: the whole model (`resident_bytes`)."""
-    if value != "auto" or task_vectors is None:
-        return value
+def resident_needs(task_vectors: Any, device: torch.device, shards: int | None = None) -> dict[str, int]:
+    """Bytes θ0 and the actual τ̃ of `task_vectors` need resident, per resident form (dense,
+    sparse, bitmask). `shards`: a vLLM worker, one of that many tensor-parallel ranks, holding
+    only its shard (`sharded_resident_bytes`); None: the whole model (`resident_bytes`), written
+    into the engine's parameters."""
     from dots.io.checkpoint import Checkpoint
 
     base = Checkpoint(task_vectors.base_path)
@@ -32,28 +32,65 @@ def resolve_synth_cache(value: str, task_vectors: Any, device: torch.device, sha
         for n in task_vectors.names
         if (rows := task_vectors.extra_rows(n)) is not None
     }
-    tau = sum(e.tau_bytes(task_vectors.names) for e in task_vectors.entries.values())
+    numel = sum(tensors[n].numel for n in task_vectors.names)
+    taus = {
+        "dense": 4 * numel * len(task_vectors.entries),
+        "sparse": sum(8 * int(e.meta["kept"]) for e in task_vectors.entries.values()),
+        "bitmask": sum(e.tau_bytes(task_vectors.names) for e in task_vectors.entries.values()),
+    }
     if shards is None:
-        need = resident_bytes(tensors, task_vectors.names, extra, tau, device.type)
-    else:
-        need = sharded_resident_bytes(tensors, task_vectors.names, extra, tau, device.type, shards)
-    if device.type == "cuda":  # what the driver has free + what torch's allocator holds unused
-        free = (
+        return {f: resident_bytes(tensors, task_vectors.names, extra, t, device.type, False) for f, t in taus.items()}
+    return {
+        f: sharded_resident_bytes(tensors, task_vectors.names, extra, t, device.type, shards) for f, t in taus.items()
+    }
+
+
+def free_bytes(device: torch.device) -> int:
+    """What `device` has free now: CUDA's free memory + what torch's allocator holds unused, or
+    the host's MemAvailable."""
+    if device.type == "cuda":
+        return (
             torch.cuda.mem_get_info(device)[0]
             + torch.cuda.memory_reserved(device)
             - torch.cuda.memory_allocated(device)
         )
-    else:
-        free = meminfo().get("MemAvailable", 0)
-    choice = "memory" if need + MARGIN <= free else "disk"
+    return meminfo().get("MemAvailable", 0)
+
+
+def resolve_resident(
+    synth_cache: str, resident_form: str, task_vectors: Any, device: torch.device, shards: int | None = None
+) -> tuple[str, str]:
+    """(synth_cache, resident form) for an engine without a plan: `auto` → the fastest form
+    (dense, sparse, bitmask) whose θ0 and τ̃ fit in what `device` has free now (with MARGIN),
+    else disk; a form given explicitly is used as given. Logs which and why."""
+    if task_vectors is None or synth_cache == "disk":
+        return synth_cache, resident_form
+    if synth_cache == "memory" and resident_form != "auto":
+        return synth_cache, resident_form
+    needs = resident_needs(task_vectors, device, shards)
+    free = free_bytes(device)
+    forms = list(BY_SPEED) if resident_form == "auto" else [resident_form]
+    fitting = [f for f in forms if needs[f] + MARGIN <= free]
+    if fitting:
+        choice = ("memory", fitting[0])
+    else:  # synth_cache=memory asks for a resident copy whatever it costs: the smallest
+        choice = ("memory", forms[-1]) if synth_cache == "memory" else ("disk", resident_form)
     log.info(
-        "synth_cache=auto → %s: θ0 and τ̃ resident need %.2f GB, %s has %.2f GB free",
-        choice,
-        need / GB,
+        "synth_cache=%s, resident_form=%s → %s, %s: resident needs %s; %s has %.2f GB free",
+        synth_cache,
+        resident_form,
+        *choice,
+        ", ".join(f"{f} {needs[f] / GB:.2f} GB" for f in forms),
         device,
         free / GB,
     )
     return choice
+
+
+def resolve_synth_cache(value: str, task_vectors: Any, device: torch.device, shards: int | None = None) -> str:
+    """`auto` → memory when θ0 and τ̃ fit in some resident form in what `device` has free now,
+    else disk (`resolve_resident`). Other values pass through."""
+    return resolve_resident(value, "auto", task_vectors, device, shards)[0]
 
 
 def model_shapes(cfg: Any, shapes: str | None):

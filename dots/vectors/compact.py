@@ -235,7 +235,7 @@ class TauBlocks:
             values.sub_(base)
             if ct.gamma != 1.0:
                 values.mul_(ct.gamma)
-            tau.zero_().scatter_(0, positions, values)  # +0.0 elsewhere, as θ0 − θ0 and γ·(+0.0) are
+            tau.zero_().index_copy_(0, positions, values)  # +0.0 elsewhere, as θ0 − θ0 and γ·(+0.0) are
         if ct.negzero is not None:
             lo, hi = (int(torch.searchsorted(ct.negzero, x)) for x in (start, stop))
             if hi > lo:

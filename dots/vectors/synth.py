@@ -13,14 +13,16 @@ a source added rows gets those rows appended (they are the source's own values).
 τ̃_i is read in its compact form (`dots.vectors.compact`: where the mask keeps an entry and
 θ_i's value there) and rebuilt block by block against θ0, which the synthesis holds anyway.
 
-`ResidentSynthesizer` computes the same values from θ0 and the compact τ̃ held in memory
-on the device (no disk reads, no allocation per call): the engines use it with
+`ResidentSynthesizer` computes the same values from θ0 and τ̃ held in memory on the device
+(no disk reads, no allocation per call), τ̃ in one of the resident forms of
+`dots.vectors.forms` (dense, sparse or the compact bitmask: the same bits), and can write
+them straight into the live parameters a block at a time: the engines use it with
 `synth_cache: memory`, or `auto` when the memory plan (`dots.plan`) finds room.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 import torch
 from torch.profiler import record_function
@@ -29,7 +31,7 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import Coefficients, check_coefficients, tensor_lambdas
-from dots.vectors.compact import CompactTensor
+from dots.vectors.forms import BY_SPEED, ResidentTau, to_form
 
 
 def default_device() -> torch.device:
@@ -58,14 +60,15 @@ def new_scratch(device: torch.device, numel: int) -> torch.Tensor:
 
 
 def _combine_into(
-    out: torch.Tensor, theta0: torch.Tensor, taus: list[tuple[CompactTensor, float]], scratch: torch.Tensor
+    out: torch.Tensor, theta0: torch.Tensor, taus: Sequence[tuple[ResidentTau, float]], scratch: torch.Tensor
 ) -> torch.Tensor:
     """out[:len(θ0)] = cast(θ0 + Σ λ_i τ̃_i), Eq. 6: float32 sums in source order, one block of
-    entries at a time, each τ̃_i rebuilt from its compact form for that block
-    (`dots.vectors.compact.TauBlocks`: float32(θ_i) − float32(θ0) at the kept entries, γ, zeros
-    elsewhere) and added with `add_(τ̃, alpha=λ)` — the dense path's operations on the dense
-    path's values, so the same bits. The one arithmetic of both paths below, so streaming and
-    resident synthesis agree; elementwise, so any block size does too."""
+    entries at a time, each τ̃_i's block rebuilt from its form (`dots.vectors.compact.TauBlocks`:
+    float32(θ_i) − float32(θ0) at the kept entries, γ, zeros elsewhere; or the same values held
+    dense or sparse, `dots.vectors.forms`) and added with `add_(τ̃, alpha=λ)` — the dense path's
+    operations on the dense path's values, so the same bits. The one arithmetic of both paths
+    below, so streaming and resident synthesis agree; elementwise, so any block size does too.
+    `out` may be a live parameter: each block is cast and copied into it, no full-size temporary."""
     for ct, _ in taus:
         if tuple(ct.shape) != tuple(theta0.shape):
             raise DotsError(f"a task vector has shape {tuple(ct.shape)}, the base {tuple(theta0.shape)}: stale cache?")
@@ -137,68 +140,106 @@ def synthesize(
 
 
 class ResidentSynthesizer:
-    """θ0 and every compact τ̃ held on one device, so that a swap is arithmetic only (docs/method.md §2).
+    """θ0 and every τ̃ held on one device, so that a swap is arithmetic only (docs/method.md §2).
 
     Same values as `synthesize` (same operations, same order), without disk reads and
-    without allocating outputs: results are written into one output buffer per tensor that
-    the next call overwrites, so consume (copy) each yielded tensor before calling again —
-    `reload_weights`, `Engine.swap_weights` and `CheckpointWriter` all do. Memory: the base
-    in its dtype twice (θ0, outputs) + K compact task vectors (`dots.vectors.compact`: for
-    bf16 at density 0.3, 0.725 bytes per parameter each, against 4 for dense float32) + a
-    float32 scratch of 4 blocks (2^20 entries each on CPU, up to 2^26 on CUDA); `nbytes`
-    says how much.
+    without allocating per call. τ̃ is held in `form` (`dots.vectors.forms`: dense float32,
+    sparse float32 at positions, or the cache's compact bitmask: the same bits, fastest
+    first). A call yields each tensor in an output buffer the next call overwrites (made at
+    the first call that needs it), so consume (copy) each yielded tensor before calling again
+    — `reload_weights`, `Engine.swap_weights` and `CheckpointWriter` all do; or, given `into`
+    (name → live tensor), writes every tensor whose target has its dtype, shape and device
+    straight into it a block at a time and yields only the others. Memory: θ0 in its dtype,
+    the K τ̃ in their form (for bf16 at density 0.3, per parameter and source: dense 4,
+    sparse 2.4, bitmask 0.725 bytes), a float32 scratch of 4 blocks (2^20 entries each on
+    CPU, up to 2^26 on CUDA), and the outputs used; `nbytes` says how much.
     """
 
     def __init__(
-        self, task_vectors: TaskVectors, device: str | torch.device | None = None, base: Checkpoint | None = None
+        self,
+        task_vectors: TaskVectors,
+        device: str | torch.device | None = None,
+        base: Checkpoint | None = None,
+        form: str = "bitmask",
     ):
+        if form not in BY_SPEED:
+            raise DotsError(f"resident form must be one of {', '.join(BY_SPEED)}, got {form!r}")
         self.task_vectors = task_vectors
+        self.form = form
         self.device = torch.device(device) if device is not None else default_device()
         base = base if base is not None else Checkpoint(task_vectors.base_path)
         merged = set(task_vectors.names)
         self.names = list(base.names)
         self.theta0: dict[str, torch.Tensor] = {}
-        self.taus: dict[str, dict[str, CompactTensor]] = {}
+        self.taus: dict[str, dict[str, ResidentTau]] = {}
         self.out: dict[str, torch.Tensor] = {}
         self.extra: dict[str, torch.Tensor] = {}
         largest = 0
         for name in self.names:
-            self.theta0[name] = base.get(name).to(self.device)
+            theta0 = self.theta0[name] = base.get(name).to(self.device)
             if name not in merged:
                 continue
-            self.taus[name] = {k: task_vectors.compact(k, name).to(self.device) for k in task_vectors.sources}
+            self.taus[name] = {
+                k: to_form(task_vectors.compact(k, name).to(self.device), theta0, form) for k in task_vectors.sources
+            }
             extra = task_vectors.extra_rows(name)
-            theta0 = self.theta0[name]
-            if extra is None:
-                self.out[name] = torch.empty_like(theta0)
-            else:  # rows a source added to an embedding: constant, written once
-                rows = theta0.shape[0] + extra.shape[0]
-                self.out[name] = torch.empty((rows, *theta0.shape[1:]), dtype=theta0.dtype, device=self.device)
-                self.out[name][theta0.shape[0] :].copy_(extra)
-            largest = max(largest, self.theta0[name].numel())
+            if extra is not None:  # rows a source added to an embedding: constant
+                self.extra[name] = extra.to(device=self.device, dtype=theta0.dtype)
+            largest = max(largest, theta0.numel())
         self._scratch = new_scratch(self.device, largest)
 
     @property
     def nbytes(self) -> int:
-        tensors = [*self.theta0.values(), *self.out.values(), self._scratch]
+        tensors = [*self.theta0.values(), *self.out.values(), *self.extra.values(), self._scratch]
         held = sum(t.numel() * t.element_size() for t in tensors)
         return held + sum(ct.nbytes for per in self.taus.values() for ct in per.values())
 
-    def __call__(self, coefficients: Coefficients) -> Iterator[tuple[str, torch.Tensor]]:
+    def _shape(self, name: str) -> tuple[int, ...]:
+        theta0, extra = self.theta0[name], self.extra.get(name)
+        rows = theta0.shape[0] + (extra.shape[0] if extra is not None else 0)
+        return (rows, *theta0.shape[1:]) if theta0.dim() else tuple(theta0.shape)
+
+    def _output(self, name: str) -> torch.Tensor:
+        out = self.out.get(name)
+        if out is None:
+            theta0 = self.theta0[name]
+            out = self.out[name] = torch.empty(self._shape(name), dtype=theta0.dtype, device=self.device)
+            if name in self.extra:
+                out[theta0.shape[0] :].copy_(self.extra[name])
+        return out
+
+    def _writable(self, target: torch.Tensor, name: str) -> bool:
+        theta0 = self.theta0[name]
+        return (
+            target.dtype == theta0.dtype
+            and target.device == theta0.device
+            and target.is_contiguous()
+            and tuple(target.shape) == self._shape(name)
+        )
+
+    def __call__(
+        self, coefficients: Coefficients, into: Mapping[str, torch.Tensor] | None = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         lambdas = check_coefficients(self.task_vectors, coefficients)
         for name in self.names:
             theta0 = self.theta0[name]
+            target = into.get(name) if into is not None else None
+            if target is not None and not self._writable(target, name):
+                target = None  # another dtype or layout: yielded, the caller copies (and casts) it
             if name not in self.taus:
-                yield name, theta0
+                if target is None:
+                    yield name, theta0
+                else:
+                    target.copy_(theta0)
                 continue
+            out = target if target is not None else self._output(name)
             with record_function("dots.vectors.synth.combine"):
-                out = _combine_into(
-                    self.out[name],
-                    theta0,
-                    [(self.taus[name][k], lam) for k, lam in tensor_lambdas(lambdas, name)],
-                    self._scratch,
-                )
-            yield name, out
+                taus = [(self.taus[name][k], lam) for k, lam in tensor_lambdas(lambdas, name)]
+                _combine_into(out, theta0, taus, self._scratch)
+            if target is None:
+                yield name, out
+            elif name in self.extra:
+                target[theta0.shape[0] :].copy_(self.extra[name])
 
 
 def synthesize_dict(
