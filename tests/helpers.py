@@ -1,7 +1,8 @@
 """Helpers shared by the test modules (fixtures live in conftest.py): the CLI in a subprocess,
-the search overrides on the tiny family, a merged copy saved to disk, greedy generation, the
-shipped lab trio with a real search scorer, process liveness (the reaper's own), and the rule
-for vLLM tests: skipped where vLLM is missing, failed when `CI` is set."""
+the search overrides on the tiny family and the smallest lab search, a local server's port and
+start, a merged copy saved to disk, greedy generation, the shipped lab trio with a real search
+scorer, process liveness (the reaper's own), and the rule for vLLM tests: skipped where vLLM is
+missing, failed when `CI` is set."""
 
 from __future__ import annotations
 
@@ -88,6 +89,18 @@ def overrides(
     ]
 
 
+# the smallest lab search through the CLI (`backbone=lab` plus these): a few seconds of trials
+SMALL_LAB = [
+    "engine=hf",
+    "search.n_trials=3",
+    "search.n_startup_trials=2",
+    "pool.size=16",
+    "selection.n=4",
+    "selection.m=2",
+    "search.k=2",
+]
+
+
 def compose(ovr: Sequence[str], config: str = "search") -> Any:
     """The composed Hydra config of a CLI with these overrides."""
     from hydra import compose as hydra_compose
@@ -104,6 +117,42 @@ def run(ovr: Sequence[str]) -> Path:
     from dots.search.pipeline import run_search
 
     return run_search(compose(ovr))
+
+
+# --- local servers ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> bytes:
+    """The body of a GET request (10 s timeout)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read()
+
+
+def wait_until_serving(url: str, server: subprocess.Popen, what: str, timeout: float = 120) -> None:
+    """Poll `url` until it answers; fail with the server's stderr if it exits, or after `timeout` s."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            get(url)
+            return
+        except OSError:
+            if server.poll() is not None:
+                pytest.fail(f"{what} exited: {server.stderr.read() if server.stderr else ''}"[-3000:])
+            assert time.monotonic() < deadline, f"{what} did not start in {timeout} s"
+            time.sleep(0.5)
 
 
 # --- engines ------------------------------------------------------------------------------

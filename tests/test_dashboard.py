@@ -6,38 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import SMALL_LAB, free_port, get, wait_until_serving
 
 pytest.importorskip("optuna_dashboard")
-
-SMALL_LAB = [
-    "engine=hf",
-    "search.n_trials=3",
-    "search.n_startup_trials=2",
-    "pool.size=16",
-    "selection.n=4",
-    "selection.m=2",
-    "search.k=2",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read()
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +45,7 @@ def test_dashboard_serves_the_trials_the_pick_and_the_pareto_plot(lab_run):
     server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                get(base + "/api/meta")
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read() if server.stderr else ""
-                assert time.monotonic() < deadline, "optuna-dashboard did not start"
-                time.sleep(0.5)
+        wait_until_serving(base + "/api/meta", server, "optuna-dashboard", timeout=60)
         (study,) = json.loads(get(base + "/api/studies"))["study_summaries"]
         detail = json.loads(get(f"{base}/api/studies/{study['study_id']}"))
         assert detail["objective_names"] == ["consistency", "perplexity"]

@@ -23,6 +23,7 @@ from dots.search.adaptive import AdaptiveConfig
 from dots.search.granularity import DEFAULT_GRANULARITY, check_granularity
 from dots.search.samplers import build_sampler
 from dots.search.stopping import stop_rule
+from dots.search.tracking import check_tracking_options
 
 ANSWER_MODES = ("math", "choice")
 INF = math.inf
@@ -117,4 +118,5 @@ def check_search_config(cfg: DictConfig) -> str:
     SparsifyConfig(**to_plain(cfg.sparsify))
     check_selection_options(cfg.selection)
     check_choice(cfg.pick, PICKS, "pick")
+    check_tracking_options(cfg.get("tracking"))
     return check_engine_config(cfg.engine)[0]

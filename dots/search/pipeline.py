@@ -49,6 +49,7 @@ from dots.search.steps import (
     selection_inputs,
 )
 from dots.search.stopping import stop_rule
+from dots.search.tracking import open_tracking
 from dots.vectors.coefficients import format_coefficients
 
 log = logging.getLogger("dots.search")
@@ -169,6 +170,7 @@ def run_search(cfg: DictConfig) -> Path:
 
     run = prepare(cfg)
     run_dir = check_destinations(run)
+    run.tracking = open_tracking(cfg)  # its package imported, its server reached: else one line, exit 2
     plan = memory_plan(run)  # a run that cannot fit stops here, before anything is written
     run.queries = load_pool(cfg.pool)
     # the output's tokenizer (and the engine's): a source's when it added vocabulary
@@ -213,8 +215,12 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
             run.run_dir,
         )
     )
+    run.tracking.start(run)  # tracking=mlflow|wandb: the run's config (dots.search.tracking)
     try:
         run_stages(run.run_dir, search_stages(run), run)
+    except BaseException as exc:
+        run.tracking.close(exc)
+        raise
     finally:
         run.engine.close()
     if run.fixed:
@@ -223,6 +229,7 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
 
         write_trials_csv(trial_rows(run.results["study"], run.sources, run.granularity), run.run_dir / "fixed.csv")
         print(f"scored {len(run.fixed)} fixed coefficient set(s): {run.run_dir / 'fixed.csv'}")
+        run.tracking.finish(run)
         return run.run_dir
     result = run.results["pick"]
     coefficients = result["coefficients"]
@@ -235,4 +242,5 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     for warning in result.get("warnings", []):
         print(f"warning: {warning}")
     print(f"dashboard: {dashboard_command(cfg.search.storage, run.run_dir)}")
+    run.tracking.finish(run)  # trials not logged yet, the pick, the files
     return run.run_dir

@@ -23,28 +23,31 @@ from dots.search.stopping import STOPPED
 
 
 def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANULARITY) -> list[dict]:
-    """One row per trial: number, state, its λ parameters, objectives, tokens, samples, phase times."""
+    """One row per trial (`trial_row`), in trial order: trials.csv."""
+    names = param_names(sources, granularity)
+    return [trial_row(t, names) for t in study.get_trials(deepcopy=False)]
+
+
+def trial_row(t: Any, names: list[str]) -> dict:
+    """A trial's row of trials.csv (a `FrozenTrial`; `names` its λ parameters): number, state, λ,
+    objectives, tokens, samples, where the bound pruned it, phase times."""
     from optuna.trial import TrialState
 
-    names = param_names(sources, granularity)
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        times = t.user_attrs.get("time", {})
-        row = {"number": t.number, "state": t.state.name}
-        row.update({n: t.params.get(n) for n in names})
-        ok = t.state == TrialState.COMPLETE
-        row.update(
-            {
-                "consistency": t.values[0] if ok else None,
-                "perplexity": t.values[1] if ok else None,
-                "tokens_generated": t.user_attrs.get("tokens_generated"),
-                "samples_drawn": t.user_attrs.get("samples_drawn"),
-                "pruned_after_queries": t.user_attrs.get(PRUNED_BY, {}).get("queries_scored"),
-            }
-        )
-        row.update({f"time_{k}": round(v, 4) for k, v in times.items()})
-        rows.append(row)
-    return rows
+    times = t.user_attrs.get("time", {})
+    row = {"number": t.number, "state": t.state.name}
+    row.update({n: t.params.get(n) for n in names})
+    ok = t.state == TrialState.COMPLETE
+    row.update(
+        {
+            "consistency": t.values[0] if ok else None,
+            "perplexity": t.values[1] if ok else None,
+            "tokens_generated": t.user_attrs.get("tokens_generated"),
+            "samples_drawn": t.user_attrs.get("samples_drawn"),
+            "pruned_after_queries": t.user_attrs.get(PRUNED_BY, {}).get("queries_scored"),
+        }
+    )
+    row.update({f"time_{k}": round(v, 4) for k, v in times.items()})
+    return row
 
 
 def pick_and_report(

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from dots.io.align import Alignment
 from dots.io.problems import Query
 from dots.search.granularity import DEFAULT_GRANULARITY, param_names
+from dots.search.tracking import Tracking
 from dots.vectors.cache import TaskVectors
 
 
@@ -30,6 +31,7 @@ class Run:
     tokenizer: Any = None
     engine: Any = None
     results: dict[str, Any] = field(default_factory=dict)
+    tracking: Tracking = field(default_factory=lambda: Tracking(None))  # tracking=none until opened
 
     @property
     def task_vectors(self) -> TaskVectors:

@@ -136,6 +136,7 @@ def run_trials(run: Run) -> Any:
             grace_s=float(cfg.search.grace_s),
             granularity=run.granularity,
             stop=stop_rule(cfg.search),
+            told=run.tracking.callbacks(),
         )
     finally:
         run.engine.close()

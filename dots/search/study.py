@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from optuna.trial import TrialState
 
@@ -136,6 +136,7 @@ def run_study(
     poll_s: float = 2.0,
     granularity: str = DEFAULT_GRANULARITY,
     stop: StopRule | None = None,
+    told: Sequence[Callable[[Any, Any], None]] = (),
 ) -> None:
     """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored).
 
@@ -144,11 +145,12 @@ def run_study(
     Safe with several workers on one storage: a worker never starts a trial beyond the
     target, waits while others run the last ones, and takes over a dead worker's trial
     once its heartbeat is older than `grace_s` (dots.search.workers). Trials pruned by the bound
-    count as scored (dots.search.pruning); `stop` may end the study early (dots.search.stopping)."""
+    count as scored (dots.search.pruning); `stop` may end the study early (dots.search.stopping);
+    each of `told` is called with (study, trial) once a trial is told (dots.search.tracking)."""
     from dots.runtime.progress import new_progress
 
     attach(scorer, study, fixed is None)
-    loop = StudyLoop(study, scorer, sources, bounds, seed, fixed, heartbeat_s, grace_s, poll_s, granularity, stop)
+    loop = StudyLoop(study, scorer, sources, bounds, seed, fixed, heartbeat_s, grace_s, poll_s, granularity, stop, told)
     target = loop.resume(n_trials)
     start = loop.count(TrialState.COMPLETE)
     if start >= target:
@@ -189,6 +191,7 @@ class StudyLoop:
     poll_s: float
     granularity: str
     stop: StopRule | None = None
+    told: Sequence[Callable[[Any, Any], None]] = ()  # called once a trial is told
     repeats: int = 0  # duplicate proposals in a row
     names: list[str] = field(init=False)
 
@@ -291,6 +294,8 @@ class StudyLoop:
         """Record the scores and the trial's details, uninterrupted by SIGTERM."""
         with sigterm_deferred():
             tell_scored(self.study, proposal.trial, res)
+        for callback in self.told:  # (outside: a SIGTERM need not wait for a tracking server)
+            callback(self.study, proposal.trial)
 
     def show(self, proposal: Proposal, res: Any, bar: Any, task: Any) -> None:
         """The progress bar with the best trial so far, and one log line for this trial."""
@@ -301,13 +306,8 @@ class StudyLoop:
             completed=len(finished),
             status=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}",
         )
-        log.info(
-            "trial %d: %s → %s (%.2fs)",
-            proposal.trial.number,
-            format_coefficients(proposal.coefficients),
-            outcome(res),
-            res.times["total"],
-        )
+        point, took = format_coefficients(proposal.coefficients), res.times["total"]
+        log.info("trial %d: %s → %s (%.2fs)", proposal.trial.number, point, outcome(res), took)
 
 
 def enqueue_random_point(study: Any, names: list[str], bounds: tuple[float, float], seed: int) -> None:
