@@ -44,8 +44,9 @@ def _marked(item, names) -> str | None:
 
 
 def _distributed(config) -> bool:
-    """Run by pytest-xdist workers (not `-n 0`, nor without the plugin)."""
-    return config.getoption("dist", "no") != "no"
+    """A pytest-xdist worker under `--dist loadgroup` (xdist sets `loadgroup`, and `dist` to "no",
+    in its workers; not with `-n 0`, nor without the plugin)."""
+    return bool(config.getoption("loadgroup", False))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
