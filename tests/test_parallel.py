@@ -137,7 +137,7 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path, shared_storage):
 
 def test_workers_opening_an_empty_database_together_all_get_the_study(mariadb):
     """Four processes open one empty MariaDB database at once: Optuna's tables are created by one,
-    the others retry past "already exists", and all load the same study."""
+    the others retry past "already exists" or a duplicate key, and all load the same study."""
     url = mariadb.url()
     code = (
         "import sys, optuna; from pathlib import Path; from dots.search.study import open_storage\n"

@@ -71,15 +71,16 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
 
 
 def _database(url: str, tries: int = 5) -> Any:
-    """An RDB storage on a database server. Workers started together all create Optuna's tables
-    on an empty database; the losers of that race see "already exists" and open it again."""
+    """An RDB storage on a database server. Workers started together all create Optuna's tables on an
+    empty database; the losers of that race see "already exists" or a duplicate key, and open it again."""
     from optuna.storages import RDBStorage
 
     for attempt in range(tries):
         try:
             return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
         except Exception as exc:
-            if "already exists" not in str(exc) or attempt == tries - 1:
+            lost_race = any(s in str(exc) for s in ("already exists", "Duplicate entry", "duplicate key"))
+            if not lost_race or attempt == tries - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
 
