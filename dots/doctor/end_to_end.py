@@ -160,15 +160,19 @@ def _canary_and_swaps(engine: Any, keys: list[str], workdir: Path, run_canary: A
 
 
 def _layout(engine: Any) -> str:
-    """vLLM: where its workers hold θ0 and τ̃ (the parameters' layout: written in place; the
-    checkpoint's: reloaded, and why)."""
+    """Where the engine holds τ̃: transformers, its resident form; vLLM, its workers' layout (the
+    parameters': written in place; the checkpoint's: reloaded, and why) and form."""
     info = getattr(engine, "resident_info", None)
     if not callable(info):
         return ""
-    workers = info()
-    layouts = sorted({str(w.get("layout")) for w in workers})
-    note = next((w["note"] for w in workers if w.get("note")), "")
-    return f" (τ̃ resident in the {'/'.join(layouts)} layout{': ' + note if note else ''})"
+    held = info()
+    if isinstance(held, dict):  # transformers: one process, {"form": …, "nbytes": …}
+        return f" (τ̃ resident in the {held['form']} form)" if held.get("form") else " (τ̃ read from the cache)"
+    layouts = sorted({str(w.get("layout")) for w in held})
+    forms = sorted({str(w["form"]) for w in held if w.get("form")})
+    note = next((w["note"] for w in held if w.get("note")), "")
+    form = f", {'/'.join(forms)} form" if forms else ""
+    return f" (τ̃ resident in the {'/'.join(layouts)} layout{form}{': ' + note if note else ''})"
 
 
 def _todo(options: dict) -> str:
