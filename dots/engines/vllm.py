@@ -42,7 +42,6 @@ from dots.engines import vllm_compat as compat
 from dots.engines.base import check_swappable
 from dots.engines.vllm_env import (
     cpu_thread_binding,
-    environment,
     log_to_file,
     scratch_dir,
     vllm_available,
@@ -52,6 +51,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
 from dots.paths import export_import_path
 from dots.plan.decide import check_synth_cache
+from dots.runtime.environ import environment
 from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients

@@ -27,7 +27,8 @@ from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
 
-TESTED = ("0.27.0", "0.33")  # [lowest, below): engine tests passed on 0.27.0, 0.27.1, 0.29.0, 0.30.0, 0.32.0 (fast path)
+# [lowest, below): engine tests passed on 0.27.0, 0.27.1, 0.29.0, 0.30.0 and 0.32.0 (fast path)
+TESTED = ("0.27.0", "0.33")
 READ_ON = "0.20.0, 0.26.0, 0.27.1, 0.29.0, 0.32.0"  # releases whose source was read for each access below
 
 

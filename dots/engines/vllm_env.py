@@ -8,9 +8,7 @@ import json
 import logging
 import logging.config
 import os
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from dots.errors import DotsError
 
@@ -47,21 +45,6 @@ def cpu_thread_binding(tensor_parallel_size: int) -> dict[str, str]:
     binding = "|".join(",".join(map(str, g)) for g in groups)
     log.info("vLLM-CPU: binding TP workers to CPUs %s", binding)
     return {"VLLM_CPU_OMP_THREADS_BIND": binding}
-
-
-@contextmanager
-def environment(values: Mapping[str, str]) -> Iterator[None]:
-    """Set environment variables while vLLM spawns its processes, then restore them."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 def scratch_dir() -> str | None:

@@ -7,35 +7,19 @@ the trials it holds are the steps of its `pruned` metric, read from the server w
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from dots.errors import DotsError, first_line
+from dots.runtime.environ import environment
 from dots.search.tracking.base import MARKER, RECORDS, flat, missing_package
 
 CHECK_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}  # the check: fail fast
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param's value (the whole config is the config.yaml artifact)
 BATCH = 100  # params per log_batch request (MLflow's limit)
-
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """`values` set in os.environ for the block (MLflow reads its request settings from there)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def reason(exc: BaseException) -> str:
