@@ -214,6 +214,8 @@ def test_every_resident_form_gives_the_streamed_bytes_in_the_live_parameters(tmp
                     ref = tensor.to(got[name].dtype)
                     assert torch.equal(got[name].view(-1).view(torch.uint8), ref.view(-1).view(torch.uint8)), name
             assert {n: t.data_ptr() for n, t in engine._targets.items()} == live
-            assert (engine._resident.out == {}) == (dtype == "bfloat16")  # type: ignore[union-attr]
+            # in place (no output buffers) where the dtypes agree; the bitmask form goes through outputs
+            in_place = dtype == "bfloat16" and form != "bitmask"
+            assert (engine._resident.out == {}) == in_place  # type: ignore[union-attr]
     finally:
         engine.close()
