@@ -68,8 +68,8 @@ def test_shapes_from_a_config_equal_the_checkpoints(trio):
 
 def test_the_plans_resident_bytes_are_what_the_resident_synthesizer_holds(trio):
     """For every resident form, the figure from the cache's own τ̃ sizes (`resident_needs`) is
-    ResidentSynthesizer.nbytes exactly (θ0 + τ̃ + scratch; writing into the engine's parameters,
-    it makes no outputs until a call without them, and then holds them too); estimated from
+    ResidentSynthesizer.nbytes exactly (θ0 + τ̃ + scratch; dense and sparse write into the transformers
+    engine's parameters, the bitmask form holds one output per tensor from its first swap on); estimated from
     the density alone, the plan's figure is within a few percent."""
     root, base, sources = trio
     ckpt = Checkpoint(base)
@@ -80,12 +80,15 @@ def test_the_plans_resident_bytes_are_what_the_resident_synthesizer_holds(trio):
     tensors = {n: ckpt.info(n) for n in ckpt.names}
     for form in ("dense", "sparse", "bitmask"):
         resident = ResidentSynthesizer(tv, device="cpu", form=form)
-        assert needs[form] == resident.nbytes, form
         tau = sum(t.nbytes for per in resident.taus.values() for t in per.values())
         assert resident_bytes(tensors, tv.names, {}, tau, "cpu", outputs=False) == resident.nbytes
+        if form != "bitmask":  # the transformers engine writes these into its parameters: no outputs
+            assert needs[form] == resident.nbytes, form
         for _ in resident({"sft": 1.0, "rlvr": 0.5}):
             pass
         assert resident_bytes(tensors, tv.names, {}, tau, "cpu", outputs=True) == resident.nbytes
+        if form == "bitmask":  # it swaps through one output per tensor, held from the first swap on
+            assert needs[form] == resident.nbytes, form
         assert 0.97 * needs[form] <= estimated.forms[form][1] <= 1.05 * needs[form], form
     assert needs["dense"] > needs["sparse"] > needs["bitmask"]
     assert estimated.resident_form == "dense" and estimated.resident == estimated.forms["dense"][1]
@@ -243,7 +246,7 @@ def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_
 def test_resident_form_auto_picks_the_fastest_that_fits_and_a_forced_one_is_checked():
     shapes = ModelShapes.from_config_file(SHAPES / "qwen2.5-7b.json")
     hf = EngineSetting("hf", "cuda", sequences=16, max_tokens=1024)
-    picks = {gb: plan_memory(shapes, hf, gpu(gb), 2, 0.3) for gb in (120, 90, 60, 40)}
+    picks = {gb: plan_memory(shapes, hf, gpu(gb), 2, 0.3) for gb in (120, 90, 70, 40)}
     assert [(p.synth_cache, p.resident_form) for p in picks.values()] == [
         ("memory", "dense"),
         ("memory", "sparse"),

@@ -124,7 +124,8 @@ def plan_memory(
     kv = tokens * per_token
     itemsize = dtype_size(shapes.source_dtype)
     extra = {n: shapes.extra_bytes(n) for n in shapes.extra_rows}
-    # transformers writes straight into its parameters unless the engine's dtype differs from the checkpoint's
+    # transformers writes dense and sparse τ̃ straight into its parameters unless the engine's dtype differs
+    # from the checkpoint's; the bitmask form swaps through one output per tensor (faster: docs/performance.md)
     outputs = setting.dtype is not None and setting.dtype != next(iter(shapes.tensors.values())).dtype
     forms: dict[str, tuple[int, int]] = {}
     tau_of: dict[str, dict[str, int]] = {}
@@ -136,7 +137,8 @@ def plan_memory(
         if setting.name == "vllm":
             held = sharded_resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, tp)
         else:
-            held = resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, outputs)
+            copied = outputs or form == "bitmask"
+            held = resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, copied)
         forms[form] = (tau, held)
     stream = stream_bytes(shapes.tensors, shapes.merged, extra, tau_of["bitmask"], setting.device)
     reserve = ENGINE_RESERVE.get(setting.device, ENGINE_RESERVE["cuda"])

@@ -22,9 +22,13 @@ def describe(plan: MemoryPlan) -> list[str]:
             f"{(plan.resident - sum(held)) / GB:.2f} (this worker's shard: / tensor_parallel_size {tp})"
         )
     else:
+        extra = plan.resident - theta0 - plan.tau
+        recast = s.dtype is not None and s.dtype != next(iter(plan.shapes.tensors.values())).dtype
+        copied = recast or plan.resident_form in (None, "bitmask")  # as plan_memory counts them
+        how = "one output per tensor, copied in" if copied else "written into the parameters"
         resident = (
             f"θ0 {theta0 / GB:.2f} + {plan.sources} τ̃ {plan.tau / GB:.2f} + outputs and scratch "
-            f"{(plan.resident - theta0 - plan.tau) / GB:.2f} (whole model; written into the parameters)"
+            f"{extra / GB:.2f} (whole model; {how})"
         )
     out = [
         f"memory plan: {plan.shapes.name} ({plan.shapes.params / 1e9:.2f} B parameters), {plan.sources} sources "

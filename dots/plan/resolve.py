@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 def resident_needs(task_vectors: Any, device: torch.device, shards: int | None = None) -> dict[str, int]:
     """Bytes θ0 and the actual τ̃ of `task_vectors` need resident, per resident form (dense,
     sparse, bitmask). `shards`: a vLLM worker, one of that many tensor-parallel ranks, holding
-    only its shard (`sharded_resident_bytes`); None: the whole model (`resident_bytes`), written
-    into the engine's parameters."""
+    only its shard (`sharded_resident_bytes`); None: the whole model (`resident_bytes`) on the
+    transformers engine, written into its parameters (dense, sparse) or through outputs (bitmask)."""
     from dots.io.checkpoint import Checkpoint
 
     base = Checkpoint(task_vectors.base_path)
@@ -39,7 +39,10 @@ def resident_needs(task_vectors: Any, device: torch.device, shards: int | None =
         "bitmask": sum(e.tau_bytes(task_vectors.names) for e in task_vectors.entries.values()),
     }
     if shards is None:
-        return {f: resident_bytes(tensors, task_vectors.names, extra, t, device.type, False) for f, t in taus.items()}
+        return {
+            f: resident_bytes(tensors, task_vectors.names, extra, t, device.type, f == "bitmask")
+            for f, t in taus.items()
+        }
     return {
         f: sharded_resident_bytes(tensors, task_vectors.names, extra, t, device.type, shards) for f, t in taus.items()
     }
