@@ -206,6 +206,8 @@ class Lab:
         with locked(self.dir / ".selection.lock"):
             chosen = load_selected(run) if (run.run_dir / "selection.jsonl").exists() else build_selection(run)
         self.prompts = [run.prompts[q.id] for q in chosen]
+        self.ids = [q.id for q in chosen]  # the selected queries, in the order of a trial's answers
+        self.record = next(run.run_dir.glob("difficulty-*.jsonl"), None)  # the sources' answers (selection)
         self.reference = self._reference(cfg)
 
     def _reference(self, cfg: Any) -> dict:
@@ -260,6 +262,7 @@ class MemoScorer:
         row = {
             "key": key,
             **{f: getattr(res, f) for f in ("consistency", "perplexity", "per_query", "tokens", "times", "samples")},
+            "answers": res.answers,
         }
         self.rows[key] = row
         with locked(self.path.with_suffix(".lock")):
@@ -276,7 +279,8 @@ class MemoScorer:
             self.hits += 1
             row = self.rows[key]
             return TrialResult(
-                **{f: row[f] for f in ("consistency", "perplexity", "per_query", "tokens", "times", "samples")}
+                **{f: row[f] for f in ("consistency", "perplexity", "per_query", "tokens", "times", "samples")},
+                answers=row.get("answers"),
             )
         res = self.scorer(coefficients, seed)
         self.add(key, res)
