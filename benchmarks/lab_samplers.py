@@ -110,6 +110,7 @@ def search_cfg(lab: int, paths: dict[str, Path], extra: Sequence[str] = ()) -> A
             f"backbone.sources.sft={paths['sft']}",
             f"backbone.sources.rlvr={paths['rlvr']}",
             "export.enabled=false",
+            "search.range=[0.0,2.0]",  # the space these studies searched (the default became [0.5, 2.0] after them)
             *extra,
         ],
     )

@@ -5,13 +5,16 @@ Every study runs dots' own search pieces on a lab (a trio of `python -m dots.lab
 `benchmarks/lab_samplers.py` does (its `Lab`: dots' selection, n = 64 queries; the `Scorer`,
 k = 8; `open_study` / `run_study`; the lab's batched sampler as the engine). Configurations:
 
-    tpe           the defaults (sampler=tpe, one generation call per trial)
+    tpe           the defaults before this study (sampler=tpe, λ ∈ [0, 2], one generation call per
+                  trial, no stopping); every configuration searches [0, 2] unless it says otherwise
     gp            sampler=gp
     tpe-adaptive  search.adaptive.enabled=true
     tpe-b16       search.batch=16 (the blocks pruning needs; first search seed only: the control
                   for pruning's identity)
     tpe-prune     search.prune=true search.batch=16 (exact dominance pruning, for real)
     tpe-range     search.range=[0.5,2.0] (the official code's range)
+    tpe-range-prune, tpe-range-prune32
+                  the range with pruning in blocks of 16 or 32 queries (the candidate defaults)
 
 Stopping (`search.stop`) is replayed on each finished study with dots' own rule
 (`dots.search.stopping.relative_gain`): a study that stops after trial t has exactly the first t
@@ -52,6 +55,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tpe": {"overrides": [], "memo": "full"},
     "tpe-prune": {"overrides": ["search.prune=true", "search.batch=16"], "memo": None},
     "tpe-range": {"overrides": ["search.range=[0.5,2.0]"], "memo": "full"},
+    "tpe-range-prune": {
+        "overrides": ["search.range=[0.5,2.0]", "search.prune=true", "search.batch=16"],
+        "memo": None,
+    },
+    "tpe-range-prune32": {
+        "overrides": ["search.range=[0.5,2.0]", "search.prune=true", "search.batch=32"],
+        "memo": None,
+    },
     "gp": {"overrides": ["sampler=gp"], "memo": "full"},
     "tpe-adaptive": {"overrides": ["search.adaptive.enabled=true"], "memo": "adaptive"},
     "tpe-b16": {"overrides": ["search.batch=16"], "memo": "b16", "first_seed_only": True},
@@ -487,8 +498,8 @@ def signal_rows(reps: dict[int, dict]) -> list[str]:
 def cost_rows(reps: dict[int, dict]) -> list[str]:
     md = [
         "| config | runs | tokens / study | pick fixed after: trials | tokens | beats both sources | paired vs tpe "
-        "| search.stop: trials | tokens | beats both | paired vs tpe |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| search.stop: trials | tokens | beats both | paired vs tpe | paired vs its own full budget |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = ("tpe", "max_consistency")
     for cfg in CONFIGS:
@@ -505,7 +516,8 @@ def cost_rows(reps: dict[int, dict]) -> list[str]:
             f"| {fmt_ci(paired(reps, base, (cfg, 'max_consistency')))} "
             f"| {med([r['stop']['trials'] for _, r in rows], '{:.0f}')} "
             f"| {med([r['stop']['tokens'] for _, r in rows], '{:,.0f}')} | {stop_wins}/{n} "
-            f"| {fmt_ci(paired(reps, base, (cfg, 'stop')))} |"
+            f"| {fmt_ci(paired(reps, base, (cfg, 'stop')))} "
+            f"| {fmt_ci(paired(reps, (cfg, 'max_consistency'), (cfg, 'stop')))} |"
         )
     return md
 
@@ -608,6 +620,15 @@ def remedy_rows(reps: dict[int, dict]) -> list[str]:
     return md
 
 
+def per_lab_rows(reps: dict[int, dict], candidates: Sequence[tuple[str, str]]) -> list[str]:
+    """Per lab, paired gt(candidate) − gt(tpe · max_consistency), mean [95% bootstrap]: no lab may lose."""
+    md = ["| candidate | " + " | ".join(f"lab {lab}" for lab in reps) + " |", "|" + "---|" * (len(reps) + 1)]
+    for cand in candidates:
+        cells = [fmt_ci(paired({lab: rep}, ("tpe", "max_consistency"), cand)) for lab, rep in reps.items()]
+        md.append(f"| {cand[0]} · {cand[1]} | " + " | ".join(cells) + " |")
+    return md
+
+
 def cmd_report(args: argparse.Namespace) -> None:
     import torch
 
@@ -627,6 +648,12 @@ def cmd_report(args: argparse.Namespace) -> None:
     md += ["", "## Remedies (#31): the pick against ground truth", ""]
     md += ["Per lab: median pick accuracy over seeds (runs beating both sources / runs).", ""]
     md += remedy_rows(reps)
+    md += ["", "Per lab, paired against the default (tpe · max_consistency at the full budget):", ""]
+    md += per_lab_rows(
+        reps,
+        [("tpe", "away"), ("tpe-range", "max_consistency"), ("tpe-range", "agreement"), ("tpe-range", "stop"),
+         ("tpe-range-prune", "stop"), ("tpe-range-prune32", "stop")],
+    )  # fmt: skip
     out = root()
     (out / "results.md").write_text("\n".join(md) + "\n")
     ls.write_json(out / "results.json", {str(k): v for k, v in reps.items()})
