@@ -299,7 +299,11 @@ def test_fixed_points_per_group_are_scored(tiny, tmp_path):
         overrides(
             tiny,
             tmp_path / "run",
-            extra=["search.granularity=module", f"search.fixed=[[1,0.5],{eight}]".replace(" ", "")],
+            extra=[
+                "search.granularity=module",
+                f"search.fixed=[[1,0.5],{eight}]".replace(" ", ""),
+                "search.range=[0.0,2.0]",  # the default [0.5, 2.0] would refuse the 0.25 and 0.0
+            ],
         )
     )
     rows = list(csv.DictReader((run_dir / "fixed.csv").read_text().splitlines()))

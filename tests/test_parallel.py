@@ -222,7 +222,7 @@ def test_fixed_point_that_failed_is_scored_on_rerun(tiny, tmp_path, monkeypatch)
 
     from dots.search.scorer import Scorer
 
-    points = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+    points = [[0.6, 0.7], [0.8, 0.9], [1.0, 1.1]]
     real_score, calls = Scorer.__call__, []
 
     def out_of_memory_once(self, coefficients, seed):

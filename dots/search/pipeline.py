@@ -116,7 +116,10 @@ def prepare(cfg: DictConfig) -> Run:
     keys = list(sources)
     fixed = [fixed_point(p, keys, granularity) for p in cfg.search.fixed] if cfg.search.fixed else None
     if fixed and any(not bounds[0] <= x <= bounds[1] for p in fixed for x in p):
-        raise DotsError(f"search.fixed coefficients must lie in search.range {list(bounds)}")
+        raise DotsError(
+            f"search.fixed coefficients must lie in search.range {list(bounds)}; "
+            "to score points outside it, widen it too (e.g. search.range=[0.0,2.0])"
+        )
     identity = run_identity(cfg, base, sources)
     return Run(cfg, resolve_run_dir(cfg, identity), alignment, identity, bounds, fixed, granularity)
 

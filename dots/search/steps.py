@@ -151,6 +151,7 @@ def build_pick(run: Run) -> dict:
     record = run.run_dir / f"difficulty-{stable_hash(selection_inputs(run))}.jsonl"
     selected = [q.id for q in run.results["selection"]]
     mode = str(run.cfg.search.get("answer_mode", "math"))
+    low = float(run.cfg.search.range[0])
     return pick_and_report(
         run.results["study"],
         run.sources,
@@ -158,7 +159,7 @@ def build_pick(run: Run) -> dict:
         run.run_dir,
         f"DoTS on {run.cfg.backbone.name}",
         run.granularity,
-        lambda study, result: pick_warnings(study, result, selected, record, mode),
+        lambda study, result: pick_warnings(study, result, selected, record, mode, low),
     )
 
 
