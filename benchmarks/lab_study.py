@@ -15,6 +15,7 @@ k = 8; `open_study` / `run_study`; the lab's batched sampler as the engine). Con
     tpe-range     search.range=[0.5,2.0] (the official code's range)
     tpe-range-prune, tpe-range-prune32
                   the range with pruning in blocks of 16 or 32 queries (the candidate defaults)
+    tpe-range-adaptive  the range with adaptive sampling
 
 Stopping (`search.stop`) is replayed on each finished study with dots' own rule
 (`dots.search.stopping.relative_gain`): a study that stops after trial t has exactly the first t
@@ -63,6 +64,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "overrides": ["search.range=[0.5,2.0]", "search.prune=true", "search.batch=32"],
         "memo": None,
     },
+    "tpe-range-adaptive": {"overrides": ["search.range=[0.5,2.0]", "search.adaptive.enabled=true"], "memo": "adaptive"},
     "gp": {"overrides": ["sampler=gp"], "memo": "full"},
     "tpe-adaptive": {"overrides": ["search.adaptive.enabled=true"], "memo": "adaptive"},
     "tpe-b16": {"overrides": ["search.batch=16"], "memo": "b16", "first_seed_only": True},
@@ -391,6 +393,8 @@ def lab_report(lab: int, test_size: int) -> dict | None:
         }
         n_fixed = fixed_from(trials, lambda ts: pick_by(ts, "max_consistency", ids, sources, pair))
         row["fixed"] = {"trials": n_fixed, "tokens": sum(t["tokens"] for t in trials[:n_fixed])}
+        front = front_of(trials)
+        row["front_low"] = sum(min(t["params"].values()) < 0.5 for t in front) / len(front)
         row["beats_both"] = row["max_consistency"]["gt"] > best_source
         out["runs"].append(row)
     grid_path = ldir / "grid" / "result.json"
@@ -491,6 +495,25 @@ def signal_rows(reps: dict[int, dict]) -> list[str]:
             f"| {lab} | {m['base']:.3f} | {m['sft']:.3f} | {m['rlvr']:.3f} | {rep['best_grid']:.3f} "
             f"{tuple(rep['best_grid_lambda'])} | {rep['merges'][top]:.3f} {top} | {cs} | {ps} | "
             f"{rep['source_agreement']:.3f} | {rho} |"
+        )
+    return md
+
+
+def front_rows(reps: dict[int, dict]) -> list[str]:
+    """Where tpe's fronts (λ ∈ [0, 2]) lie: the share of front points and of picks with some λ < 0.5,
+    and the ground truth of the picks below 0.5 and of those above."""
+    md = [
+        "| lab | front points with a λ < 0.5 | picks with a λ < 0.5 | their accuracy (median) | the others' |",
+        "|---|---|---|---|---|",
+    ]
+    for lab, rep in reps.items():
+        runs = [r for r in rep["runs"] if r["config"] == "tpe"]
+        low = [r for r in runs if min(r["max_consistency"]["params"].values()) < 0.5]
+        high = [r for r in runs if r not in low]
+        share = statistics.mean(r["front_low"] for r in runs) if runs else 0.0
+        md.append(
+            f"| {lab} | {share:.0%} | {len(low)}/{len(runs)} | {med([r['max_consistency']['gt'] for r in low])} "
+            f"| {med([r['max_consistency']['gt'] for r in high])} |"
         )
     return md
 
@@ -637,6 +660,8 @@ def cmd_report(args: argparse.Namespace) -> None:
     reps = {lab: rep for lab in args.labs if (rep := lab_report(lab, args.test_size)) is not None}
     md = ["# Five-lab study (benchmarks/lab_study.py)", "", "## Ground truth and label-free signals per lab", ""]
     md += signal_rows(reps)
+    md += ["", "Where the default's fronts lie (tpe, λ ∈ [0, 2]; a λ < 0.5 is outside the range [0.5, 2]):", ""]
+    md += front_rows(reps)
     md += ["", "## Cost levers (#30), max-consistency pick", ""]
     md += ["Medians over (lab, seed) runs; paired: gt(config) − gt(tpe) on the same lab and seed, "
            "mean [95% bootstrap interval].", ""]  # fmt: skip
