@@ -156,6 +156,10 @@ def test_the_preset_resolves_to_the_official_rules():
     assert (cfg.selection.n, cfg.selection.m, cfg.selection.threshold) == (16, 5, 0.8)
     assert (cfg.selection.source, cfg.selection.split) == ("sparsified", "half")
     assert (cfg.search.consistency, cfg.search.perplexity) == ("official", "queries")
+    # every trial, every vote: dots' defaults stop a converged study and draw the votes in rounds
+    assert cfg.search.stop.rule == "none" and cfg.search.adaptive.enabled is False
+    defaults = compose([])
+    assert defaults.search.stop.rule == "hypervolume" and defaults.search.adaptive.enabled is True
     assert compose(["preset=official", "sampler=tpe", "search.k=3"]).sampler.name == "tpe"  # the command line wins
 
 

@@ -31,8 +31,8 @@ Generate = Callable[[list[str], int, int], list[list[str]]]  # (prompts, n, seed
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    """search.adaptive: off by default; the first round's size, later rounds' size, the
-    rule's confidence."""
+    """search.adaptive: on or off (the config's default is on, conf/search.yaml; this
+    class's off), the first round's size, later rounds' size, the rule's confidence."""
 
     enabled: bool = False
     first: int = 4
