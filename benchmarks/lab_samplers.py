@@ -340,6 +340,20 @@ def try_lock(path: Path) -> Any:
     return fh
 
 
+def claim(jobs: Sequence[dict], directory: Any) -> tuple[dict | None, Any]:
+    """The first of `jobs` no other process holds and none has finished (its `directory(job)`
+    has no result.json), with the file lock that holds it; (None, None) when there is none."""
+    for job in jobs:
+        directory(job).mkdir(parents=True, exist_ok=True)
+        lock = try_lock(directory(job) / ".claim.lock")
+        if lock is not None and (directory(job) / "result.json").exists():  # finished meanwhile
+            lock.close()
+            lock = None
+        if lock is not None:
+            return job, lock
+    return None, None
+
+
 def config_name(sampler: str, adaptive: bool) -> str:
     return f"{sampler}-{'adaptive' if adaptive else 'full'}"
 
@@ -459,16 +473,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         if not pending:
             break
         ready = [j for j in pending if j["lab"] in labs or lab_paths(j["lab"]) is not None]
-        job, lock = None, None
-        for j in ready:
-            study_dir(j).mkdir(parents=True, exist_ok=True)
-            lock = try_lock(study_dir(j) / ".claim.lock")
-            if lock is not None and (study_dir(j) / "result.json").exists():  # finished meanwhile
-                lock.close()
-                lock = None
-            if lock is not None:
-                job = j
-                break
+        job, lock = claim(ready, study_dir)
         if job is None:
             log.info("nothing to claim (labs being built or studies held by other workers); waiting")
             time.sleep(20)

@@ -187,18 +187,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         pending = [j for j in todo if not (job_dir(j) / "result.json").exists()]
         if not pending:
             break
-        job, lock = None, None
-        for j in pending:
-            if j["lab"] not in labs and ls.lab_paths(j["lab"]) is None:
-                continue  # not built yet
-            job_dir(j).mkdir(parents=True, exist_ok=True)
-            lock = ls.try_lock(job_dir(j) / ".claim.lock")
-            if lock is not None and (job_dir(j) / "result.json").exists():
-                lock.close()
-                lock = None
-            if lock is not None:
-                job = j
-                break
+        ready = [j for j in pending if j["lab"] in labs or ls.lab_paths(j["lab"]) is not None]  # built
+        job, lock = ls.claim(ready, job_dir)
         if job is None:
             log.info("nothing to claim (labs being built or jobs held by other workers); waiting")
             time.sleep(20)
