@@ -1,4 +1,4 @@
-"""Stopping a converged study before search.n_trials (`search.stop`, off by default).
+"""Stopping a converged study before search.n_trials (`search.stop`, on by default: docs/cost.md).
 
 `rule: hypervolume` stops when the last `window` scored trials (complete, or pruned by the
 bound: dots.search.pruning) added at most `threshold` of the front's hypervolume:
