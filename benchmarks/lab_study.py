@@ -28,8 +28,9 @@ the warning of dots.search.diagnosis — then `agreement`), `away` (the front of
 every λ ≥ 0.5). The `grid` job scores a 5×5 λ grid with the full scorer (seed 0) for the
 per-lab analysis: how C, PPL and source agreement rank the grid against its ground truth.
 
-    python benchmarks/lab_study.py run --labs 0 1 2 3 4 --seeds 0 1 2 &   # one per core; resumable
-    python benchmarks/lab_study.py report --labs 0 1 2 3 4               # → outputs/bench/lab_study/
+    python benchmarks/lab_study.py all        # labs 1–4 built, 205 studies, the report: ~75 min on 2 cores
+    python benchmarks/lab_study.py run &      # or by hand: one per core; resumable
+    python benchmarks/lab_study.py report     # → outputs/bench/lab_study/
 
 Labs other than 0 are looked up with `threads=1` (how they are built here: `python -m dots.lab
 seed=L threads=1 eval.enabled=false`); `--lab-overrides` changes that.
@@ -687,6 +688,27 @@ def cmd_report(args: argparse.Namespace) -> None:
     print("\n".join(md))
 
 
+def cmd_all(args: argparse.Namespace) -> None:
+    """The whole study in one command: build the missing labs, run the jobs with one process per
+    worker, then the report."""
+    import subprocess
+
+    def together(commands: list[list[str]]) -> None:
+        for i in range(0, len(commands), args.workers):
+            procs = [subprocess.Popen(c) for c in commands[i : i + args.workers]]
+            if any(p.wait() for p in procs):
+                raise SystemExit("a step of the study failed (its output is above)")
+
+    missing = [lab for lab in args.labs if ls.lab_paths(lab) is None]
+    together([[sys.executable, "-m", "dots.lab", f"seed={lab}", *ls.LAB_OVERRIDES.get(lab, []), "eval.enabled=false"]
+              for lab in missing])  # fmt: skip
+    overrides = [f"{lab}:{','.join(keys)}" for lab, keys in ls.LAB_OVERRIDES.items()]
+    run = [sys.executable, __file__, "run", "--labs", *map(str, args.labs), "--seeds", *map(str, args.seeds),
+           "--trials", str(args.trials), "--lab-overrides", *overrides]  # fmt: skip
+    together([run] * args.workers)
+    cmd_report(args)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
     logging.getLogger("dots.search").setLevel(logging.WARNING)
@@ -703,11 +725,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     q.add_argument("--test-size", type=int, default=1024, help="test problems (half per skill), greedy")
     q.add_argument("--threads", type=int, default=2)
     q.add_argument("--lab-overrides", nargs="*", default=None, help="LAB:key=value,... (default: L:threads=1, L > 0)")
+    a = sub.add_parser("all", help="build the missing labs, run every job (--workers processes), report")
+    a.add_argument("--labs", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    a.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    a.add_argument("--trials", type=int, default=50)
+    a.add_argument("--workers", type=int, default=max(1, os.cpu_count() or 1))
+    a.add_argument("--test-size", type=int, default=1024, help="test problems (half per skill), greedy")
+    a.add_argument("--threads", type=int, default=1)
+    a.add_argument("--lab-overrides", nargs="*", default=None, help="LAB:key=value,... (default: L:threads=1, L > 0)")
     args = p.parse_args(argv)
     ls.parse_lab_overrides(
         args.lab_overrides if args.lab_overrides is not None else [f"{lab}:threads=1" for lab in args.labs if lab]
     )
-    {"run": cmd_run, "report": cmd_report}[args.cmd](args)
+    {"run": cmd_run, "report": cmd_report, "all": cmd_all}[args.cmd](args)
 
 
 if __name__ == "__main__":
