@@ -53,6 +53,9 @@ def worker_cmd(tiny, run_dir, storage, n, worker, extra=()):
                 f"search.worker={worker}",
                 "search.heartbeat_s=0.5",
                 "search.grace_s=4",
+                # every sample drawn: adaptive sampling's shorter trials let one worker finish the study
+                # before the other's engine is up, and these tests are about sharing it
+                "search.adaptive.enabled=false",
                 *extra,
             ],
         ),
