@@ -257,8 +257,14 @@ def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sw
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 8
     args = worker_args(
-        tiny, run_dir, storage, n, heartbeat_s=0.5, grace_s=6, trial_work=("search.k=64", "search.max_tokens=64")
-    )  # ~1 s trials, idle machine
+        tiny,
+        run_dir,
+        storage,
+        n,
+        heartbeat_s=0.5,
+        grace_s=6,
+        trial_work=("search.k=64", "search.max_tokens=64", "search.adaptive.enabled=false"),
+    )  # ~1 s trials, idle machine (every one of the 64 samples drawn)
     proc = subprocess.Popen(
         multirun_cmd(slurm_cluster, sweep_dir, args),
         cwd=tmp_path,
@@ -320,8 +326,11 @@ def test_plain_scancel_stops_the_worker_through_its_sigterm_handler(tiny, slurm_
 
     run_dir, storage, n = tmp_path / "run", tmp_path / "study.journal", 8
     args = overrides(
-        tiny, run_dir, trials=n, extra=["search.k=64", "search.max_tokens=64", f"search.storage={storage}"]
-    )
+        tiny,
+        run_dir,
+        trials=n,
+        extra=["search.k=64", "search.max_tokens=64", "search.adaptive.enabled=false", f"search.storage={storage}"],
+    )  # long trials: all 64 samples of each query drawn
     proc = subprocess.Popen(
         multirun_cmd(slurm_cluster, sweep_dir, args),
         cwd=tmp_path,
