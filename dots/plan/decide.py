@@ -95,6 +95,15 @@ class MemoryPlan:
         return out
 
 
+def copies_outputs(setting: EngineSetting, shapes: ModelShapes, form: str | None) -> bool:
+    """Whether the transformers engine's resident swap holds one output per merged tensor and
+    copies it in: in the bitmask form (its per-block decode is faster that way: docs/performance.md),
+    from the cache (form None), or when the engine's dtype differs from the checkpoint's; dense and
+    sparse τ̃ are written straight into the parameters."""
+    recast = setting.dtype is not None and setting.dtype != next(iter(shapes.tensors.values())).dtype
+    return recast or form in (None, "bitmask")
+
+
 def plan_memory(
     shapes: ModelShapes,
     setting: EngineSetting,
@@ -124,9 +133,6 @@ def plan_memory(
     kv = tokens * per_token
     itemsize = dtype_size(shapes.source_dtype)
     extra = {n: shapes.extra_bytes(n) for n in shapes.extra_rows}
-    # transformers writes dense and sparse τ̃ straight into its parameters unless the engine's dtype differs
-    # from the checkpoint's; the bitmask form swaps through one output per tensor (faster: docs/performance.md)
-    outputs = setting.dtype is not None and setting.dtype != next(iter(shapes.tensors.values())).dtype
     forms: dict[str, tuple[int, int]] = {}
     tau_of: dict[str, dict[str, int]] = {}
     for form in BY_SPEED:
@@ -137,7 +143,7 @@ def plan_memory(
         if setting.name == "vllm":
             held = sharded_resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, tp)
         else:
-            copied = outputs or form == "bitmask"
+            copied = copies_outputs(setting, shapes, form)
             held = resident_bytes(shapes.tensors, shapes.merged, extra, tau, setting.device, copied)
         forms[form] = (tau, held)
     stream = stream_bytes(shapes.tensors, shapes.merged, extra, tau_of["bitmask"], setting.device)

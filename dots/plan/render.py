@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dots.plan.decide import MemoryPlan
+from dots.plan.decide import MemoryPlan, copies_outputs
 from dots.plan.estimate import GB
 
 
@@ -23,8 +23,7 @@ def describe(plan: MemoryPlan) -> list[str]:
         )
     else:
         extra = plan.resident - theta0 - plan.tau
-        recast = s.dtype is not None and s.dtype != next(iter(plan.shapes.tensors.values())).dtype
-        copied = recast or plan.resident_form in (None, "bitmask")  # as plan_memory counts them
+        copied = copies_outputs(s, plan.shapes, plan.resident_form)
         how = "one output per tensor, copied in" if copied else "written into the parameters"
         resident = (
             f"θ0 {theta0 / GB:.2f} + {plan.sources} τ̃ {plan.tau / GB:.2f} + outputs and scratch "
