@@ -432,19 +432,47 @@ def classes_of_synthesis(tv, lams, forms) -> dict[str, dict[str, float]]:
     return out
 
 
-def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
-    """One engine of `kind`; τ̃ set resident in each form in turn (same engine), `--warmup`
-    untimed swaps, then one timed swap per λ; the resident bytes each form holds. The
-    transformers engine also times the path before #28 (bitmask, outputs then copy)."""
-    rows = []
+def proc_gib(pid: int, field: str) -> float:
+    """A /proc/<pid>/status memory field (VmRSS, VmHWM) in GiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 2**20
+    return float("nan")
+
+
+def gib(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def start_engine(kind: str, base: Path, tv, args, form: str | None) -> tuple:
+    """A fresh engine, τ̃ resident in `form` (None: a plain start, no τ̃): (engine, start s,
+    peak RSS GiB of vLLM's worker — a fresh process: its VmHWM; None for the transformers
+    engine, which lives in this process beside what earlier engines freed)."""
     t = time.perf_counter()
-    engine = make_engine(kind, base, tv, args, synth_cache="memory", resident_form=args.forms[0])
-    print(f"[{kind}] engine start {time.perf_counter() - t:.1f} s", flush=True)
-    try:
-        for form in args.forms:
-            t = time.perf_counter()
-            engine.set_task_vectors(tv, synth_cache="memory", resident_form=form)
-            setup = time.perf_counter() - t
+    if form is None:
+        engine = make_engine(kind, base, None, args)
+    else:
+        engine = make_engine(kind, base, tv, args, synth_cache="memory", resident_form=form)
+    seconds = time.perf_counter() - t
+    peak = proc_gib(int(engine.worker_info()[0]["pid"]), "VmHWM") if kind == "vllm" else None
+    return engine, seconds, peak
+
+
+def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
+    """Per form, a fresh engine of `kind` started with τ̃ resident in it (start time and the
+    weight-holding process's peak RSS), `--warmup` untimed swaps, then one timed swap per λ;
+    the resident bytes each form holds; vLLM: the worker's own split of each swap (writing
+    the parameters, post-load processing). One plain start (no τ̃) first, for reference. The
+    transformers engine also times the path before #28 (bitmask, outputs then copy)."""
+    engine, seconds, peak = start_engine(kind, base, tv, args, None)
+    engine.close()
+    del engine
+    gc.collect()
+    print(f"[{kind}] plain engine start {seconds:.1f} s, peak RSS {peak} GiB", flush=True)
+    rows = [{"engine": kind, "form": "plain start (no τ̃)", "swap": [], "held": 0, "setup": seconds, "peak": peak}]
+    for form in args.forms:
+        engine, seconds, peak = start_engine(kind, base, tv, args, form)
+        try:
             info = engine.resident_info()
             ranks = info if isinstance(info, list) else [info]
             held = sum(int(r["nbytes"]) for r in ranks)
@@ -454,7 +482,7 @@ def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
                 paths.append((" (outputs + copy: before #28)", "before"))
             for label, path in paths:
 
-                def swap(lam, path=path):
+                def swap(lam, path=path, engine=engine):
                     if path == "before":
                         engine.swap_weights(engine._resident(lam))
                     else:
@@ -462,15 +490,28 @@ def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
 
                 for lam in lambdas(args.warmup, seed=1):
                     swap(lam)
-                times = []
+                times, split = [], []
                 for lam in lams:
                     t = time.perf_counter()
                     swap(lam)
                     times.append(time.perf_counter() - t)
-                print(f"[{kind}] {form}{label}: set-up {setup:.1f} s, swaps {[round(x, 3) for x in times]}", flush=True)
-                rows.append({"engine": kind, "form": form + label, "swap": times, "held": held, "setup": setup})
-    finally:
-        engine.close()
+                    if kind == "vllm":  # the worker's own split: writing the parameters, post-load processing
+                        split.append(engine.resident_info()[0].get("last_swap", {}))
+                row = {"engine": kind, "form": form + label, "swap": times, "held": held}
+                row.update(setup=seconds, peak=peak)
+                if split and all(split):
+                    row["write"] = statistics.median(x["write_s"] for x in split)
+                    row["after"] = statistics.median(x["after_load_s"] for x in split)
+                swaps = [round(x, 3) for x in times]
+                split_s = f"{row.get('write')} / {row.get('after')}"
+                print(
+                    f"[{kind}] {form}{label}: start {seconds:.1f} s, peak {peak} GiB, swaps {swaps}, {split_s}",
+                    flush=True,
+                )
+                rows.append(row)
+        finally:
+            engine.close()
+            gc.collect()
     return rows
 
 
@@ -491,16 +532,23 @@ def forms_table(base: Path, tv, lams, args) -> None:
         f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
         f"{torch.get_num_threads()} torch threads; medians of {len(lams)}; λ: {lams}\n"
     )
-    print("| form | engine | swap (s) | floor (s) | swap ÷ floor | resident bytes (GB) | set-up (s) | all swaps (s) |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print(
+        "| form | engine | swap (s) | floor (s) | swap ÷ floor | in the worker: write / post-load (s) "
+        "| resident bytes (GB) | engine start (s) | peak RSS (GiB) | all swaps (s) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
+        if not r["swap"]:  # the plain start
+            print(f"| {r['form']} | {r['engine']} | | | | | | {r['setup']:.1f} | {gib(r['peak'])} | |")
+            continue
         form = r["form"].split(" ")[0]
         traffic = 2 * merged + taus[form]  # θ0 read + τ̃ read + the parameters written
         floor = traffic / GB / memory
         swap = statistics.median(r["swap"])
+        split = f"{r['write']:.3f} / {r['after']:.3f}" if "write" in r else ""
         print(
-            f"| {r['form']} | {r['engine']} | {swap:.3f} | {floor:.3f} | {swap / floor:.1f}× | "
-            f"{r['held'] / GB:.3f} | {r['setup']:.1f} | {', '.join(f'{x:.3f}' for x in r['swap'])} |"
+            f"| {r['form']} | {r['engine']} | {swap:.3f} | {floor:.3f} | {swap / floor:.1f}× | {split} | "
+            f"{r['held'] / GB:.3f} | {r['setup']:.1f} | {gib(r['peak'])} | {', '.join(f'{x:.3f}' for x in r['swap'])} |"
         )
     print(
         f"\nfloor = (θ0 of the merged tensors {merged / GB:.3f} GB + τ̃ in the form + the parameters written "

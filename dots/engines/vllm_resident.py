@@ -38,6 +38,7 @@ its functions: only worker processes call this module).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -176,6 +177,7 @@ class ShardedResident:
         model, config, tv, device = self.model, self.config, self.tv, self.device
         self.sources = list(tv.sources)
         self.kept: list[int] = []  # kept entries per source in this worker's parameters
+        self.last_swap: dict[str, float] = {}  # seconds of the last swap: writing, post-load processing
         base = Checkpoint(tv.base_path)
         units = model_units(model)
         why = unsupported(tv, base, units, compat.is_quantized(config))
@@ -258,6 +260,7 @@ class ShardedResident:
         """Write θ0 + Σ λ_i τ̃_i into the live parameters, then redo the post-load processing."""
         active = self._active(coefficients)
         broken = broken_swap()  # tests only: a swap broken on purpose, which the canary must catch
+        started = time.perf_counter()
         loaded: dict[int, torch.Tensor] = {}  # load-time tensors of units whose kernel differs
         for r in self.params:
             unit = r.unit
@@ -271,8 +274,10 @@ class ShardedResident:
                 kernel.copy_(value)
             else:
                 loaded[id(unit.kernel)] = compat.dress_as_loaded(unit.meta, unit.meta_owner, value)
+        written = time.perf_counter()
         if broken != "skip-repack":
             self._after_write(loaded)
+        self.last_swap = {"write_s": written - started, "after_load_s": time.perf_counter() - written}
 
     def _after_write(self, loaded: dict[int, torch.Tensor]) -> None:
         """What vLLM runs after loading, for every module whose kernel derives from its weights:

@@ -125,6 +125,9 @@ class DotsWorkerExtension:
         if self._dots_sharded is not None:
             sharded = self._dots_sharded
             info.update(layout="parameters", nbytes=sharded.nbytes, kept=sharded.kept, form=sharded.form)
+            import torch
+
+            info.update(last_swap=sharded.last_swap, torch_threads=torch.get_num_threads())
         elif self._dots_resident is not None:
             resident = self._dots_resident
             info.update(layout="checkpoint", nbytes=resident.nbytes, note=self._dots_resident_note, form=resident.form)
