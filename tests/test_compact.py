@@ -5,7 +5,7 @@ The reference here is the dense path as it was before the compact cache: τ⊙M 
 acc = float32(θ0); acc.add_(τ̃_i, alpha=λ_i) for every λ_i ≠ 0 in source order; cast to the
 base dtype; a source's added vocabulary rows appended. Every merged tensor of the compact
 path (`synthesize`, `ResidentSynthesizer`, small blocks, `dots.merge method=dots_fixed`)
-must equal it byte for byte, with τ̃ held in every resident form (dense, sparse, bitmask) and
+must equal it byte for byte, with τ̃ held in every resident form (dense, sparse, index, bitmask) and
 written straight into live tensors — on the lab trio, generated bf16 / fp32 / mixed-dtype trios,
 both scopes, every rescale, densities that pick each storage form, −0.0 entries in θ0, and
 a source that adds vocabulary rows.
@@ -99,9 +99,9 @@ def check_bit_identity(
                 assert same_bytes(held[name], tensor), (form, name, lam)
         # written straight into live tensors (NaN before: every entry must be written)
         live = {name: torch.full_like(t, float("nan")) for name, t in want.items()}
-        assert list(residents[BY_SPEED[i % 3]](lam, into=live)) == []
+        assert list(residents[BY_SPEED[i % len(BY_SPEED)]](lam, into=live)) == []
         for name, tensor in want.items():
-            assert same_bytes(live[name], tensor), (BY_SPEED[i % 3], "into", name, lam)
+            assert same_bytes(live[name], tensor), (BY_SPEED[i % len(BY_SPEED)], "into", name, lam)
     for key in sources:  # τ̃ itself, rebuilt dense: equal values (zeros may differ in sign only)
         for name in tv.names:
             assert torch.equal(tv.get(key, name), taus[key][name]), (key, name)
@@ -456,4 +456,6 @@ def test_every_resident_form_with_per_module_coefficients_and_its_size(trios, tm
     assert sizes["dense"] == 4 * numel * len(tv.sources)
     assert sizes["sparse"] == 8 * kept  # no −0.0 entries in this trio
     assert sizes["bitmask"] == sum(e.tau_bytes(tv.names) for e in tv.entries.values())
-    assert sizes["dense"] > sizes["sparse"] > sizes["bitmask"]
+    itemsize = base.info(tv.names[0]).dtype.itemsize
+    assert sizes["index"] == (4 + itemsize) * kept  # θ_i's values at int32 positions
+    assert sizes["dense"] > sizes["sparse"] > sizes["index"] > sizes["bitmask"]

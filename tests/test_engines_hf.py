@@ -190,7 +190,7 @@ def test_engine_config_files_build(models):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_every_resident_form_gives_the_streamed_bytes_in_the_live_parameters(tmp_path, dtype):
-    """A bf16 model with tied embeddings, τ̃ held dense, sparse and bitmask in turn: after each
+    """A bf16 model with tied embeddings, τ̃ held dense, sparse, index and bitmask in turn: after each
     swap every parameter holds the streamed synthesis' bytes (θ0 + Σλτ̃ cast to bf16; then to
     the engine's float32). In the checkpoint's dtype the swap writes straight into the live
     parameters (same storage, no output buffers); in float32 it goes through outputs and a cast."""
@@ -203,7 +203,7 @@ def test_every_resident_form_gives_the_streamed_bytes_in_the_live_parameters(tmp
     engine = HFEngine(base.path, task_vectors=tv, device="cpu", dtype=dtype, synth_cache="memory")
     try:
         live = {n: t.data_ptr() for n, t in engine._targets.items()}
-        for form in ("dense", "sparse", "bitmask"):
+        for form in ("dense", "sparse", "index", "bitmask"):
             engine.set_task_vectors(tv, resident_form=form)
             assert engine.resident_info()["form"] == form
             for lam in ({"sft": 2.0, "rl": -0.3}, LAMBDA, {"sft": 0.0, "rl": 1.1}):

@@ -605,7 +605,7 @@ SEARCH_OPTIONS = {
     "selection.source": ("choice", "original", "sparsified"),
     "pick": ("choice", "max_consistency", "knee"),
     "engine.synth_cache": ("choice", "auto", "memory", "disk"),
-    "engine.resident_form": ("choice", "auto", "dense", "sparse", "bitmask"),
+    "engine.resident_form": ("choice", "auto", "dense", "sparse", "index", "bitmask"),
     "engine.dtype": ("choice", "auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "half", "float"),
     "pool.question_key": ("text",),
 }

@@ -6,7 +6,7 @@ vLLM's `SamplingParams`), so greedy outputs match the vLLM engine's. Prompt NLL 
 forward pass per batch (right padding). A swap copies each tensor into the existing
 parameter storage (`param.copy_`), so nothing is re-allocated and the next call sees
 only the new weights (HF builds a fresh KV cache per `generate`). With τ̃ resident
-(`synth_cache: memory`, in `resident_form`: dense, sparse or bitmask, `dots.vectors.forms`),
+(`synth_cache: memory`, in `resident_form`: dense, sparse, index or bitmask, `dots.vectors.forms`),
 θ0 + Σλτ̃ is written straight into the parameters a block at a time (no full-size temporary).
 Runs on CPU or CUDA.
 The public loading path (`swap_path` "public", the swap canary's check and fallback) hands the

@@ -9,7 +9,7 @@ default multiprocess engine (EngineCore and workers in other processes) and with
 `tensor_parallel_size` > 1.
 
 With `synth_cache: memory` each worker holds its shard of θ0 and of τ̃ (in `resident_form`:
-dense, sparse or the compact bitmask, `dots.vectors.forms`) in the layout of its own
+dense, sparse, index or the compact bitmask, `dots.vectors.forms`) in the layout of its own
 parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm_resident`; the whole model and
 a reload where that layout is not covered), so a swap is arithmetic; with `disk`
 it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is

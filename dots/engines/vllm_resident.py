@@ -159,7 +159,7 @@ def unsupported(tv: TaskVectors, base: Checkpoint, units: list[Unit], quantized:
 
 class ShardedResident:
     """θ0 and every source's τ̃ of one worker's parameters (see the module docstring), τ̃ in
-    `form` (dense, sparse or bitmask: `dots.vectors.forms`).
+    `form` (dense, sparse, index or bitmask: `dots.vectors.forms`).
 
     `model` is the worker's live model, `config` its VllmConfig. Raises `Unsupported` when the
     model or the cache is outside what this layout covers."""

@@ -1,6 +1,6 @@
 """The plan: engine + resident τ̃ or one tensor at a time, per device, against what the devices
 have free — `synth_cache` and the resident form of τ̃ chosen (the fastest that fits: dense,
-sparse, bitmask; `dots.vectors.forms`), vLLM's share of a GPU, or one line saying why nothing fits."""
+sparse, index, bitmask; `dots.vectors.forms`), vLLM's share of a GPU, or one line saying why nothing fits."""
 
 from __future__ import annotations
 
@@ -98,8 +98,8 @@ class MemoryPlan:
 def copies_outputs(setting: EngineSetting, shapes: ModelShapes, form: str | None) -> bool:
     """Whether the transformers engine's resident swap holds one output per merged tensor and
     copies it in: in the bitmask form (its per-block decode is faster that way: docs/performance.md),
-    from the cache (form None), or when the engine's dtype differs from the checkpoint's; dense and
-    sparse τ̃ are written straight into the parameters."""
+    from the cache (form None), or when the engine's dtype differs from the checkpoint's; dense,
+    sparse and index τ̃ are written straight into the parameters."""
     recast = setting.dtype is not None and setting.dtype != next(iter(shapes.tensors.values())).dtype
     return recast or form in (None, "bitmask")
 

@@ -10,6 +10,7 @@ def describe(plan: MemoryPlan) -> list[str]:
     """Per device: engine weights, KV cache, reserve, τ̃ resident and from the cache, the choice (and vLLM's share)."""
     s, m = plan.setting, plan.memory
     dtype = str(plan.dtype).replace("torch.", "")
+    d = f"{plan.density:g}"
     groups = f"{s.tensor_parallel} devices" if s.tensor_parallel > 1 else "1 device"
     theta0 = plan.shapes.nbytes
     shard = max(1, s.tensor_parallel) if s.name == "vllm" else 1  # a vLLM worker holds its shard of τ̃
@@ -40,7 +41,7 @@ def describe(plan: MemoryPlan) -> list[str]:
         f"  τ̃ resident         {plan.resident / GB:8.2f} GB  {plan.resident_form or 'bitmask'} form: {resident}",
         "  τ̃ resident forms   "
         + " · ".join(f"{f} {held / GB:.2f} GB (τ̃ {tau / shard / GB:.2f})" for f, (tau, held) in plan.forms.items())
-        + f"  fastest first; per parameter and source: 4, ≈ 8 × {plan.density:g}, ≈ 1/8 + {plan.density:g} × itemsize",
+        + f"  fastest first; per parameter and source: 4, ≈ 8 × {d}, ≈ (4 + itemsize) × {d}, ≈ 1/8 + {d} × itemsize",
         f"  τ̃ from the cache   {plan.stream / GB:8.2f} GB  one tensor at a time; each swap reads θ0 "
         f"{theta0 / GB:.2f} + τ̃ {plan.forms['bitmask'][0] / GB:.2f} GB from the cache (page cache when the host "
         "holds them)",

@@ -20,9 +20,9 @@ log = logging.getLogger(__name__)
 
 def resident_needs(task_vectors: Any, device: torch.device, shards: int | None = None) -> dict[str, int]:
     """Bytes θ0 and the actual τ̃ of `task_vectors` need resident, per resident form (dense,
-    sparse, bitmask). `shards`: a vLLM worker, one of that many tensor-parallel ranks, holding
+    sparse, index, bitmask). `shards`: a vLLM worker, one of that many tensor-parallel ranks, holding
     only its shard (`sharded_resident_bytes`); None: the whole model (`resident_bytes`) on the
-    transformers engine, written into its parameters (dense, sparse) or through outputs (bitmask)."""
+    transformers engine, written into its parameters (dense, sparse, index) or through outputs (bitmask)."""
     from dots.io.checkpoint import Checkpoint
 
     base = Checkpoint(task_vectors.base_path)
@@ -33,9 +33,11 @@ def resident_needs(task_vectors: Any, device: torch.device, shards: int | None =
         if (rows := task_vectors.extra_rows(n)) is not None
     }
     numel = sum(tensors[n].numel for n in task_vectors.names)
+    itemsize = tensors[task_vectors.names[0]].dtype.itemsize if task_vectors.names else 2
     taus = {
         "dense": 4 * numel * len(task_vectors.entries),
         "sparse": sum(8 * int(e.meta["kept"]) for e in task_vectors.entries.values()),
+        "index": sum((4 + itemsize) * int(e.meta["kept"]) for e in task_vectors.entries.values()),
         "bitmask": sum(e.tau_bytes(task_vectors.names) for e in task_vectors.entries.values()),
     }
     if shards is None:
@@ -64,7 +66,7 @@ def resolve_resident(
     synth_cache: str, resident_form: str, task_vectors: Any, device: torch.device, shards: int | None = None
 ) -> tuple[str, str]:
     """(synth_cache, resident form) for an engine without a plan: `auto` → the fastest form
-    (dense, sparse, bitmask) whose θ0 and τ̃ fit in what `device` has free now (with MARGIN),
+    (dense, sparse, index, bitmask) whose θ0 and τ̃ fit in what `device` has free now (with MARGIN),
     else disk; a form given explicitly is used as given. Logs which and why."""
     if task_vectors is None or synth_cache == "disk":
         return synth_cache, resident_form

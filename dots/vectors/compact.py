@@ -152,6 +152,22 @@ class CompactTensor:
         bits = np.unpackbits(self.where.cpu().numpy(), bitorder="little")[: self.numel]
         return torch.from_numpy(np.flatnonzero(bits))
 
+    def indexed(self) -> CompactTensor:
+        """The same τ̃ with a bitmask replaced by the kept positions (the `index` form, on the
+        device the bitmask was on): a swap then reads where the entries are instead of decoding
+        the bitmask (`dots.vectors.forms`, resident form `index`). Unpacked a block at a time."""
+        if self.form != "bitmask":
+            return self
+        assert self.where is not None
+        where = self.where.cpu().numpy()
+        dtype = position_dtype(self.numel)
+        parts = [torch.empty(0, dtype=dtype)]
+        for b0 in range(0, self.numel, KEPT_IN_BLOCK):
+            b1 = min(b0 + KEPT_IN_BLOCK, self.numel)
+            bits = np.unpackbits(where[b0 >> 3 : (b1 + 7) >> 3], bitorder="little")[: b1 - b0]
+            parts.append(torch.from_numpy(np.flatnonzero(bits)).add_(b0).to(dtype))
+        return replace(self, form="index", where=torch.cat(parts).to(self.where.device))
+
     def kept_in(self, theta0: torch.Tensor, in_place: bool = False) -> torch.Tensor:
         """where(M, θ_i, θ0): θ0 (a CPU tensor of the base's dtype) with θ_i's values at the kept
         entries — what a source looks like through the mask; vLLM workers load it to find M

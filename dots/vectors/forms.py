@@ -5,6 +5,8 @@ The τ̃ cache stores the compact form (`dots.vectors.compact`): where M_i keeps
 every swap. Where memory allows, a swap is faster from a form that needs less work per block:
 
 - `bitmask`: the compact form as stored (bitmask, positions or θ_i whole): decoded every swap;
+- `index`: the compact form with each bitmask replaced by the kept positions (int32; the
+  cache's own `index` form): 4 + itemsize bytes per kept entry, no bitmask to decode;
 - `sparse`: τ̃'s float32 values (γ applied) at int32 positions (int64 past 2^31 entries),
   scattered into a zeroed block: 8 bytes per kept entry, no decoding, no θ0 gather;
 - `dense`: τ̃ itself in float32, 4 bytes per parameter: a swap only reads it.
@@ -13,7 +15,7 @@ Every form is built from the compact one block by block with the compact form's 
 arithmetic (`TauBlocks.fill`: float32(θ_i) − float32(θ0), γ, zeros, the stored −0.0s), and
 hands the synthesis the very float32 block that form rebuilds — same values, same signs of
 zero — so θ0 + Σ λ_i τ̃_i (`dots.vectors.synth._combine_into`) has the same bits whichever
-form is held. Speed: dense > sparse > bitmask; the memory plan (`dots.plan`) picks the
+form is held. Speed: dense > sparse > index > bitmask; the memory plan (`dots.plan`) picks the
 fastest that fits beside the engine (`engine.resident_form`, docs/performance.md).
 """
 
@@ -27,14 +29,14 @@ import torch
 from dots.errors import DotsError
 from dots.vectors.compact import CompactTensor, estimate_bytes, position_dtype
 
-RESIDENT_FORMS = ("auto", "dense", "sparse", "bitmask")
-BY_SPEED = ("dense", "sparse", "bitmask")  # fastest first
+RESIDENT_FORMS = ("auto", "dense", "sparse", "index", "bitmask")
+BY_SPEED = ("dense", "sparse", "index", "bitmask")  # fastest first
 CONVERT_BLOCK = 1 << 22  # entries rebuilt at a time while a form is built (16 MiB of float32)
 
 
 def check_resident_form(value: str) -> str:
     """`engine.resident_form`: auto (the memory plan picks the fastest that fits), or one of
-    dense, sparse, bitmask held whatever it costs (checked by the plan: too large → one line)."""
+    dense, sparse, index, bitmask held whatever it costs (checked by the plan: too large → one line)."""
     if value not in RESIDENT_FORMS:
         raise DotsError(f"resident_form must be one of {', '.join(RESIDENT_FORMS)}, got {value!r}")
     return value
@@ -42,13 +44,17 @@ def check_resident_form(value: str) -> str:
 
 def form_estimate(numel: int, density: float, itemsize: int, form: str) -> int:
     """Bytes of one tensor's τ̃ of one source held in `form`, before the cache exists: dense
-    4·n; sparse (4 + position size)·round(d·n) (θ_i whole at density 1: every entry); bitmask
-    the compact estimate (`estimate_bytes`)."""
+    4·n; sparse (4 + position size)·round(d·n) (θ_i whole at density 1: every entry); index
+    (itemsize + position size)·round(d·n) (θ_i whole at density 1: n·itemsize); bitmask the
+    compact estimate (`estimate_bytes`)."""
     if form == "dense":
         return 4 * numel
+    position = torch.empty((), dtype=position_dtype(numel)).element_size()
     if form == "sparse":
         kept = numel if density >= 1.0 else round(density * numel)
-        return kept * (4 + torch.empty((), dtype=position_dtype(numel)).element_size())
+        return kept * (4 + position)
+    if form == "index":
+        return numel * itemsize if density >= 1.0 else round(density * numel) * (itemsize + position)
     return estimate_bytes(numel, density, itemsize)
 
 
@@ -118,11 +124,13 @@ ResidentTau = Union[CompactTensor, DenseTau, SparseTau]
 
 
 def to_form(ct: CompactTensor, theta0: torch.Tensor, form: str) -> ResidentTau:
-    """`ct` held in `form` (dense, sparse or bitmask — `ct` itself), built against θ0
+    """`ct` held in `form` (dense, sparse, index — its positions — or bitmask: `ct` itself), built against θ0
     (`theta0`: the tensor `ct` was encoded against, on the device it will live on), a block
     of CONVERT_BLOCK entries at a time: the transient memory is a few blocks."""
     if form == "bitmask":
         return ct
+    if form == "index":
+        return ct.indexed().to(theta0.device)
     if form not in ("dense", "sparse"):
         raise DotsError(f"unknown resident form {form!r}")
     flat0 = theta0.reshape(-1)

@@ -15,7 +15,7 @@ a source added rows gets those rows appended (they are the source's own values).
 
 `ResidentSynthesizer` computes the same values from θ0 and τ̃ held in memory on the device
 (no disk reads, no allocation per call), τ̃ in one of the resident forms of
-`dots.vectors.forms` (dense, sparse or the compact bitmask: the same bits), and can write
+`dots.vectors.forms` (dense, sparse, index or the compact bitmask: the same bits), and can write
 them straight into the live parameters a block at a time: the engines use it with
 `synth_cache: memory`, or `auto` when the memory plan (`dots.plan`) finds room.
 """
@@ -144,14 +144,15 @@ class ResidentSynthesizer:
 
     Same values as `synthesize` (same operations, same order), without disk reads and
     without allocating per call. τ̃ is held in `form` (`dots.vectors.forms`: dense float32,
-    sparse float32 at positions, or the cache's compact bitmask: the same bits, fastest
-    first). A call yields each tensor in an output buffer the next call overwrites (made at
-    the first call that needs it), so consume (copy) each yielded tensor before calling again
-    — `reload_weights`, `Engine.swap_weights` and `CheckpointWriter` all do; or, given `into`
-    (name → live tensor), writes every tensor whose target has its dtype, shape and device
-    straight into it a block at a time and yields only the others. Memory: θ0 in its dtype,
-    the K τ̃ in their form (for bf16 at density 0.3, per parameter and source: dense 4,
-    sparse 2.4, bitmask 0.725 bytes), a float32 scratch of 4 blocks (2^20 entries each on
+    sparse float32 at positions, θ_i's values at positions (index), or the cache's compact
+    bitmask: the same bits, fastest first). A call yields each tensor in an output buffer the
+    next call overwrites (made at the first call that needs it), so consume (copy) each
+    yielded tensor before calling again — `reload_weights`, `Engine.swap_weights` and
+    `CheckpointWriter` all do; or, given `into` (name → live tensor), writes every tensor
+    whose target has its dtype, shape and device straight into it a block at a time and
+    yields only the others. Memory: θ0 in its dtype, the K τ̃ in their form (for bf16 at
+    density 0.3, per parameter and source: dense 4, sparse 2.4, index 1.8, bitmask 0.725
+    bytes), a float32 scratch of 4 blocks (2^20 entries each on
     CPU, up to 2^26 on CUDA), and the outputs used; `nbytes` says how much.
     """
 
