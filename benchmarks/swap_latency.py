@@ -77,6 +77,7 @@ from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.keys import name_seed  # noqa: E402
+from dots.plan.resolve import tau_bytes_per_form  # noqa: E402
 from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
 
 PROMPT = "Question: what is 12 + 30? Answer:"
@@ -391,18 +392,7 @@ def floors(base: Path, tv) -> list[tuple[str, float, None, None]]:
     return rows
 
 
-FORMS = ("dense", "sparse", "bitmask")
-
-
-def form_tau_bytes(tv) -> dict[str, int]:
-    """Bytes of the K τ̃ held in each resident form (what a swap reads of τ̃)."""
-    base = Checkpoint(tv.base_path)
-    numel = sum(base.info(n).numel for n in tv.names)
-    return {
-        "dense": 4 * numel * len(tv.entries),
-        "sparse": sum(8 * int(e.meta["kept"]) for e in tv.entries.values()),
-        "bitmask": sum(e.tau_bytes(tv.names) for e in tv.entries.values()),
-    }
+FORMS = ("dense", "sparse", "index", "bitmask")
 
 
 def classes_of_synthesis(tv, lams, forms) -> dict[str, dict[str, float]]:
@@ -521,7 +511,7 @@ def forms_table(base: Path, tv, lams, args) -> None:
 
     ckpt = Checkpoint(base)
     merged = sum(ckpt.info(n).nbytes for n in tv.names)
-    taus = form_tau_bytes(tv)
+    taus = tau_bytes_per_form(tv)
     memory = memory_gbps(5)
     print(f"memory copy bandwidth (machine_limits.memory_gbps, median of 5): {memory:.1f} GB/s", flush=True)
     rows = []

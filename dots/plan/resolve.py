@@ -18,6 +18,22 @@ from dots.vectors.forms import BY_SPEED
 log = logging.getLogger(__name__)
 
 
+def tau_bytes_per_form(task_vectors: Any) -> dict[str, int]:
+    """Bytes of the K τ̃ of `task_vectors` in each resident form (what a swap reads of τ̃):
+    dense 4 per entry, sparse 8 and index 4 + itemsize per kept entry, bitmask the cache's."""
+    from dots.io.checkpoint import Checkpoint
+
+    base = Checkpoint(task_vectors.base_path)
+    names, entries = task_vectors.names, task_vectors.entries.values()
+    itemsize = base.info(names[0]).dtype.itemsize if names else 2
+    return {
+        "dense": 4 * sum(base.info(n).numel for n in names) * len(task_vectors.entries),
+        "sparse": sum(8 * int(e.meta["kept"]) for e in entries),
+        "index": sum((4 + itemsize) * int(e.meta["kept"]) for e in entries),
+        "bitmask": sum(e.tau_bytes(names) for e in entries),
+    }
+
+
 def resident_needs(task_vectors: Any, device: torch.device, shards: int | None = None) -> dict[str, int]:
     """Bytes θ0 and the actual τ̃ of `task_vectors` need resident, per resident form (dense,
     sparse, index, bitmask). `shards`: a vLLM worker, one of that many tensor-parallel ranks, holding
@@ -32,14 +48,7 @@ def resident_needs(task_vectors: Any, device: torch.device, shards: int | None =
         for n in task_vectors.names
         if (rows := task_vectors.extra_rows(n)) is not None
     }
-    numel = sum(tensors[n].numel for n in task_vectors.names)
-    itemsize = tensors[task_vectors.names[0]].dtype.itemsize if task_vectors.names else 2
-    taus = {
-        "dense": 4 * numel * len(task_vectors.entries),
-        "sparse": sum(8 * int(e.meta["kept"]) for e in task_vectors.entries.values()),
-        "index": sum((4 + itemsize) * int(e.meta["kept"]) for e in task_vectors.entries.values()),
-        "bitmask": sum(e.tau_bytes(task_vectors.names) for e in task_vectors.entries.values()),
-    }
+    taus = tau_bytes_per_form(task_vectors)
     if shards is None:
         return {
             f: resident_bytes(tensors, task_vectors.names, extra, t, device.type, f == "bitmask")
