@@ -33,15 +33,16 @@ timed swaps of each τ̃ mode, `--warmup` swaps (default 1, other λ) touch the 
 allocates for the first time — a cost a search pays in its first trial only; they are
 reported apart.
 
-`--forms dense sparse bitmask` measures only the resident forms of τ̃ (#28): one engine per
-`--engines`, τ̃ set resident in each form in turn, medians of `--repeats` swaps, each against
-its memory-traffic floor (θ0 read + τ̃ read in that form + the parameters written, over the
-memory bandwidth `machine_limits.memory_gbps` measures in the same run), with the resident
-bytes and set-up time; the transformers engine also times the path before (bitmask, output
-buffers then a copy). `--classes` adds the synthesis alone per tensor class:
+`--forms dense sparse index bitmask` measures only the resident forms of τ̃ (#28): per form and
+`--engines`, a fresh engine started with τ̃ resident in it (start time; vLLM: its worker's peak
+RSS and its own split of each swap, writing vs post-load processing), medians of `--repeats`
+swaps, each against its memory-traffic floor (θ0 read + τ̃ read in that form + the parameters
+written, over the memory bandwidth `machine_limits.memory_gbps` measures in the same run), with
+the resident bytes; one plain start (no τ̃) beside them. `--classes` adds the synthesis alone
+per tensor class:
 
     python benchmarks/swap_latency.py --layers 24 --repeats 5 --engines hf vllm --enforce-eager \
-        --forms dense sparse bitmask --classes
+        --forms dense sparse index bitmask --classes
 
 The table also gives the τ̃ cache's size (compact since cache version 2: θ_i's values at the
 mask plus a bitmask or positions; dense float32 τ⊙M before) and the memory-traffic floor of
@@ -452,8 +453,7 @@ def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
     """Per form, a fresh engine of `kind` started with τ̃ resident in it (start time and the
     weight-holding process's peak RSS), `--warmup` untimed swaps, then one timed swap per λ;
     the resident bytes each form holds; vLLM: the worker's own split of each swap (writing
-    the parameters, post-load processing). One plain start (no τ̃) first, for reference. The
-    transformers engine also times the path before #28 (bitmask, outputs then copy)."""
+    the parameters, post-load processing). One plain start (no τ̃) first, for reference."""
     engine, seconds, peak = start_engine(kind, base, tv, args, None)
     engine.close()
     del engine
@@ -467,38 +467,27 @@ def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
             ranks = info if isinstance(info, list) else [info]
             held = sum(int(r["nbytes"]) for r in ranks)
             assert all(r["form"] == form for r in ranks), ranks
-            paths = [("", None)]
-            if kind == "hf" and form == "bitmask":
-                paths.append((" (outputs + copy: before #28)", "before"))
-            for label, path in paths:
-
-                def swap(lam, path=path, engine=engine):
-                    if path == "before":
-                        engine.swap_weights(engine._resident(lam))
-                    else:
-                        engine.swap_coefficients(lam)
-
-                for lam in lambdas(args.warmup, seed=1):
-                    swap(lam)
-                times, split = [], []
-                for lam in lams:
-                    t = time.perf_counter()
-                    swap(lam)
-                    times.append(time.perf_counter() - t)
-                    if kind == "vllm":  # the worker's own split: writing the parameters, post-load processing
-                        split.append(engine.resident_info()[0].get("last_swap", {}))
-                row = {"engine": kind, "form": form + label, "swap": times, "held": held}
-                row.update(setup=seconds, peak=peak)
-                if split and all(split):
-                    row["write"] = statistics.median(x["write_s"] for x in split)
-                    row["after"] = statistics.median(x["after_load_s"] for x in split)
-                swaps = [round(x, 3) for x in times]
-                split_s = f"{row.get('write')} / {row.get('after')}"
-                print(
-                    f"[{kind}] {form}{label}: start {seconds:.1f} s, peak {peak} GiB, swaps {swaps}, {split_s}",
-                    flush=True,
-                )
-                rows.append(row)
+            for lam in lambdas(args.warmup, seed=1):
+                engine.swap_coefficients(lam)
+            times, split = [], []
+            for lam in lams:
+                t = time.perf_counter()
+                engine.swap_coefficients(lam)
+                times.append(time.perf_counter() - t)
+                if kind == "vllm":  # the worker's own split: writing the parameters, post-load processing
+                    split.append(engine.resident_info()[0].get("last_swap", {}))
+            row = {"engine": kind, "form": form, "swap": times, "held": held}
+            row.update(setup=seconds, peak=peak)
+            if split and all(split):
+                row["write"] = statistics.median(x["write_s"] for x in split)
+                row["after"] = statistics.median(x["after_load_s"] for x in split)
+            swaps = [round(x, 3) for x in times]
+            split_s = f"{row.get('write')} / {row.get('after')}"
+            print(
+                f"[{kind}] {form}: start {seconds:.1f} s, peak {peak} GiB, swaps {swaps}, {split_s}",
+                flush=True,
+            )
+            rows.append(row)
         finally:
             engine.close()
             gc.collect()

@@ -146,11 +146,9 @@ class CompactTensor:
         """Flat positions of the kept entries (int64, ascending, on the CPU)."""
         if self.form == "full":
             return torch.arange(self.numel)
-        assert self.where is not None
-        if self.form == "index":
-            return self.where.to(device="cpu", dtype=torch.int64)
-        bits = np.unpackbits(self.where.cpu().numpy(), bitorder="little")[: self.numel]
-        return torch.from_numpy(np.flatnonzero(bits))
+        where = self.indexed().where
+        assert where is not None
+        return where.to(device="cpu", dtype=torch.int64)
 
     def indexed(self) -> CompactTensor:
         """The same τ̃ with a bitmask replaced by the kept positions (the `index` form, on the
