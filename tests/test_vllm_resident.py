@@ -85,6 +85,9 @@ def check_engine(eng, models, reference) -> list[dict]:
     assert greedy(eng, PROMPTS) == reference["base"]
     eng.swap_coefficients(LAMBDA)
     assert greedy(eng, PROMPTS) == reference["merged"]
+    for rank in eng.resident_info():  # each worker timed its last swap: writing, then vLLM's post-load step
+        assert rank["last_swap"]["write_s"] > 0 and rank["last_swap"]["after_load_s"] >= 0, rank
+        assert rank["torch_threads"] >= 1
     return info
 
 
