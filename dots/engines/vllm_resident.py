@@ -178,6 +178,15 @@ class ShardedResident:
         self.sources = list(tv.sources)
         self.kept: list[int] = []  # kept entries per source in this worker's parameters
         self.last_swap: dict[str, float] = {}  # seconds of the last swap: writing, post-load processing
+        self.set_up_s: dict[str, float] = {}  # seconds of each step of the set-up
+        clock = time.perf_counter()
+
+        def step(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            self.set_up_s[name] = self.set_up_s.get(name, 0.0) + now - clock
+            clock = now
+
         base = Checkpoint(tv.base_path)
         units = model_units(model)
         why = unsupported(tv, base, units, compat.is_quantized(config))
@@ -185,10 +194,12 @@ class ShardedResident:
             raise Unsupported(why)
         self.dtype = base.info(tv.names[0]).dtype if tv.names else torch.float32  # the checkpoint's
         theta0 = place(model, units, checkpoint_stream(tv, base, None), config)
+        step("place θ0")
         taus: list[list[CompactTensor | None]] = [[] for _ in units]
         for key in self.sources:
             gamma = float(tv.entries[key].meta["gamma"])  # one γ per source (rescale global or none)
             loaded = place(model, units, checkpoint_stream(tv, base, key), config)
+            step("place sources")
             counts = []
             for j, t0 in enumerate(theta0):
                 ti = loaded[j]
@@ -198,6 +209,7 @@ class ShardedResident:
                 counts.append(kept)
                 loaded[j] = None  # the set-up holds θ0 + one parameter of the source at a time
             self.kept.append(sum(counts))
+            step("compact τ̃")
         cpu = device.type == "cpu"
         keep = [any(ct is not None for ct in per) for per in taus]  # no source changes the rest
         while True:  # a module processed after a swap needs every load-time tensor it has
@@ -227,6 +239,7 @@ class ShardedResident:
             self.params.append(Resident(unit, theta0_j, held))
         largest = max((r.theta0.numel() for r in self.params), default=1)
         self._scratch = new_scratch(device, largest)
+        step(f"{self.form} form")
 
     @property
     def nbytes(self) -> int:

@@ -127,7 +127,7 @@ class DotsWorkerExtension:
             info.update(layout="parameters", nbytes=sharded.nbytes, kept=sharded.kept, form=sharded.form)
             import torch
 
-            info.update(last_swap=sharded.last_swap, torch_threads=torch.get_num_threads())
+            info.update(last_swap=sharded.last_swap, set_up_s=sharded.set_up_s, torch_threads=torch.get_num_threads())
         elif self._dots_resident is not None:
             resident = self._dots_resident
             info.update(layout="checkpoint", nbytes=resident.nbytes, note=self._dots_resident_note, form=resident.form)
