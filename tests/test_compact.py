@@ -26,7 +26,7 @@ from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.cache import CACHE_VERSION, TaskVectors, _cache_key, build_task_vectors
-from dots.vectors.compact import CompactTensor, encode, form_bytes
+from dots.vectors.compact import CompactTensor, encode, form_bytes, has_negative_zero
 from dots.vectors.forms import BY_SPEED
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 from dots.vectors.synth import ResidentSynthesizer, synthesize
@@ -459,3 +459,16 @@ def test_every_resident_form_with_per_module_coefficients_and_its_size(trios, tm
     itemsize = base.info(tv.names[0]).dtype.itemsize
     assert sizes["index"] == (4 + itemsize) * kept  # θ_i's values at int32 positions
     assert sizes["dense"] > sizes["sparse"] > sizes["index"] > sizes["bitmask"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_has_negative_zero_finds_only_negative_zeros(dtype):
+    """The sign-bit compare agrees with (x == 0) & signbit(x): +0.0, negatives, −inf and NaN are
+    not −0.0; contiguous or not, every float dtype."""
+    values = torch.tensor([0.0, -1.0, 1.0, -float("inf"), float("nan"), -1e-3, 3.0, -2.5], dtype=dtype)
+    assert not has_negative_zero(values)
+    for at in (0, 5, 7):
+        with_negative = values.clone()
+        with_negative[at] = -0.0
+        assert has_negative_zero(with_negative), at
+        assert has_negative_zero(with_negative.view(2, 4).t()) and not has_negative_zero(values.view(2, 4).t())

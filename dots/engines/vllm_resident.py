@@ -51,7 +51,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.runtime.allocator import freeing_as_it_goes
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import CheckedCoefficients, Coefficients, check_coefficients, tensor_lambdas
-from dots.vectors.compact import CompactTensor
+from dots.vectors.compact import CompactTensor, has_negative_zero
 from dots.vectors.forms import ResidentTau, to_form
 from dots.vectors.synth import _combine_into, new_scratch
 
@@ -231,7 +231,7 @@ class ShardedResident:
             if not keep[j]:
                 continue
             assert t0 is not None
-            if bool(((t0 == 0) & torch.signbit(t0)).any()):
+            if has_negative_zero(t0):
                 raise Unsupported(f"θ0 has -0.0 entries in {unit.name}")
             theta0_j = t0.detach().to(self.dtype).contiguous()
             held = [None if ct is None else to_form(ct, theta0_j, self.form) for ct in per]  # built against it
