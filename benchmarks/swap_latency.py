@@ -479,8 +479,9 @@ def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
             row = {"engine": kind, "form": form, "swap": times, "held": held}
             row.update(setup=seconds, peak=peak)
             if kind == "vllm":
-                row["threads"] = engine.resident_info()[0].get("torch_threads")
-                steps = engine.resident_info()[0].get("set_up_s", {})
+                worker = engine.resident_info()[0]
+                row["threads"] = worker.get("torch_threads")
+                steps = worker.get("set_up_s", {})
                 print(f"[vllm] {form}: set-up steps (s) { ({k: round(v, 1) for k, v in steps.items()}) }", flush=True)
             if split and all(split):
                 row["write"] = statistics.median(x["write_s"] for x in split)

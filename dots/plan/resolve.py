@@ -18,12 +18,13 @@ from dots.vectors.forms import BY_SPEED
 log = logging.getLogger(__name__)
 
 
-def tau_bytes_per_form(task_vectors: Any) -> dict[str, int]:
+def tau_bytes_per_form(task_vectors: Any, base: Any = None) -> dict[str, int]:
     """Bytes of the K τ̃ of `task_vectors` in each resident form (what a swap reads of τ̃):
-    dense 4 per entry, sparse 8 and index 4 + itemsize per kept entry, bitmask the cache's."""
+    dense 4 per entry, sparse 8 and index 4 + itemsize per kept entry, bitmask the cache's.
+    `base`: the base Checkpoint when the caller has it open."""
     from dots.io.checkpoint import Checkpoint
 
-    base = Checkpoint(task_vectors.base_path)
+    base = base if base is not None else Checkpoint(task_vectors.base_path)
     names, entries = task_vectors.names, task_vectors.entries.values()
     itemsize = base.info(names[0]).dtype.itemsize if names else 2
     return {
@@ -48,7 +49,7 @@ def resident_needs(task_vectors: Any, device: torch.device, shards: int | None =
         for n in task_vectors.names
         if (rows := task_vectors.extra_rows(n)) is not None
     }
-    taus = tau_bytes_per_form(task_vectors)
+    taus = tau_bytes_per_form(task_vectors, base)
     if shards is None:
         return {f: resident_bytes(tensors, task_vectors.names, extra, t, device.type, False) for f, t in taus.items()}
     return {

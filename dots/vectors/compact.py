@@ -55,6 +55,14 @@ def has_negative_zero(t: torch.Tensor) -> bool:
     return bool((t.view(spec[0]) == spec[1]).any())
 
 
+def bitmask_positions(bitmask: np.ndarray, start: int, stop: int) -> torch.Tensor:
+    """Kept positions in [start, stop) of a little-endian bitmask, relative to start (int64,
+    ascending): numpy's unpackbits and flatnonzero on a bool view, the fast pair on CPU."""
+    bits = np.unpackbits(bitmask[start >> 3 : (stop + 7) >> 3], bitorder="little").view(np.bool_)
+    skip = start & 7
+    return torch.from_numpy(np.flatnonzero(bits[skip : skip + stop - start]))
+
+
 def position_dtype(numel: int) -> torch.dtype:
     return torch.int32 if numel <= INT32_POSITIONS else torch.int64
 
@@ -175,8 +183,7 @@ class CompactTensor:
         parts = [torch.empty(0, dtype=dtype)]
         for b0 in range(0, self.numel, KEPT_IN_BLOCK):
             b1 = min(b0 + KEPT_IN_BLOCK, self.numel)
-            bits = np.unpackbits(where[b0 >> 3 : (b1 + 7) >> 3], bitorder="little")[: b1 - b0]
-            parts.append(torch.from_numpy(np.flatnonzero(bits.view(np.bool_))).add_(b0).to(dtype))  # bool: 5× uint8
+            parts.append(bitmask_positions(where, b0, b1).add_(b0).to(dtype))
         return replace(self, form="index", where=torch.cat(parts).to(self.where.device))
 
     def kept_in(self, theta0: torch.Tensor, in_place: bool = False) -> torch.Tensor:
@@ -197,8 +204,7 @@ class CompactTensor:
         used = 0
         for b0 in range(0, self.numel, KEPT_IN_BLOCK):
             b1 = min(b0 + KEPT_IN_BLOCK, self.numel)
-            bits = np.unpackbits(where[b0 >> 3 : (b1 + 7) >> 3], bitorder="little")[: b1 - b0]
-            positions = torch.from_numpy(np.flatnonzero(bits.view(np.bool_)))  # 4× a boolean index_put on CPU
+            positions = bitmask_positions(where, b0, b1)  # then index_copy_: 4× a boolean index_put on CPU
             kept = positions.numel()
             flat[b0:b1].index_copy_(0, positions, values[used : used + kept].to(out.dtype))
             used += kept
@@ -233,10 +239,9 @@ class TauBlocks:
             lo = self.used
             hi = lo + int(torch.searchsorted(where[lo:], stop))  # positions are sorted
             return where[lo:hi].to(torch.int64).sub_(start)
+        if self._where_np is not None:
+            return bitmask_positions(self._where_np, start, stop)
         b0, b1, skip = start >> 3, (stop + 7) >> 3, start & 7
-        if self._where_np is not None:  # CPU: numpy's unpackbits / flatnonzero are the fast ones
-            bits = np.unpackbits(self._where_np[b0:b1], bitorder="little").view(np.bool_)
-            return torch.from_numpy(np.flatnonzero(bits[skip : skip + stop - start]))
         flags = where[b0:b1].unsqueeze(1).bitwise_right_shift(self._shifts).bitwise_and_(1).view(-1)
         return flags[skip : skip + stop - start].nonzero().view(-1)
 
