@@ -2,9 +2,9 @@
 
 For each lab (a trio built by `python -m dots.lab seed=L`), each sampler of the registry
 (tpe, gp, nsga2, random) with and without adaptive sampling, and each search seed, this runs
-dots' own study — `dots.search.study.open_study` / `run_study`, the sampler registry, the
+dots' own study — `dots.search.study.trials.open_study` / `run_study`, the sampler registry, the
 `Scorer` (consistency of k samples per query, adaptive rounds, perplexity of the prompts) and
-the pick of `dots.search.pareto` — on the lab's difficulty-aware selection (dots'
+the pick of `dots.search.pick.pareto` — on the lab's difficulty-aware selection (dots'
 `build_selection`, one per lab, `selection.seed` 0, n = 64). What differs from
 `python -m dots.search backbone=lab`: the engine. Trials generate with the lab's KV-cached
 batched sampler (`dots.lab.sampling.LocalEngine`) into which θ0 + Σλτ̃ is swapped by dots'
@@ -99,7 +99,7 @@ def lab_paths(lab: int, build: bool = False) -> dict[str, Path] | None:
 
 def search_cfg(lab: int, paths: dict[str, Path], extra: Sequence[str] = ()) -> Any:
     """conf/search.yaml with backbone=lab pointed at this lab's trio (and `extra` overrides)."""
-    from dots.config import compose
+    from dots.options.compose import compose
 
     return compose(
         "search",
@@ -213,7 +213,7 @@ class Lab:
 
     def _reference(self, cfg: Any) -> dict:
         """C and PPL of base, SFT and RLVR themselves under the full-k scorer, seed 0 (cached)."""
-        from dots.search.scorer import Scorer
+        from dots.search.study.scorer import Scorer
 
         path = self.dir / "reference.json"
         if path.exists():
@@ -271,7 +271,7 @@ class MemoScorer:
                 fh.write(json.dumps(row) + "\n")
 
     def __call__(self, coefficients: Any, seed: int) -> Any:
-        from dots.search.scorer import TrialResult
+        from dots.search.study.scorer import TrialResult
 
         key = self.key(coefficients, seed)
         if key not in self.rows:
@@ -293,7 +293,7 @@ def import_study(db: Path, memo: MemoScorer, seed: int, sources: list[str]) -> N
     import optuna
     from optuna.trial import TrialState
 
-    from dots.search.scorer import TrialResult
+    from dots.search.study.scorer import TrialResult
 
     memo._read()
     for name in optuna.get_all_study_names(f"sqlite:///{db}"):
@@ -380,7 +380,7 @@ def study_dir(job: dict) -> Path:
 
 def running_front(trials: list[dict]) -> list[list[int]]:
     """Trial numbers on the front of the first t trials, for t = 1..len(trials) (own currency)."""
-    from dots.search.pareto import Point, pareto_front
+    from dots.search.pick.pareto import Point, pareto_front
 
     pts, fronts = [], []
     for t in trials:
@@ -393,9 +393,9 @@ def run_job(lab: Lab, job: dict) -> dict:
     import optuna
     from optuna.trial import TrialState
 
-    from dots.search.pareto import Point, pareto_front, pick
-    from dots.search.scorer import Scorer
-    from dots.search.study import open_storage, open_study, run_study
+    from dots.search.pick.pareto import Point, pareto_front, pick
+    from dots.search.study.scorer import Scorer
+    from dots.search.study.trials import open_storage, open_study, run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = study_dir(job)
@@ -569,8 +569,8 @@ class GroundTruth:
 
 
 def classic_merges(lab: int, paths: dict[str, Path]) -> dict[str, Path]:
-    from dots.config import compose
     from dots.merge.__main__ import run_from_config
+    from dots.options.compose import compose
 
     out = {}
     for name, overrides in METHODS.items():
@@ -594,7 +594,7 @@ def classic_merges(lab: int, paths: dict[str, Path]) -> dict[str, Path]:
 
 
 def fallbacks(result_path: Path) -> int:
-    """Complete trials of a study whose point was the random fallback of dots.search.study (a
+    """Complete trials of a study whose point was the random fallback of dots.search.study.trials (a
     sampler that kept proposing scored points): enqueued trials, in a study that enqueues nothing else."""
     import optuna
     from optuna.trial import TrialState

@@ -18,13 +18,13 @@ k = 8; `open_study` / `run_study`; the lab's batched sampler as the engine). Con
     tpe-range-adaptive  the range with adaptive sampling
 
 Stopping (`search.stop`) is replayed on each finished study with dots' own rule
-(`dots.search.stopping.relative_gain`): a study that stops after trial t has exactly the first t
+(`dots.search.study.stopping.relative_gain`): a study that stops after trial t has exactly the first t
 trials of the study that did not stop. Pick rules are applied to each study's trials after the
 fact: `max_consistency` (the lab's rule), `agreement` (on the front, the point whose majority
 answers agree most with the sources' majority answers from the selection; ties → C),
 `consensus` (the same, counted only on the queries where the two sources agree), `guarded`
 (max_consistency, unless the pick agrees with the sources less than they agree with each other —
-the warning of dots.search.diagnosis — then `agreement`), `away` (the front of the trials with
+the warning of dots.search.pick.diagnosis — then `agreement`), `away` (the front of the trials with
 every λ ≥ 0.5). The `grid` job scores a 5×5 λ grid with the full scorer (seed 0) for the
 per-lab analysis: how C, PPL and source agreement rank the grid against its ground truth.
 
@@ -100,7 +100,7 @@ def trial_rows(study: Any, sources: list[str]) -> list[dict]:
     """Every scored trial (complete, or pruned by the bound) in the order it was told."""
     from optuna.trial import TrialState
 
-    from dots.search.pruning import PRUNED_BY, is_bound_pruned
+    from dots.search.study.pruning import PRUNED_BY, is_bound_pruned
 
     rows = []
     for t in sorted(
@@ -131,8 +131,8 @@ def trial_rows(study: Any, sources: list[str]) -> list[dict]:
 def run_study_job(lab: Any, job: dict) -> None:
     import optuna
 
-    from dots.search.scorer import Scorer
-    from dots.search.study import open_storage, open_study, run_study
+    from dots.search.study.scorer import Scorer
+    from dots.search.study.trials import open_storage, open_study, run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = job_dir(job)
@@ -163,7 +163,7 @@ def run_study_job(lab: Any, job: dict) -> None:
 
 def run_grid_job(lab: Any, job: dict) -> None:
     """C, PPL and majority answers of the 5×5 λ grid under the full scorer, seed 0."""
-    from dots.search.scorer import Scorer
+    from dots.search.study.scorer import Scorer
 
     cfg = ls.search_cfg(job["lab"], lab.paths, ["seed=0"])
     scorer = ls.MemoScorer(Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer), lab.dir / "memo-full.jsonl")
@@ -209,7 +209,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def agreement_with(answers: list | None, ids: list[str], sources: dict[str, dict]) -> float | None:
     """Mean over sources of the share of selected queries where the answers agree (diagnosis.agreement)."""
-    from dots.search.diagnosis import agreement, same_answer
+    from dots.search.pick.diagnosis import agreement, same_answer
 
     if not answers or not sources:
         return None
@@ -221,7 +221,7 @@ def agreement_with(answers: list | None, ids: list[str], sources: dict[str, dict
 
 def consensus_with(answers: list | None, ids: list[str], sources: dict[str, dict]) -> float | None:
     """Share of the queries where the sources' majority answers agree on which the model's agrees too."""
-    from dots.search.diagnosis import same_answer
+    from dots.search.pick.diagnosis import same_answer
 
     if not answers or len(sources) < 2:
         return None
@@ -233,7 +233,7 @@ def consensus_with(answers: list | None, ids: list[str], sources: dict[str, dict
 
 
 def source_rate(ids: list[str], sources: dict[str, dict]) -> float:
-    from dots.search.diagnosis import agreement, same_answer
+    from dots.search.pick.diagnosis import agreement, same_answer
 
     a, b = list(sources.values())[:2]
     common = [q for q in ids if q in a and q in b]
@@ -241,7 +241,7 @@ def source_rate(ids: list[str], sources: dict[str, dict]) -> float:
 
 
 def front_of(trials: list[dict]) -> list[dict]:
-    from dots.search.pareto import Point, pareto_front
+    from dots.search.pick.pareto import Point, pareto_front
 
     pts = [Point(t["number"], t["consistency"], t["perplexity"], t["params"]) for t in trials if t["complete"]]
     keep = {p.number for p in pareto_front(pts)}
@@ -274,7 +274,7 @@ def pick_by(trials: list[dict], rule: str, ids: list[str], sources: dict[str, di
 
 def stop_at(trials: list[dict]) -> int:
     """How many scored trials a study with search.stop (rule hypervolume, dots' defaults) keeps."""
-    from dots.search.stopping import relative_gain
+    from dots.search.study.stopping import relative_gain
 
     history = [(t["consistency"], t["perplexity"]) if t["complete"] else None for t in trials]
     for n in range(2 * STOP["window"], len(history) + 1):
@@ -334,7 +334,7 @@ def med(values: Sequence[float], f: str = "{:.3f}") -> str:
 
 def lab_report(lab: int, test_size: int) -> dict | None:
     """Ground truth, the picks of every rule, stopping replayed: one lab's numbers."""
-    from dots.search.diagnosis import source_answers
+    from dots.search.pick.diagnosis import source_answers
 
     ldir = root() / f"lab{lab}"
     runs = [json.loads(p.read_text()) for p in sorted(ldir.glob("*/seed*/result.json"))]

@@ -517,7 +517,7 @@ def patch_sharded(timer: StreamTimer, info: dict[str, tuple[int, int, int]]) -> 
     """Time vLLM's resident swap in its parameters' layout (`ShardedResident`), which writes
     each parameter straight from θ0 and the compact τ̃ (no tensor stream): per parameter the
     seconds of `_combine`; `info` gets each parameter's (entries, θ0 bytes, compact τ̃ bytes)."""
-    from dots.engines.vllm_resident import ShardedResident
+    from dots.engines.vllm.resident import ShardedResident
 
     ORIGINAL.setdefault("combine", ShardedResident._combine)
 
@@ -673,7 +673,7 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
             engine = HFEngine(root / "base", task_vectors=tv, dtype="bfloat16", synth_cache=first)
             consumer = "copy into the parameter"
         else:
-            from dots.engines.vllm import VLLMEngine
+            from dots.engines.vllm.engine import VLLMEngine
 
             engine = VLLMEngine(
                 root / "base",

@@ -20,7 +20,7 @@ and `LabEngine`: ~15× faster than transformers' generate on the lab); one run d
 `compare` reads two run directories of the same search, one with search.prune=false and one
 with search.prune=true (same search.batch): are the proposed points, the Pareto fronts and the
 picks identical, and how many trials and generated tokens did pruning save. `stop` replays the
-stop rule (dots.search.stopping, a pure function of the finished trials in order) on a
+stop rule (dots.search.study.stopping, a pure function of the finished trials in order) on a
 finished study: where it would have fired, the tokens spent until then, and whether the pick
 of the trials up to that point is the study's final pick. Tokens are the trials' recorded
 `tokens_generated`. Prints Markdown tables.
@@ -38,9 +38,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dots.search.pareto import Point, pareto_front, pick  # noqa: E402
-from dots.search.pruning import is_bound_pruned  # noqa: E402
-from dots.search.stopping import relative_gain  # noqa: E402
+from dots.search.pick.pareto import Point, pareto_front, pick  # noqa: E402
+from dots.search.study.pruning import is_bound_pruned  # noqa: E402
+from dots.search.study.stopping import relative_gain  # noqa: E402
 
 
 def load_trials(run_dir: Path) -> list[Any]:
@@ -139,8 +139,8 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
     import optuna
 
     from benchmarks.lab_samplers import Lab, search_cfg
-    from dots.search.scorer import Scorer
-    from dots.search.study import open_storage, open_study, run_study
+    from dots.search.study.scorer import Scorer
+    from dots.search.study.trials import open_storage, open_study, run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -206,9 +206,9 @@ def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool, batch:
     import optuna
     from omegaconf import OmegaConf
 
-    from dots.search.samplers import build_sampler
-    from dots.search.scorer import Scorer
-    from dots.search.study import run_study
+    from dots.search.study.samplers import build_sampler
+    from dots.search.study.scorer import Scorer
+    from dots.search.study.trials import run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     center = (1.1, 0.9) if aligned else (0.3, 0.4)

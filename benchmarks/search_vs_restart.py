@@ -23,7 +23,7 @@ dots starts one engine and swaps its weights in place. Both run the same N trial
            (same λ, in trial order) and, per trial: `write` θ(λ) as safetensors with
            config/tokenizer (`swap_latency.save_merged`, CPU synthesis) into one fixed
            directory, `start` `build_engine(cfg.engine, dir)` (no task vectors), `score` with
-           `dots.search.scorer.Scorer` (its swap is a no-op: the engine already holds θ(λ)) at seed
+           `dots.search.study.scorer.Scorer` (its swap is a no-op: the engine already holds θ(λ)) at seed
            `cfg.seed + trial.number` as `run_study` does, `close` the engine, delete the
            directory. "N trials" = Σ of those; "whole process" = its wall (imports, τ̃ from
            the cache, tokenizer and selection too).
@@ -160,7 +160,7 @@ def study_span(run_dir: Path) -> float:
     import optuna
     from optuna.trial import TrialState
 
-    from dots.search.study import open_storage
+    from dots.search.study.trials import open_storage
 
     storage = open_storage(None, run_dir)
     (summary,) = optuna.get_all_study_summaries(storage)
@@ -255,8 +255,8 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
     from dots.io.checkpoint import Checkpoint
     from dots.plain import to_plain as plain
     from dots.scoring.prompts import format_prompt
-    from dots.search.scorer import Scorer
     from dots.search.selection import load_selection
+    from dots.search.study.scorer import Scorer
     from dots.vectors.cache import build_task_vectors
     from dots.vectors.sparsify import SparsifyConfig
 

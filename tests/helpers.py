@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 def require_vllm(module: bool = False) -> None:
     """Skip the test (or, `module`, the whole module) where vLLM cannot be imported; with `CI`
     set fail instead, so that CI never passes with its vLLM tests silently skipped."""
-    from dots.engines.vllm_env import vllm_available
+    from dots.engines.vllm.env import vllm_available
 
     if vllm_available():
         return
@@ -182,7 +182,7 @@ def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = Non
     from dots.engines.hf import HFEngine
     from dots.io.checkpoint import Checkpoint
     from dots.lab import ensure_trio, tasks
-    from dots.search.scorer import Scorer
+    from dots.search.study.scorer import Scorer
     from dots.vectors.cache import build_task_vectors
     from dots.vectors.sparsify import SparsifyConfig
 

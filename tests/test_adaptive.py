@@ -1,4 +1,4 @@
-"""Adaptive sampling (dots.search.adaptive): the stopping rule against its formula, rounds
+"""Adaptive sampling (dots.search.study.adaptive): the stopping rule against its formula, rounds
 through a real engine, and the objective computed from what was drawn."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from helpers import lab_scorer
 
 from dots.errors import DotsError
 from dots.scoring.grade import answer_labels, consistency
-from dots.search.adaptive import AdaptiveConfig, majority_is_settled
+from dots.search.study.adaptive import AdaptiveConfig, majority_is_settled
 
 
 def beta_tail_by_integration(a: int, b: int, steps: int = 200_000) -> float:

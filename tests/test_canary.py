@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dots.engines.vllm_env import vllm_available
+from dots.engines.vllm.env import vllm_available
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = [  # the smallest lab search: random selection, one trial of one sample of 4 tokens

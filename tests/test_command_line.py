@@ -1,13 +1,13 @@
-"""dots reads a command line before Hydra does (dots.config.check_overrides, dots.cli):
+"""dots reads a command line before Hydra does (dots.options.compose.check_overrides, dots.options.cli):
 what it lets through and what it stops, in process (the CLI runs are in test_bad_inputs.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dots.cli import check_command_line
-from dots.config import check_overrides
 from dots.errors import DotsError
+from dots.options.cli import check_command_line
+from dots.options.compose import check_overrides
 
 
 @pytest.mark.parametrize(

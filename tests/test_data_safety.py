@@ -116,8 +116,8 @@ def _search_cache(tiny, world, out):
 
 
 def _evaluate(tiny, world, out):
-    from dots.config import compose as dots_compose
     from dots.evaluate.run import run_evaluate
+    from dots.options.compose import compose as dots_compose
 
     root, base, srcs, _ = tiny
     args = ["engine=hf", "include_backbone=false", f"+models.x={srcs['sft']}", "benchmarks=[lab_add]", "limit=2"]

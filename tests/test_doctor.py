@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dots.engines.vllm_env import vllm_available
+from dots.engines.vllm.env import vllm_available
 
 REPO = Path(__file__).resolve().parent.parent
 QWEN_05B = REPO / "benchmarks" / "shapes" / "qwen2.5-0.5b.json"

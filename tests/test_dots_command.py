@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dots.cli import VERBS
+from dots.options.cli import VERBS
 
 REPO = Path(__file__).resolve().parent.parent
-# what pip's generated `dots` script does (pyproject's [project.scripts] dots = "dots.cli:main")
-DOTS = [sys.executable, "-c", "import sys; from dots.cli import main; sys.exit(main())"]
+# what pip's generated `dots` script does (pyproject's [project.scripts] dots = "dots.options.cli:main")
+DOTS = [sys.executable, "-c", "import sys; from dots.options.cli import main; sys.exit(main())"]
 
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -64,4 +64,4 @@ def test_every_runnable_dots_module_is_a_verb_and_the_only_script_is_dots():
     for verb in VERBS:
         assert importlib.util.find_spec(f"dots.{verb}") is not None, verb
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"dots": "dots.cli:main"}
+    assert scripts == {"dots": "dots.options.cli:main"}

@@ -16,7 +16,7 @@ require_vllm(module=True)
 from dots.engines import Engine  # noqa: E402
 from dots.engines.factory import build_engine  # noqa: E402
 from dots.engines.hf import HFEngine  # noqa: E402
-from dots.engines.vllm import VLLMEngine  # noqa: E402
+from dots.engines.vllm.engine import VLLMEngine  # noqa: E402
 from dots.errors import DotsError  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.scoring.perplexity import perplexity  # noqa: E402
@@ -181,7 +181,7 @@ def test_sampling(engine):
 
 SERVE_UNTIL_TERMINATED = """
 import sys
-from dots.engines.vllm import VLLMEngine
+from dots.engines.vllm.engine import VLLMEngine
 from dots.runtime.signals import exit_on_sigterm
 
 if __name__ == "__main__":

@@ -229,7 +229,7 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     source as saved, coefficients; greedy text equals transformers on the written model."""
     require_vllm()
     from dots.engines.hf import HFEngine
-    from dots.engines.vllm import VLLMEngine
+    from dots.engines.vllm.engine import VLLMEngine
     from dots.export.model import write_synthesized
     from dots.search.engine_model import engine_model, swap_original
 

@@ -17,7 +17,7 @@ from helpers import compose, overrides, require_vllm, run
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.modules import MODULE_GROUPS, module_group
-from dots.search.granularity import coefficients_from_params, fixed_point, param_names
+from dots.search.study.granularity import coefficients_from_params, fixed_point, param_names
 from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.coefficients import check_coefficients
 from dots.vectors.sparsify import SparsifyConfig
@@ -144,7 +144,7 @@ def test_vllm_engine_swaps_coefficients_per_group_from_disk_and_memory(tmp_path)
     """The worker extension builds θ(λ per group) itself, from the τ̃ cache on disk and from its
     resident copy: the same weights as the synthesis streamed into the engine."""
     require_vllm()
-    from dots.engines.vllm import VLLMEngine
+    from dots.engines.vllm.engine import VLLMEngine
     from dots.testing import make_finetuned, make_tiny_model
     from dots.vectors.synth import synthesize
 
@@ -208,8 +208,8 @@ def test_interrupted_and_duplicate_points_keep_all_eight_coefficients():
     import optuna
     from optuna.trial import TrialState
 
-    from dots.search.study import point_key, set_aside_duplicate
-    from dots.search.workers import RETRY_OF, recover_stale_trials
+    from dots.search.study.trials import point_key, set_aside_duplicate
+    from dots.search.study.workers import RETRY_OF, recover_stale_trials
 
     names = param_names(["sft", "rlvr"], "module")
     storage = optuna.storages.InMemoryStorage()
@@ -274,7 +274,7 @@ def test_bad_granularity_is_one_line_and_writes_nothing(tmp_path):
 
 
 def test_card_lists_lambda_per_module_group():
-    from dots.merge.card import render_model_card
+    from dots.export.card import render_model_card
 
     card = render_model_card(
         method="dots",

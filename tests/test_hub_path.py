@@ -13,7 +13,7 @@ import torch
 import yaml
 from helpers import run_cli
 
-from dots.config import compose
+from dots.options.compose import compose
 from dots.testing import make_finetuned, make_tiny_model, put_in_hub_cache
 
 HUB_BACKBONES = ["qwen7b", "qwen7b_exgrpo_relift", "qwen1.5b", "llama8b"]

@@ -19,14 +19,15 @@ ROOT = Path(__file__).resolve().parent.parent / "dots"
 # lowest first; a module may import its own layer and the layers before it
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("dots", "dots.errors", "dots.keys", "dots.plain", "dots.paths", "dots.checks"),  # the base
-    ("dots.runtime",),  # process plumbing: allocator, signals, locks, reaper, progress
+    ("dots.runtime",),  # process plumbing: allocator, devices, signals, locks, reaper, progress
     ("dots.io",),  # checkpoints, safetensors, shapes, tensor names, pools and benchmarks
-    ("dots.vectors", "dots.scoring"),  # τ, τ̃ and synthesis; grading
+    ("dots.vectors", "dots.scoring"),  # τ, τ̃, synthesis and where τ̃ is held; grading
     ("dots.lab",),  # the lab trio (registers its config resolver and pool kind)
-    ("dots.config", "dots.cli"),  # the commands' configs (which name the lab) and command line
-    ("dots.merge", "dots.plan"),  # merges and their card; the memory plan
+    ("dots.options",),  # the commands' configs (which name the lab), command line, typed options
+    ("dots.export",),  # the one door a model leaves dots by: written with its card (and pushed)
+    ("dots.merge",),  # merges
     ("dots.engines",),  # live models whose weights are swapped
-    ("dots.export",),  # the synthesized model written (and pushed)
+    ("dots.plan",),  # the memory plan: the engines' declared needs added up
     ("dots.search", "dots.evaluate", "dots.analyze"),  # the pipelines
     ("dots.testing",),  # generated checkpoints for tests and benchmarks
     ("dots.doctor",),  # a new node checked end to end on a generated model

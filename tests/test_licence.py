@@ -14,7 +14,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from dots.merge.card import base_licence
+from dots.export.card import base_licence
 from dots.merge.executor import merge_checkpoints
 from dots.testing import make_finetuned, make_tiny_model, put_in_hub_cache
 

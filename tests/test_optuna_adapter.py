@@ -1,4 +1,4 @@
-"""Each Optuna internal of dots.search.optuna_adapter on a real study (SQLite, as a run uses):
+"""Each Optuna internal of dots.search.study.optuna_adapter on a real study (SQLite, as a run uses):
 run this file under a new Optuna release before adding it to `CHECKED_ON`."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from dots.search import optuna_adapter as adapter
+from dots.search.study import optuna_adapter as adapter
 
 
 @pytest.fixture

@@ -143,7 +143,7 @@ def test_workers_opening_an_empty_database_together_all_get_the_study(mariadb):
     the others retry past "already exists" or a duplicate key, and all load the same study."""
     url = mariadb.url()
     code = (
-        "import sys, optuna; from pathlib import Path; from dots.search.study import open_storage\n"
+        "import sys, optuna; from pathlib import Path; from dots.search.study.trials import open_storage\n"
         "st = open_storage(sys.argv[1], Path('.'))\n"
         "optuna.create_study(study_name='s', storage=st, load_if_exists=True, directions=['maximize'] * 2)"
     )
@@ -196,7 +196,7 @@ def test_partial_point_is_not_retried():
     an enqueued one however far its suggestions got, is queued again as it was."""
     from optuna.trial import TrialState
 
-    from dots.search.workers import RETRY_OF, fail_and_requeue
+    from dots.search.study.workers import RETRY_OF, fail_and_requeue
 
     names = ["lambda_a", "lambda_b"]
     study = _study()
@@ -223,7 +223,7 @@ def test_fixed_point_that_failed_is_scored_on_rerun(tiny, tmp_path, monkeypatch)
     it by a TPE sample. The real search on the tiny family; the scorer's second call raises."""
     from optuna.trial import TrialState
 
-    from dots.search.scorer import Scorer
+    from dots.search.study.scorer import Scorer
 
     points = [[0.6, 0.7], [0.8, 0.9], [1.0, 1.1]]
     real_score, calls = Scorer.__call__, []

@@ -4,7 +4,7 @@ import pytest
 from helpers import capture_figures, legend_texts, line_data
 
 from dots.errors import DotsError
-from dots.search.pareto import Point, pareto_front, pick, plot_front
+from dots.search.pick.pareto import Point, pareto_front, pick, plot_front
 
 
 def pts(*rows):
@@ -63,7 +63,7 @@ def test_plot_never_goes_below_zero_and_marks_coincident_points():
     are labelled ×3 instead of hiding behind each other."""
     import matplotlib.pyplot as plt
 
-    from dots.search.pareto import front_figure
+    from dots.search.pick.pareto import front_figure
 
     points = [Point(0, 0.0, 5.0, {}), Point(1, 0.0, 5.0, {}), Point(2, 0.0, 5.0, {}), Point(3, 0.0, 7.0, {})]
     fig = front_figure(points, pareto_front(points), points[0])
@@ -76,7 +76,7 @@ def test_plot_never_goes_below_zero_and_marks_coincident_points():
 def test_model_card_tags_dots_once():
     import yaml
 
-    from dots.merge.card import render_model_card
+    from dots.export.card import render_model_card
 
     for method in ("dots", "ties"):
         card = render_model_card(method=method, options={}, base="b", sources={"sft": "s"})

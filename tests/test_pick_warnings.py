@@ -1,4 +1,4 @@
-"""The pick's label-free warnings (dots/search/diagnosis.py): next to the base model, or agreeing
+"""The pick's label-free warnings (dots/search/pick/diagnosis.py): next to the base model, or agreeing
 with the sources less than they agree with each other — one line at the end of the search, in
 result.yaml and on the exported card."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dots.search.diagnosis import NEAR_BASE, diagnose_pick, source_answers
+from dots.search.pick.diagnosis import NEAR_BASE, diagnose_pick, source_answers
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,18 +9,17 @@ import pytest
 import torch
 from helpers import REPO, overrides, run_cli
 
-import dots.plan.devices
-import dots.plan.resolve
+import dots.runtime.devices
+import dots.vectors.residency
 from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.shapes import ModelShapes
 from dots.plan.decide import EngineSetting, plan_memory
-from dots.plan.devices import DeviceMemory
-from dots.plan.estimate import MARGIN, resident_bytes
 from dots.plan.render import describe
-from dots.plan.resolve import resident_needs, resolve_resident, resolve_synth_cache
+from dots.runtime.devices import DeviceMemory
 from dots.vectors.cache import build_task_vectors
+from dots.vectors.residency import MARGIN, resident_bytes, resident_needs, resolve_resident, resolve_synth_cache
 from dots.vectors.sparsify import SparsifyConfig
 from dots.vectors.synth import ResidentSynthesizer
 
@@ -108,7 +107,7 @@ def test_qwen7b_on_one_80gb_gpu_keeps_tau_resident_and_sets_vllms_share():
 
 
 def test_70b_at_tp8_keeps_each_ranks_shard_of_tau_resident():
-    """vLLM workers hold only their shard of θ0 and τ̃ (dots.engines.vllm_resident): at TP=8 a
+    """vLLM workers hold only their shard of θ0 and τ̃ (dots.engines.vllm.resident): at TP=8 a
     70B model's 141 GB of θ0 and 102 GB of compact τ̃ are 1/8 per GPU, beside the engine."""
     shapes = ModelShapes.from_config_file(SHAPES / "llama-3-70b.json")
     setting = EngineSetting("vllm", "cuda", tensor_parallel=8, max_tokens=8192)
@@ -173,11 +172,11 @@ def test_engine_auto_resolves_from_free_memory(trio, monkeypatch):
     assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "memory"
     needs = resident_needs(tv, torch.device("cpu"))
     between = MARGIN + (needs["sparse"] + needs["dense"]) // 2  # room for sparse, not for dense
-    monkeypatch.setattr(dots.plan.resolve, "meminfo", lambda: {"MemAvailable": between, "MemTotal": between})
+    monkeypatch.setattr(dots.vectors.residency, "meminfo", lambda: {"MemAvailable": between, "MemTotal": between})
     assert resolve_resident("auto", "auto", tv, torch.device("cpu")) == ("memory", "sparse")
     assert resolve_resident("memory", "dense", tv, torch.device("cpu")) == ("memory", "dense")  # as asked
     assert resolve_resident("auto", "dense", tv, torch.device("cpu")) == ("disk", "dense")  # does not fit
-    monkeypatch.setattr(dots.plan.resolve, "meminfo", lambda: {"MemAvailable": 10**6, "MemTotal": 10**6})
+    monkeypatch.setattr(dots.vectors.residency, "meminfo", lambda: {"MemAvailable": 10**6, "MemTotal": 10**6})
     assert resolve_synth_cache("auto", tv, torch.device("cpu")) == "disk"
     assert resolve_resident("memory", "auto", tv, torch.device("cpu")) == ("memory", "bitmask")  # the smallest
     from dots.engines.hf import HFEngine
@@ -202,10 +201,12 @@ def search_overrides(tiny, run_dir: Path) -> list[str]:
 
 
 def test_search_that_cannot_fit_stops_before_writing_anything(tiny, tmp_path, monkeypatch, capsys):
-    from dots.config import compose
+    from dots.options.compose import compose
     from dots.search.pipeline import run_search
 
-    monkeypatch.setattr(dots.plan.devices, "device_memory", lambda device, count=1: DeviceMemory(10**6, 10**6, "test"))
+    monkeypatch.setattr(
+        dots.runtime.devices, "device_memory", lambda device, count=1: DeviceMemory(10**6, 10**6, "test")
+    )
     run_dir = tmp_path / "run"
     with pytest.raises(DotsError, match="memory plan: does not fit on cpu"):
         run_search(compose("search", search_overrides(tiny, run_dir)))
@@ -217,8 +218,8 @@ def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_
     """Room for one tensor at a time but not for any resident copy: the engine reads τ̃ from
     the cache (synth_cache=disk reaches it); room for the sparse form but not the dense one:
     the engine holds τ̃ sparse. The run completes either way."""
-    from dots.config import compose
     from dots.engines import factory
+    from dots.options.compose import compose
     from dots.search.pipeline import run_search
 
     shapes = ModelShapes.from_config_file(trio[1])
@@ -226,7 +227,7 @@ def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_
     engine_only = plan_memory(shapes, setting, gpu(100), 2, 0.3)
     below, above = {"disk": (engine_only.stream, "bitmask"), "sparse": (engine_only.forms["sparse"][1], "dense")}[fits]
     room = engine_only.engine + MARGIN + (below + engine_only.forms[above][1]) // 2
-    monkeypatch.setattr(dots.plan.devices, "device_memory", lambda device, count=1: DeviceMemory(room, room, "test"))
+    monkeypatch.setattr(dots.runtime.devices, "device_memory", lambda device, count=1: DeviceMemory(room, room, "test"))
     seen = []
     real = factory.build_engine
     monkeypatch.setattr(factory, "build_engine", lambda cfg, *a, **k: seen.append(dict(cfg)) or real(cfg, *a, **k))

@@ -53,7 +53,7 @@ def test_jsonl_pool_and_errors(tmp_path):
 
 def test_math_valid_pool_resolves_to_the_packaged_parquet():
     """backbone=qwen7b's pool (math_valid) is the parquet inside the package, from any directory."""
-    from dots.config import compose
+    from dots.options.compose import compose
 
     cfg = compose("search", ["backbone=qwen7b"])
     assert Path(cfg.pool.path) == SHARED and SHARED.is_file()

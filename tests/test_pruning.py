@@ -20,9 +20,9 @@ import yaml
 from helpers import compose, overrides, run_cli, run_together
 from test_parallel import load, worker_cmd
 
-from dots.search.pareto import Point, pareto_front, pick
-from dots.search.pruning import PRUNED_BY, consistency_bound, dominator
-from dots.search.stopping import STOPPED, StopRule, hypervolume, relative_gain, stop_reason
+from dots.search.pick.pareto import Point, pareto_front, pick
+from dots.search.study.pruning import PRUNED_BY, consistency_bound, dominator
+from dots.search.study.stopping import STOPPED, StopRule, hypervolume, relative_gain, stop_reason
 
 GRID = [j / 4 for j in range(5)]  # per-query consistency of k = 4 samples
 
@@ -239,7 +239,7 @@ def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_
 def test_a_proposal_of_a_pruned_point_is_set_aside_as_a_duplicate():
     """A bound-pruned point is scored: proposed again, it is set aside like a complete one (as it
     would be without pruning), not generated again."""
-    from dots.search.study import DUPLICATE_OF, set_aside_duplicate
+    from dots.search.study.trials import DUPLICATE_OF, set_aside_duplicate
 
     class Stuck(optuna.samplers.BaseSampler):
         def infer_relative_search_space(self, study, trial):

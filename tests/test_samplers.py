@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from dots.config import compose
 from dots.errors import DotsError
+from dots.options.compose import compose
 from dots.paths import CONF_DIR
 from dots.plain import to_plain
-from dots.search.samplers import SAMPLERS, build_sampler
+from dots.search.study.samplers import SAMPLERS, build_sampler
 
 NAMES = sorted(p.stem for p in (CONF_DIR / "sampler").glob("*.yaml"))
 

@@ -282,7 +282,7 @@ def test_a_duplicate_proposal_is_set_aside_and_drawn_again():
     import optuna
     from optuna.trial import TrialState
 
-    from dots.search.study import DUPLICATE_OF, sampler_seed, set_aside_duplicate
+    from dots.search.study.trials import DUPLICATE_OF, sampler_seed, set_aside_duplicate
 
     assert sampler_seed(3, 0, 0) == 3  # a fresh study keeps the configured sequence
     storage = optuna.storages.InMemoryStorage()
@@ -313,7 +313,7 @@ def test_a_sampler_stuck_on_a_scored_point_gets_a_random_point(tmp_path):
     import optuna
     from optuna.samplers import BaseSampler
 
-    from dots.search.study import MAX_DUPLICATES, run_study
+    from dots.search.study.trials import MAX_DUPLICATES, run_study
 
     class Stuck(BaseSampler):
         def infer_relative_search_space(self, study, trial):

@@ -229,7 +229,7 @@ def frozen_trial(storage: Path, window_s: float) -> int | None:
     worker already failed as stale. None when the suspended worker is between trials."""
     from optuna.trial import TrialState
 
-    from dots.search.workers import HEARTBEAT
+    from dots.search.study.workers import HEARTBEAT
 
     before = {
         t.number: t.system_attrs.get(HEARTBEAT) for t in load_study(storage).get_trials(states=(TrialState.RUNNING,))

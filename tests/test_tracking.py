@@ -1,4 +1,4 @@
-"""Experiment tracking (`tracking=mlflow|wandb`, dots.search.tracking) against the real services: a
+"""Experiment tracking (`tracking=mlflow|wandb`, dots.search.study.tracking) against the real services: a
 lab search through the CLI logged to a real MLflow tracking server started here, and to W&B in
 offline mode, each read back and compared with the run's trials.csv and result.yaml; a resumed
 search logs no trial twice; an unreachable server stops the search before anything is written."""
@@ -175,7 +175,7 @@ def test_a_missing_tracking_package_is_one_line_before_work(tmp_path, monkeypatc
     from omegaconf import OmegaConf
 
     from dots.errors import DotsError
-    from dots.search.tracking import open_tracking
+    from dots.search.study.tracking import open_tracking
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails as if not installed
     cfg = OmegaConf.create({"tracking": {"name": "wandb", "mode": "offline"}})

@@ -1,4 +1,4 @@
-"""vLLM's internals are reached through `dots.engines.vllm_compat` only, and the swap path follows
+"""vLLM's internals are reached through `dots.engines.vllm.compat` only, and the swap path follows
 the tested range: fast inside, the public reload outside (one line), a one-line stop without it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import dots
-from dots.engines import vllm_compat as compat
+from dots.engines.vllm import compat
 from dots.errors import DotsError
 
 PACKAGE = Path(dots.__file__).resolve().parent
@@ -65,12 +65,12 @@ def internal_uses(path: Path) -> list[str]:
 
 
 def test_no_module_but_the_compat_module_touches_vllm_internals():
-    modules = [p for p in PACKAGE.rglob("*.py") if p.name != "vllm_compat.py"]
+    modules = [p for p in PACKAGE.rglob("*.py") if p.name != "compat.py"]
     assert len(modules) > 50
     offenders = {str(p.relative_to(PACKAGE)): uses for p in modules if (uses := internal_uses(p))}
     assert offenders == {}
     # and the compatibility module itself does reach every one of them (the list is not stale)
-    own = " ".join(internal_uses(PACKAGE / "engines" / "vllm_compat.py"))
+    own = " ".join(internal_uses(PACKAGE / "engines" / "vllm" / "compat.py"))
     assert [a for a in INTERNAL_ATTRS if a not in own] == []
 
 
@@ -81,7 +81,7 @@ def test_inside_the_tested_range_the_fast_path():
 
 
 def test_outside_it_the_public_path_said_in_one_line(caplog):
-    with caplog.at_level(logging.WARNING, logger="dots.engines.vllm_compat"):
+    with caplog.at_level(logging.WARNING, logger="dots.engines.vllm.compat"):
         assert compat.choose_path("0.20.1", fast=True, public=True) == "public"
         assert compat.choose_path(compat.TESTED[0], fast=False, public=True) == "public"
     lines = [r.getMessage() for r in caplog.records]

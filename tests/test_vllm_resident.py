@@ -19,7 +19,7 @@ from helpers import greedy, require_vllm, save_merged
 
 require_vllm(module=True)
 
-from dots.engines.vllm import VLLMEngine  # noqa: E402
+from dots.engines.vllm.engine import VLLMEngine  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
 from dots.vectors.cache import build_task_vectors  # noqa: E402
@@ -123,7 +123,7 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
     # θ0 (fp32 here) + compact τ̃ + scratch; no second copy of the model for the outputs
     assert theta0 + compact <= info["nbytes"] < 2 * theta0 + compact
     # the memory plan's per-worker figure bounds it (it adds the set-up's second θ0 shard)
-    from dots.plan.estimate import sharded_resident_bytes
+    from dots.vectors.residency import sharded_resident_bytes
 
     tensors = {n: base.info(n) for n in base.names}
     assert info["nbytes"] <= sharded_resident_bytes(tensors, tv.names, {}, compact, "cpu", 1)
@@ -183,8 +183,8 @@ def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_p
 
 @pytest.mark.parametrize("block", [100, 1 << 24])  # gathered in several (ragged) blocks, or in one
 def test_param_compact_keeps_exactly_the_differing_entries(monkeypatch, block):
-    import dots.engines.vllm_compact as resident
-    from dots.engines.vllm_compact import param_compact
+    import dots.engines.vllm.compact as resident
+    from dots.engines.vllm.compact import param_compact
     from dots.vectors.compact import TauBlocks
 
     monkeypatch.setattr(resident, "GATHER_BLOCK", block)
@@ -208,7 +208,7 @@ def test_layouts_it_does_not_cover_are_named(models):
     """A parameter narrower than the checkpoint's dtype would round θ_i − θ0 away; a cache with
     rescale=tensor would need several γ in one fused parameter: both are refused with a reason
     (the worker then holds the whole model as before)."""
-    from dots.engines.vllm_resident import Unit, unsupported
+    from dots.engines.vllm.resident import Unit, unsupported
 
     tv, base = models["tv"], Checkpoint(models["base"])  # float32 checkpoint
 

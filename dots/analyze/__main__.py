@@ -10,9 +10,9 @@ from typing import Sequence
 
 def main(argv: Sequence[str] | None = None) -> None:
     from dots.analyze.run import run_from_config
-    from dots.cli import prepare_command
-    from dots.config import compose
     from dots.errors import cli_errors
+    from dots.options.cli import prepare_command
+    from dots.options.compose import compose
 
     prepare_command(logging.WARNING)
     overrides = list(sys.argv[1:] if argv is None else argv)

@@ -37,12 +37,12 @@ from dots.analyze.counts import (
 )
 from dots.analyze.report import build_report
 from dots.analyze.stream import plan_chunks, task_vector_chunks
-from dots.config import check_backbone_sources
 from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
 from dots.keys import stable_hash
+from dots.options.compose import check_backbone_sources
 from dots.plain import to_plain
 from dots.vectors.masks import TopKMask
 from dots.vectors.topk import RadixSelect

@@ -39,8 +39,8 @@ def diagnose(argv: Sequence[str]) -> tuple[list[Row], str]:
     parser.add_argument("--layers", type=int, default=2, help="layers of the generated model")
     parser.add_argument("--keep", action="store_true", help="keep the generated model and logs (printed)")
     args, overrides = parser.parse_known_args(argv)
-    from dots.config import compose
     from dots.doctor.end_to_end import architecture, end_to_end
+    from dots.options.compose import compose
     from dots.plain import to_plain
 
     cfg = compose("search", overrides)  # a bad backbone or option: one line, exit 2

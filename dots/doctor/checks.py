@@ -22,7 +22,7 @@ class Row:
 
 
 def _in_range(version: str, bounds: tuple[str, str]) -> bool:
-    from dots.engines.vllm_compat import _version_tuple
+    from dots.engines.vllm.compat import _version_tuple
 
     lo, hi = (_version_tuple(v) for v in bounds)
     return lo <= _version_tuple(version) < hi
@@ -60,8 +60,8 @@ def library_rows(engine: str) -> list[Row]:
 
 def vllm_row(engine: str) -> Row:
     """vLLM's version and the swap path it gets: fast inside the tested range, public outside."""
-    from dots.engines import vllm_compat as compat
-    from dots.engines.vllm_env import vllm_available
+    from dots.engines.vllm import compat
+    from dots.engines.vllm.env import vllm_available
 
     wanted = engine == "vllm"
     if not vllm_available():
@@ -86,7 +86,7 @@ def device_rows(engine_cfg: dict) -> list[Row]:
     """Each device the engine would use and its free memory."""
     import torch
 
-    from dots.plan.devices import device_memory
+    from dots.runtime.devices import device_memory
 
     gb = 1e9
     rows = []
@@ -102,10 +102,10 @@ def device_rows(engine_cfg: dict) -> list[Row]:
 
 
 def plan_row(cfg: Any, shapes_file: str | None) -> Row:
-    """The memory plan of `backbone=` (dots.engines.setting) in one line, or why it cannot fit."""
-    from dots.engines.setting import plan_search
+    """The memory plan of `backbone=` (dots.plan.search) in one line, or why it cannot fit."""
     from dots.errors import DotsError
-    from dots.plan.resolve import model_shapes
+    from dots.plan.search import plan_search
+    from dots.plan.shapes import model_shapes
 
     try:
         plan = plan_search(cfg, model_shapes(cfg, shapes_file))

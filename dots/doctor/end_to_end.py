@@ -87,7 +87,7 @@ def engine_options(cfg: Any) -> dict:
     options = dict(to_plain(cfg.engine))
     options["name"] = resolve_engine_name(str(options.get("name", "auto")))
     if options["name"] == "vllm":
-        from dots.engines.vllm_compat import on_cpu_platform
+        from dots.engines.vllm.compat import on_cpu_platform
 
         if on_cpu_platform():
             options["enforce_eager"] = True

@@ -82,7 +82,7 @@ def tolerance_for(engine: Any) -> float:
     if device is not None:
         on_cpu = str(device).startswith("cpu")
     else:  # vLLM: where its platform runs
-        from dots.engines.vllm_compat import on_cpu_platform
+        from dots.engines.vllm.compat import on_cpu_platform
 
         on_cpu = on_cpu_platform()
     return CPU_TOLERANCE if on_cpu else CUDA_TOLERANCE

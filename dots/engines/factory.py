@@ -23,7 +23,7 @@ ENGINES = ("auto", "vllm", "hf")
 
 def _engine_class(name: str):
     if name == "vllm":
-        from dots.engines.vllm import VLLMEngine
+        from dots.engines.vllm.engine import VLLMEngine
 
         return VLLMEngine
     from dots.engines.hf import HFEngine
@@ -43,7 +43,7 @@ def resolve_engine_name(name: str) -> str:
         raise DotsError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
     if name != "auto":
         return name
-    from dots.engines.vllm_env import vllm_available
+    from dots.engines.vllm.env import vllm_available
 
     chosen = "vllm" if vllm_available() else "hf"
     log.info("engine=auto: using %s", chosen)
@@ -51,8 +51,8 @@ def resolve_engine_name(name: str) -> str:
 
 
 def vllm_engine_args() -> set[str]:
-    """The fields of vLLM's own EngineArgs (`dots.engines.vllm_compat.engine_arg_names`)."""
-    from dots.engines.vllm_compat import engine_arg_names
+    """The fields of vLLM's own EngineArgs (`dots.engines.vllm.compat.engine_arg_names`)."""
+    from dots.engines.vllm.compat import engine_arg_names
 
     return engine_arg_names()
 
@@ -64,14 +64,14 @@ def check_engine_config(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     import difflib
 
     from dots.engines.hf import HFEngine
-    from dots.plan.decide import check_synth_cache
     from dots.vectors.forms import check_resident_form
+    from dots.vectors.residency import check_synth_cache
 
     options = dict(to_plain(cfg))
     name = resolve_engine_name(str(options.pop("name", "auto")))
     known = _options(HFEngine)
     try:
-        from dots.engines.vllm import VLLMEngine
+        from dots.engines.vllm.engine import VLLMEngine
 
         known |= _options(VLLMEngine)
     except ImportError:

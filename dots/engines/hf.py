@@ -26,10 +26,10 @@ from dots.engines.base import check_swappable
 from dots.engines.canary import broken_swap
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
-from dots.plan.decide import check_synth_cache
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
 from dots.vectors.forms import check_resident_form
+from dots.vectors.residency import check_synth_cache
 
 if TYPE_CHECKING:
     from dots.vectors.synth import ResidentSynthesizer
@@ -226,7 +226,7 @@ class HFEngine:
             self.resident_form = check_resident_form(resident_form)
         self.task_vectors, self._resident = task_vectors, None
         gc.collect()  # a previous resident copy goes before the new one is measured / loaded
-        from dots.plan.resolve import resolve_resident
+        from dots.vectors.residency import resolve_resident
 
         cache, form = resolve_resident(self.synth_cache, self.resident_form, task_vectors, self.device)
         if cache == "memory":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from dots.cli import hydra_command
+from dots.options.cli import hydra_command
 
 
 def run(cfg: DictConfig) -> None:

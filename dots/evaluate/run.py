@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+import dots.options.compose  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
 from dots.checks import positive_int, whole_number
 from dots.engines.factory import check_engine_config
 from dots.errors import DotsError

@@ -14,10 +14,10 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
+from dots.export.card import render_model_card
 from dots.io.align import Alignment
 from dots.io.destination import Destination, claim, input_paths
 from dots.io.writer import CheckpointWriter
-from dots.merge.card import render_model_card
 from dots.plain import to_plain
 from dots.runtime.progress import progress_bar
 from dots.vectors.cache import TaskVectors

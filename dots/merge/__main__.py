@@ -41,7 +41,7 @@ def _resolved(cfg, keep_sources: Sequence[str]) -> dict:
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from dots.config import check_backbone_sources
+    from dots.options.compose import check_backbone_sources
 
     if OmegaConf.is_missing(cfg, "output"):
         raise DotsError("no output directory given (add output=DIR)")
@@ -101,8 +101,8 @@ def _or_default(container: dict, key: str, default: int) -> object:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry of `python -m dots.merge`: compose the config, merge, print the output path."""
-    from dots.cli import prepare_command
-    from dots.config import compose
+    from dots.options.cli import prepare_command
+    from dots.options.compose import compose
 
     prepare_command(logging.WARNING)
     args = list(sys.argv[1:] if argv is None else argv)

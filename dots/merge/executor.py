@@ -81,8 +81,8 @@ def merge_checkpoints(
     in row blocks, so peak memory does not grow with the model's width. `config`: the run's
     composed configuration, recorded in the model card and offered to the method's first pass
     (SAR reads its calibration `pool`, `backbone.prompt` and `device` there)."""
+    from dots.export.card import render_model_card
     from dots.io.align import align, config_differences
-    from dots.merge.card import render_model_card
 
     spec = get_method(method)
     opts = build_options(spec, dict(options or {}))

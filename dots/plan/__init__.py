@@ -15,7 +15,7 @@ every worker, so the per-worker figures count once per worker):
                     scratch, what `dots.vectors.synth.ResidentSynthesizer` holds. vLLM: each
                     worker's shard of θ0 and of the K compact τ̃ of the merged tensors (divided
                     by tensor_parallel_size) + one output buffer of the largest such shard + the
-                    scratch, what `dots.engines.vllm_resident.ShardedResident` holds: a swap
+                    scratch, what `dots.engines.vllm.resident.ShardedResident` holds: a swap
                     writes into the engine's own parameters (no output copy of the model)
   τ̃ from the cache  one tensor at a time (`dots.vectors.synth.synthesize`): the largest
                     tensor's θ0, output (+ rows a source adds) and K compact τ̃, + scratch
@@ -41,5 +41,5 @@ whose actual size fits in what its device has free at that moment.
 The package, one module per job: `devices` (what the devices have free), `estimate` (the bytes
 each way of holding τ̃ needs), `decide` (the plan and its choice), `render` (the plan as
 lines), `resolve` (an engine without a plan); `python -m dots.plan` prints a search's plan.
-The plan's view of an engine config and of a search config is `dots.engines.setting`.
+The plan's view of an engine config and of a search config is `dots.plan.search`.
 """

@@ -4,7 +4,7 @@ r"""`python -m dots.plan`: the memory plan of a search, printed without running 
         [search overrides: backbone=qwen7b engine=vllm engine.tensor_parallel_size=8 ...]
 
 The search's config (dots/conf/search.yaml + the overrides) is composed in memory and
-`dots.engines.setting.plan_search` computes what `python -m dots.search` with the same
+`dots.plan.search.plan_search` computes what `python -m dots.search` with the same
 overrides would hold on each device — engine weights, its KV cache, θ0 and τ̃ resident or
 read from the cache — and which `synth_cache` it would use. The model's tensors come from
 `--shapes` (a config.json: nothing is downloaded), else from the backbone's base: exact
@@ -22,7 +22,7 @@ import sys
 from typing import Sequence
 
 from dots.errors import cli_errors
-from dots.plan.resolve import model_shapes
+from dots.plan.shapes import model_shapes
 
 
 @cli_errors
@@ -32,10 +32,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], help="where the engine runs (default: as detected)")
     parser.add_argument("--device-memory-gb", type=float, help="memory of each device in GB (default: measured)")
     args, overrides = parser.parse_known_args(argv)
-    from dots.config import compose
-    from dots.engines.setting import plan_search
-    from dots.plan.devices import DeviceMemory
+    from dots.options.compose import compose
     from dots.plan.render import describe
+    from dots.plan.search import plan_search
+    from dots.runtime.devices import DeviceMemory
 
     cfg = compose("search", overrides)
     memory = None

@@ -12,33 +12,20 @@ import torch
 from dots.errors import DotsError
 from dots.io.safetensors import dtype_size
 from dots.io.shapes import ModelShapes
-from dots.plan.devices import DeviceMemory
-from dots.plan.estimate import (
+from dots.runtime.devices import DeviceMemory
+from dots.vectors.forms import BY_SPEED, check_resident_form, form_estimate
+from dots.vectors.residency import (
     ENGINE_RESERVE,
     GB,
     MARGIN,
     PROMPT_TOKENS,
+    check_synth_cache,
     resident_bytes,
     sharded_resident_bytes,
     stream_bytes,
 )
-from dots.vectors.forms import BY_SPEED, check_resident_form, form_estimate
 
 VLLM_MAX_UTILIZATION = 0.9  # vLLM's own default share of a GPU
-SYNTH_CACHES = ("auto", "disk", "memory")
-
-
-def check_synth_cache(value: str) -> str:
-    """Where an engine keeps θ0 and τ̃ for swap_coefficients. disk: read from the τ̃ cache at
-    every swap (memory: a few tensors); memory: held on the engine's device once
-    (transformers: ResidentSynthesizer, ≈ 2×base + K compact τ̃, 0.725 bytes per parameter
-    each for bf16 at density 0.3; vLLM: each worker its shard of base + K compact τ̃, in its
-    parameters' layout, `dots.engines.vllm_resident`); auto: memory when it fits, else
-    disk — decided by the search's memory plan before the engine starts (`dots.plan`),
-    or by the engine from its device's free memory when it gets its task vectors."""
-    if value not in SYNTH_CACHES:
-        raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)

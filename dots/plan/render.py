@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dots.plan.decide import MemoryPlan, copies_outputs
-from dots.plan.estimate import GB
+from dots.vectors.residency import GB
 
 
 def describe(plan: MemoryPlan) -> list[str]:

@@ -14,16 +14,16 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from dots.checks import check_choice, number_in, positive_int, whole_number
-from dots.config import check_backbone_sources
 from dots.errors import DotsError
+from dots.options.compose import check_backbone_sources
 from dots.plain import to_plain
 from dots.scoring.grade import CONSISTENCY_RULES
 from dots.scoring.perplexity import PERPLEXITY_MEANS
-from dots.search.adaptive import AdaptiveConfig
-from dots.search.granularity import DEFAULT_GRANULARITY, check_granularity
-from dots.search.samplers import build_sampler
-from dots.search.stopping import stop_rule
-from dots.search.tracking import check_tracking_options
+from dots.search.study.adaptive import AdaptiveConfig
+from dots.search.study.granularity import DEFAULT_GRANULARITY, check_granularity
+from dots.search.study.samplers import build_sampler
+from dots.search.study.stopping import stop_rule
+from dots.search.study.tracking import check_tracking_options
 
 ANSWER_MODES = ("math", "choice")
 INF = math.inf
@@ -108,7 +108,7 @@ def check_backbone(cfg: DictConfig) -> None:
 def check_search_config(cfg: DictConfig) -> str:
     """Every option of a search, or a one-line DotsError; returns the engine's name (auto resolved)."""
     from dots.engines.factory import check_engine_config
-    from dots.search.pareto import PICKS
+    from dots.search.pick.pareto import PICKS
     from dots.vectors.sparsify import SparsifyConfig
 
     whole_number(cfg.seed, "seed")

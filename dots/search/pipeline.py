@@ -2,7 +2,7 @@
 
 task vectors (cached) → difficulty-aware selection (selection.jsonl) → Optuna study over
 λ ∈ [lo, hi]^K (or [lo, hi]^4K with search.granularity=module: one λ per source and module
-group, dots.search.granularity) with ONE live engine whose weights are swapped per trial (study.db) →
+group, dots.search.study.granularity) with ONE live engine whose weights are swapped per trial (study.db) →
 pick from the Pareto front (result.yaml, trials.csv, pareto.png) → export (model/, with
 a model card) → push to the Hub (when asked). `dots.search.stages` skips a stage whose
 inputs are unchanged, so rerunning a command resumes where it stopped; the engine starts
@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-import dots.config  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
+import dots.options.compose  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
@@ -28,13 +28,10 @@ from dots.paths import check_creatable
 from dots.plain import to_plain
 from dots.plan.decide import MemoryPlan
 from dots.runtime.locks import held_by_one
-from dots.search.dashboard import dashboard_command
 from dots.search.engine_model import engine_model
-from dots.search.granularity import DEFAULT_GRANULARITY, fixed_point
 from dots.search.identity import check_range, resolve_run_dir, run_identity
 from dots.search.options import check_search_config
 from dots.search.run import Run
-from dots.search.scorer import LazyEngine
 from dots.search.stages import Stage, run_stages
 from dots.search.steps import (
     build_export,
@@ -48,8 +45,11 @@ from dots.search.steps import (
     run_trials,
     selection_inputs,
 )
-from dots.search.stopping import stop_rule
-from dots.search.tracking import open_tracking
+from dots.search.study.dashboard import dashboard_command
+from dots.search.study.granularity import DEFAULT_GRANULARITY, fixed_point
+from dots.search.study.scorer import LazyEngine
+from dots.search.study.stopping import stop_rule
+from dots.search.study.tracking import open_tracking
 from dots.vectors.coefficients import format_coefficients
 
 log = logging.getLogger("dots.search")
@@ -156,9 +156,9 @@ def check_destinations(run: Run) -> Destination:
 def memory_plan(run: Run) -> MemoryPlan:
     """What the run holds on each device and where τ̃ lives (`dots.plan`), printed;
     a DotsError (one line) when the engine and τ̃ cannot fit either way."""
-    from dots.engines.setting import plan_search
     from dots.io.shapes import ModelShapes
     from dots.plan.render import describe
+    from dots.plan.search import plan_search
 
     plan = plan_search(run.cfg, ModelShapes.from_alignment(run.alignment))
     print("\n".join(describe(plan)))
@@ -218,7 +218,7 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
             run.run_dir,
         )
     )
-    run.tracking.start(run)  # tracking=mlflow|wandb: the run's config (dots.search.tracking)
+    run.tracking.start(run)  # tracking=mlflow|wandb: the run's config (dots.search.study.tracking)
     try:
         run_stages(run.run_dir, search_stages(run), run)
     except BaseException as exc:
@@ -227,8 +227,8 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     finally:
         run.engine.close()
     if run.fixed:
-        from dots.search.pareto import write_trials_csv
-        from dots.search.report import trial_rows
+        from dots.search.pick.pareto import write_trials_csv
+        from dots.search.pick.report import trial_rows
 
         write_trials_csv(trial_rows(run.results["study"], run.sources, run.granularity), run.run_dir / "fixed.csv")
         print(f"scored {len(run.fixed)} fixed coefficient set(s): {run.run_dir / 'fixed.csv'}")

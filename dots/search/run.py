@@ -10,8 +10,8 @@ from omegaconf import DictConfig
 
 from dots.io.align import Alignment
 from dots.io.problems import Query
-from dots.search.granularity import DEFAULT_GRANULARITY, param_names
-from dots.search.tracking import Tracking
+from dots.search.study.granularity import DEFAULT_GRANULARITY, param_names
+from dots.search.study.tracking import Tracking
 from dots.vectors.cache import TaskVectors
 
 

@@ -98,7 +98,7 @@ def _score_source(
             for q, samples in zip(batch, outs):
                 done[q.id], answer = consistency_and_majority(samples, mode, rule)
                 row = {"source": source, "id": q.id, "consistency": done[q.id], "answer": answer}
-                fh.write(json.dumps(row) + "\n")  # the answer: the pick's check (dots.search.diagnosis)
+                fh.write(json.dumps(row) + "\n")  # the answer: the pick's check (dots.search.pick.diagnosis)
 
 
 def score_difficulty(

@@ -16,7 +16,6 @@ from dots.keys import stable_hash
 from dots.plain import to_plain
 from dots.search.engine_model import source_activation
 from dots.search.run import Run
-from dots.search.scorer import Scorer
 from dots.search.selection import (
     DamagedSelection,
     SelectionConfig,
@@ -26,7 +25,8 @@ from dots.search.selection import (
     save_selection,
     score_difficulty,
 )
-from dots.search.stopping import stop_rule
+from dots.search.study.scorer import Scorer
+from dots.search.study.stopping import stop_rule
 from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.sparsify import SparsifyConfig
 
@@ -113,8 +113,8 @@ def run_trials(run: Run) -> Any:
     """docs/method.md §4: the study, extended until it holds search.n_trials complete trials."""
     import optuna
 
-    from dots.search.study import open_storage, open_study, run_study
-    from dots.search.workers import recover_stale_trials
+    from dots.search.study.trials import open_storage, open_study, run_study
+    from dots.search.study.workers import recover_stale_trials
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg, names = run.cfg, run.sources
@@ -145,8 +145,8 @@ def run_trials(run: Run) -> Any:
 
 def build_pick(run: Run) -> dict:
     """App. A.2: the Pareto front of complete trials and the configured pick."""
-    from dots.search.diagnosis import pick_warnings
-    from dots.search.report import pick_and_report
+    from dots.search.pick.diagnosis import pick_warnings
+    from dots.search.pick.report import pick_and_report
 
     record = run.run_dir / f"difficulty-{stable_hash(selection_inputs(run))}.jsonl"
     selected = [q.id for q in run.results["selection"]]

@@ -189,7 +189,7 @@ class CompactTensor:
     def kept_in(self, theta0: torch.Tensor, in_place: bool = False) -> torch.Tensor:
         """where(M, θ_i, θ0): θ0 (a CPU tensor of the base's dtype) with θ_i's values at the kept
         entries — what a source looks like through the mask; vLLM workers load it to find M
-        in their own parameters' layout (`dots.engines.vllm_resident`). `in_place`: write into
+        in their own parameters' layout (`dots.engines.vllm.resident`). `in_place`: write into
         `theta0` itself (a contiguous CPU tensor the caller owns). A bitmask is unpacked a block
         at a time: no mask or positions of the whole tensor."""
         own = in_place and theta0.device.type == "cpu" and theta0.is_contiguous()

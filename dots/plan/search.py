@@ -8,8 +8,8 @@ from typing import Any, Mapping
 import torch
 
 from dots.io.shapes import ModelShapes
-from dots.plan import devices
 from dots.plan.decide import EngineSetting, MemoryPlan, plan_memory
+from dots.runtime import devices
 
 
 def engine_setting(
@@ -22,7 +22,7 @@ def engine_setting(
 
     name = resolve_engine_name(str(engine_cfg.get("name", "auto")))
     if device is None and name == "vllm":
-        from dots.engines.vllm_env import on_cpu_platform
+        from dots.engines.vllm.env import on_cpu_platform
 
         device = "cpu" if on_cpu_platform() else "cuda"
     elif device is None:

@@ -94,7 +94,7 @@ def prepare_command(log_level: int = logging.INFO) -> None:
 def check_command_line(config_name: str, argv: Sequence[str] | None = None) -> None:
     """Before `@hydra.main` parses it: a bad override (unknown group option or key, a value Hydra
     cannot compose) ends the command with one `error:` line and exit code 2
-    (`dots.config.check_overrides`) instead of Hydra's multi-line report."""
+    (`dots.options.compose.check_overrides`) instead of Hydra's multi-line report."""
     args = list(sys.argv[1:] if argv is None else argv)
     if HYDRA_HANDS_OFF & {a.split("=", 1)[0] for a in args}:
         return
@@ -108,7 +108,7 @@ def check_command_line(config_name: str, argv: Sequence[str] | None = None) -> N
             skip = True
         elif not arg.startswith("-"):
             overrides.append(arg)
-    from dots.config import check_overrides
+    from dots.options.compose import check_overrides
 
     try:
         check_overrides(config_name, overrides, multirun=multirun)

@@ -11,7 +11,7 @@ perfect consistency on the rest bounds the trial's final consistency:
 The trial stops when a complete trial q dominates (C_ub, P): q.C ≥ C_ub, q.P ≤ P, one strictly.
 Then q dominates the trial at every C ≤ C_ub, so the trial can never be on the front, and a
 dominated point changes neither the front (dominance is transitive) nor either pick rule,
-which read only the front (dots.search.pareto). A trial that could still tie a front point on
+which read only the front (dots.search.pick.pareto). A trial that could still tie a front point on
 both objectives is never pruned. Fronts only improve, so the verdict holds for later trials
 too, and a front read from shared storage by N workers is as good as any.
 

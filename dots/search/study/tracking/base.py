@@ -1,4 +1,4 @@
-"""What the tracking backends share (dots.search.tracking): the `Tracker` protocol, the names of
+"""What the tracking backends share (dots.search.study.tracking): the `Tracker` protocol, the names of
 the records, and the config and trial rows as a backend logs them."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from dots.search.optuna_adapter import enqueued_point, mark_failed, set_system_attr, stored_trial, trial_id
+from dots.search.study.optuna_adapter import enqueued_point, mark_failed, set_system_attr, stored_trial, trial_id
 
 log = logging.getLogger(__name__)
 

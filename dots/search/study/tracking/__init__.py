@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from dots.errors import DotsError
 from dots.plain import to_plain
-from dots.search.tracking.base import FILES, Tracker, flat, trial_metrics
+from dots.search.study.tracking.base import FILES, Tracker, flat, trial_metrics
 
 log = logging.getLogger("dots.search")
 
@@ -44,11 +44,11 @@ def open_tracking(cfg: Any) -> Tracking:
     options = to_plain(cfg.tracking)
     tracker: Tracker
     if name == "mlflow":
-        from dots.search.tracking.mlflow_tracker import MlflowTracker
+        from dots.search.study.tracking.mlflow_tracker import MlflowTracker
 
         tracker = MlflowTracker(options)
     else:
-        from dots.search.tracking.wandb_tracker import WandbTracker
+        from dots.search.study.tracking.wandb_tracker import WandbTracker
 
         tracker = WandbTracker(options)
     tracker.check()
@@ -59,7 +59,7 @@ def scored(trial: Any) -> bool:
     """A trial with values to log: complete, or pruned by the bound (not a set-aside proposal)."""
     from optuna.trial import TrialState
 
-    from dots.search.pruning import is_bound_pruned
+    from dots.search.study.pruning import is_bound_pruned
 
     return trial.state == TrialState.COMPLETE or (trial.state == TrialState.PRUNED and is_bound_pruned(trial))
 
@@ -89,7 +89,7 @@ class Tracking:
 
     def told(self, study: Any, trial: Any) -> None:
         """Log a trial just told to Optuna (its stored row, as trials.csv has it)."""
-        from dots.search.optuna_adapter import stored_trial, trial_id
+        from dots.search.study.optuna_adapter import stored_trial, trial_id
 
         if self.tracker is None or self.failed:
             return
@@ -101,7 +101,7 @@ class Tracking:
             self._log(frozen)
 
     def _log(self, frozen: Any) -> None:
-        from dots.search.report import trial_row
+        from dots.search.pick.report import trial_row
 
         assert self.tracker is not None
         try:

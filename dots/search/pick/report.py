@@ -4,7 +4,7 @@
 trials.csv has one column per Optuna parameter (`lambda_<source>`, or
 `lambda_<source>_<group>` with search.granularity=module); result.yaml's `coefficients` (λ*)
 and the front's are the synthesis coefficients: a float per source, or a {group: λ} per
-source (dots.search.granularity)."""
+source (dots.search.study.granularity)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from typing import Any, Callable
 import yaml
 
 from dots.engines.canary import read_canary, summary
-from dots.search.dashboard import attach_artifacts
-from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, param_names
-from dots.search.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
-from dots.search.pruning import PRUNED_BY, count_bound_pruned
-from dots.search.stopping import STOPPED
+from dots.search.pick.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
+from dots.search.study.dashboard import attach_artifacts
+from dots.search.study.granularity import DEFAULT_GRANULARITY, coefficients_from_params, param_names
+from dots.search.study.pruning import PRUNED_BY, count_bound_pruned
+from dots.search.study.stopping import STOPPED
 
 
 def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANULARITY) -> list[dict]:
@@ -94,7 +94,7 @@ def pick_and_report(
         result["swap_canary"] = canary
     if study.user_attrs.get(STOPPED):  # search.stop ended the study early: why, and when
         result["stopped"] = study.user_attrs[STOPPED]
-    if warnings is not None:  # what the pick looks like without labels (dots.search.diagnosis)
+    if warnings is not None:  # what the pick looks like without labels (dots.search.pick.diagnosis)
         result["warnings"] = warnings(study, result)
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
     study.set_user_attr("pick", {k: result[k] for k in ("trial", "pick", "coefficients", "objectives")})

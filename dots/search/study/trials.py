@@ -7,7 +7,7 @@ rerun resumes and never re-runs completed trials. A rerun's sampler is seeded pa
 trials the study already holds (a restarted seeded sampler would draw its first points
 again), and a proposal equal to a point already scored is set aside and drawn again.
 The parameters are one λ per source, or one per source and module group
-(`search.granularity`, dots.search.granularity).
+(`search.granularity`, dots.search.study.granularity).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from optuna.trial import TrialState
 from dots.errors import DotsError
 from dots.plain import to_plain
 from dots.runtime.signals import sigterm_deferred
-from dots.search.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
-from dots.search.optuna_adapter import enqueued_point, trial_id, was_enqueued
-from dots.search.pruning import attach, count_bound_pruned, is_bound_pruned, outcome, tell_scored
-from dots.search.samplers import build_sampler
-from dots.search.scorer import Scorer
-from dots.search.stopping import StopRule, stop_reason
-from dots.search.workers import Heartbeat, fail_and_requeue, recover_stale_trials
+from dots.search.study.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
+from dots.search.study.optuna_adapter import enqueued_point, trial_id, was_enqueued
+from dots.search.study.pruning import attach, count_bound_pruned, is_bound_pruned, outcome, tell_scored
+from dots.search.study.samplers import build_sampler
+from dots.search.study.scorer import Scorer
+from dots.search.study.stopping import StopRule, stop_reason
+from dots.search.study.workers import Heartbeat, fail_and_requeue, recover_stale_trials
 from dots.vectors.coefficients import format_coefficients
 
 log = logging.getLogger("dots.search")
@@ -99,7 +99,7 @@ def storage_error(url: str, exc: BaseException) -> DotsError:
 
 def open_study(cfg: Any, storage: Any, study_name: str) -> Any:
     """Create or load the study: two objectives, the configured sampler (`sampler=tpe|gp|
-    nsga2|random`, dots.search.samplers) seeded per worker and past the trials the study
+    nsga2|random`, dots.search.study.samplers) seeded per worker and past the trials the study
     already holds (`sampler_seed`), so a resumed study does not replay its sequence."""
     import optuna
 
@@ -144,9 +144,9 @@ def run_study(
     coefficients they make (`coefficients_from_params`); a fixed point is read by `fixed_point`.
     Safe with several workers on one storage: a worker never starts a trial beyond the
     target, waits while others run the last ones, and takes over a dead worker's trial
-    once its heartbeat is older than `grace_s` (dots.search.workers). Trials pruned by the bound
-    count as scored (dots.search.pruning); `stop` may end the study early (dots.search.stopping);
-    each of `told` is called with (study, trial) once a trial is told (dots.search.tracking)."""
+    once its heartbeat is older than `grace_s` (dots.search.study.workers). Trials pruned by the bound
+    count as scored (dots.search.study.pruning); `stop` may end the study early (dots.search.study.stopping);
+    each of `told` is called with (study, trial) once a trial is told (dots.search.study.tracking)."""
     from dots.runtime.progress import new_progress
 
     attach(scorer, study, fixed is None)

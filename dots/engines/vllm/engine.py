@@ -10,7 +10,7 @@ default multiprocess engine (EngineCore and workers in other processes) and with
 
 With `synth_cache: memory` each worker holds its shard of θ0 and of τ̃ (in `resident_form`:
 dense, sparse, index or the compact bitmask, `dots.vectors.forms`) in the layout of its own
-parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm_resident`; the whole model and
+parameters and writes θ0 + Σλτ̃ into them (`dots.engines.vllm.resident`; the whole model and
 a reload where that layout is not covered), so a swap is arithmetic; with `disk`
 it reads them from the cache at every swap and holds only a few tensors; `auto` (default) is
 decided by the search's memory plan before the engine starts (`dots.plan`), or, when
@@ -38,9 +38,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from dots.checks import check_choice
-from dots.engines import vllm_compat as compat
 from dots.engines.base import check_swappable
-from dots.engines.vllm_env import (
+from dots.engines.vllm import compat
+from dots.engines.vllm.env import (
     cpu_thread_binding,
     log_to_file,
     scratch_dir,
@@ -50,16 +50,16 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
 from dots.paths import export_import_path
-from dots.plan.decide import check_synth_cache
 from dots.runtime.environ import environment
 from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
 from dots.vectors.forms import check_resident_form
+from dots.vectors.residency import check_synth_cache
 
 log = logging.getLogger(__name__)
 
-WORKER_EXTENSION = "dots.engines.vllm_worker.DotsWorkerExtension"
+WORKER_EXTENSION = "dots.engines.vllm.worker.DotsWorkerExtension"
 CPU_MEMORY_UTILIZATION = 0.3  # vLLM-CPU: share of the NUMA node's memory; 0.92 does not fit here
 GPU_MEMORY_UTILIZATION = 0.9
 LOG_CHOICES = ("file", "terminal")  # file: <run dir>/vllm.log (when the engine is given a log_dir)

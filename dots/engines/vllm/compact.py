@@ -1,4 +1,4 @@
-"""What a vLLM worker reads to hold τ̃ in its parameters' layout (`dots.engines.vllm_resident`):
+"""What a vLLM worker reads to hold τ̃ in its parameters' layout (`dots.engines.vllm.resident`):
 the checkpoints its own loader places (θ0, or θ0 with a source's kept entries), and one
 parameter's compact τ̃ found where a source's loaded copy differs from θ0's. No vLLM here."""
 

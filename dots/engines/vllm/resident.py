@@ -31,7 +31,7 @@ dtype that cannot hold the checkpoint's exactly; `rescale: tensor` (a fused para
 mix several γ); a θ0 with −0.0 entries in a merged parameter (the sign of a zero sum there
 depends on which sources take part, see `dots.vectors.compact`).
 
-vLLM's internals are reached through `dots.engines.vllm_compat` only (which imports vLLM inside
+vLLM's internals are reached through `dots.engines.vllm.compat` only (which imports vLLM inside
 its functions: only worker processes call this module).
 """
 
@@ -44,9 +44,9 @@ from typing import Any, Iterator
 
 import torch
 
-from dots.engines import vllm_compat as compat
 from dots.engines.canary import broken_swap
-from dots.engines.vllm_compact import checkpoint_stream, param_compact
+from dots.engines.vllm import compat
+from dots.engines.vllm.compact import checkpoint_stream, param_compact
 from dots.io.checkpoint import Checkpoint
 from dots.runtime.allocator import freeing_as_it_goes
 from dots.vectors.cache import TaskVectors

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dots.errors import DotsError, first_line
-from dots.search.tracking.base import RECORDS, missing_package
+from dots.search.study.tracking.base import RECORDS, missing_package
 
 LOGIN_TIMEOUT_S = 15
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from dots.errors import DotsError, first_line
 from dots.runtime.environ import environment
-from dots.search.tracking.base import MARKER, RECORDS, flat, missing_package
+from dots.search.study.tracking.base import MARKER, RECORDS, flat, missing_package
 
 CHECK_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}  # the check: fail fast
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param's value (the whole config is the config.yaml artifact)

@@ -1,7 +1,7 @@
 """Stopping a converged study before search.n_trials (`search.stop`, on by default: docs/cost.md).
 
 `rule: hypervolume` stops when the last `window` scored trials (complete, or pruned by the
-bound: dots.search.pruning) added at most `threshold` of the front's hypervolume:
+bound: dots.search.study.pruning) added at most `threshold` of the front's hypervolume:
 
     (HV(front of all n) − HV(front of the first n − window)) / HV(front of all n) ≤ threshold,
 
@@ -87,7 +87,7 @@ def scored_history(study: Any) -> list[tuple[float, float] | None]:
     """The study's scored trials in the order they finished: (C, PPL), or None when pruned."""
     from optuna.trial import TrialState
 
-    from dots.search.pruning import is_bound_pruned
+    from dots.search.study.pruning import is_bound_pruned
 
     trials = [
         t

@@ -1,7 +1,7 @@
 """One trial's score (DoTS §4.3): swap λ into the live engine, perplexity ↓ of the adaptation
-prompts, then k answers per query (or fewer, adaptively: dots.search.adaptive) in blocks of
+prompts, then k answers per query (or fewer, adaptively: dots.search.study.adaptive) in blocks of
 `search.batch` queries, consistency ↑ (Eq. 4); a trial that can no longer reach the Pareto front
-stops between blocks (`search.prune`, dots.search.pruning)."""
+stops between blocks (`search.prune`, dots.search.study.pruning)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any, Callable
 from dots.plain import to_plain
 from dots.scoring.grade import answer_labels, consistency_and_majority
 from dots.scoring.perplexity import perplexity
-from dots.search.adaptive import AdaptiveConfig, sample_adaptively
-from dots.search.pruning import DEFAULT_BATCH
+from dots.search.study.adaptive import AdaptiveConfig, sample_adaptively
+from dots.search.study.pruning import DEFAULT_BATCH
 from dots.vectors.coefficients import Coefficients
 
 
@@ -27,7 +27,7 @@ class TrialResult:
     times: dict[str, float]
     samples: int = 0  # completions drawn (k per query, fewer with adaptive sampling)
     answers: list[str | None] | None = None  # each query's majority answer (None: no answer)
-    pruned: dict | None = None  # the pruning record (dots.search.pruning.PRUNED_BY) of a stopped trial
+    pruned: dict | None = None  # the pruning record (dots.search.study.pruning.PRUNED_BY) of a stopped trial
 
 
 BLOCK_SEED = 1_000_003  # block b of a trial samples with seed + b·BLOCK_SEED (block 0: the trial's seed)

@@ -1,15 +1,15 @@
 """vLLM worker extension: in-place weight swaps built inside every worker process.
 
-Loaded by vLLM through `LLM(worker_extension_cls="dots.engines.vllm_worker.DotsWorkerExtension")`
+Loaded by vLLM through `LLM(worker_extension_cls="dots.engines.vllm.worker.DotsWorkerExtension")`
 and mixed into each worker; the engine calls these methods with `llm.collective_rpc`.
 Only small messages cross processes (a task-vector cache spec once, then coefficients
 or a checkpoint path). With τ̃ read from the cache (`synth_cache: disk`), each worker builds
 the full tensors itself (θ0 + Σλτ̃ from disk, on its own device) and hands them to its
 `reload_weights`, whose model loader shards them for tensor parallelism. With τ̃ resident
 (`memory`), each worker holds θ0 and τ̃ of its own (sharded, fused) parameters and writes
-θ0 + Σλτ̃ straight into them (`dots.engines.vllm_resident`); where that layout is not
+θ0 + Σλτ̃ straight into them (`dots.engines.vllm.resident`); where that layout is not
 covered it holds the whole model's (`dots.vectors.synth.ResidentSynthesizer`) and reloads.
-The vLLM internals it reaches go through `dots.engines.vllm_compat`. With `dots_use_public_path`
+The vLLM internals it reaches go through `dots.engines.vllm.compat`. With `dots_use_public_path`
 (vLLM outside the tested range, or a swap canary that failed on the fast path) every swap is a
 `reload_weights`, vLLM's public path.
 This module must not import vLLM at top level: the engine imports it only by name.
@@ -22,7 +22,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Mapping
 
-from dots.engines import vllm_compat as compat
+from dots.engines.vllm import compat
 
 if TYPE_CHECKING:
     from dots.vectors.coefficients import Coefficients
@@ -78,9 +78,9 @@ class DotsWorkerExtension:
         self._dots_resident_note = ""
         if spec is None:
             return 0
-        from dots.plan.resolve import resolve_resident
         from dots.runtime.allocator import reuse_freed_memory
         from dots.vectors.cache import TaskVectors
+        from dots.vectors.residency import resolve_resident
 
         reuse_freed_memory()  # every swap allocates model-sized tensors again
 
@@ -90,7 +90,7 @@ class DotsWorkerExtension:
         cache, form = resolve_resident(synth_cache, resident_form, self._dots_task_vectors, self._dots_device(), shards)
         form = form if form != "auto" else "bitmask"
         if cache == "memory":
-            from dots.engines.vllm_resident import ShardedResident, Unsupported
+            from dots.engines.vllm.resident import ShardedResident, Unsupported
             from dots.vectors.synth import ResidentSynthesizer
 
             try:
@@ -139,7 +139,7 @@ class DotsWorkerExtension:
         Returns how many parameters were compared and the names of those that differ."""
         import torch
 
-        from dots.engines.vllm_resident import place
+        from dots.engines.vllm.resident import place
         from dots.vectors.synth import synthesize
 
         sharded = self._dots_sharded

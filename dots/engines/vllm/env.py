@@ -24,8 +24,8 @@ def vllm_available() -> bool:
 
 
 def on_cpu_platform() -> bool:
-    """vLLM runs on CPU (`dots.engines.vllm_compat.on_cpu_platform`)."""
-    from dots.engines.vllm_compat import on_cpu_platform as on_cpu
+    """vLLM runs on CPU (`dots.engines.vllm.compat.on_cpu_platform`)."""
+    from dots.engines.vllm.compat import on_cpu_platform as on_cpu
 
     return on_cpu()
 
