@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import dots.options.compose  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
 from dots.checks import positive_int, whole_number
-from dots.engines.factory import check_engine_config
+from dots.engines.factory import resolve_engine
 from dots.errors import DotsError
 from dots.evaluate.benchmarks import Benchmark, load_problems, resolve_benchmark
 from dots.evaluate.live import LiveEngine
@@ -239,7 +239,7 @@ def run_evaluate(cfg: DictConfig) -> dict:
     ckpts = [Checkpoint(path) for path in models.values()]
     destination = claim(output_dir(cfg), "evaluate", inputs=input_paths(ckpts))
     out = check_creatable(output_dir(cfg), "evaluation directory")
-    check_engine_config(cfg.engine)  # an unknown engine option fails before anything is written
+    resolve_engine(cfg.engine)  # an unknown engine option fails before anything is written
     out = destination.create()
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     print(f"evaluation directory: {out}")
