@@ -160,7 +160,7 @@ def study_span(run_dir: Path) -> float:
     import optuna
     from optuna.trial import TrialState
 
-    from dots.search.study.trials import open_storage
+    from dots.search.study.storage import open_storage
 
     storage = open_storage(None, run_dir)
     (summary,) = optuna.get_all_study_summaries(storage)
@@ -253,6 +253,7 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
     from dots.engines.factory import build_engine, resolve_engine_name
     from dots.io.align import align
     from dots.io.checkpoint import Checkpoint
+    from dots.options.study import study_options
     from dots.plain import to_plain as plain
     from dots.scoring.prompts import format_prompt
     from dots.search.selection import load_selection
@@ -283,7 +284,9 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
         t1 = time.perf_counter()
         engine = build_engine(cfg.engine, model_dir)
         t2 = time.perf_counter()
-        res = Scorer(LoadedEngine(engine, lam), prompts, cfg, tokenizer)(lam, seed=int(cfg.seed) + row["number"])
+        res = Scorer(LoadedEngine(engine, lam), prompts, study_options(cfg.search), tokenizer)(
+            lam, seed=int(cfg.seed) + row["number"]
+        )
         t3 = time.perf_counter()
         engine.close()
         del engine

@@ -177,12 +177,11 @@ def greedy(engine: Any, prompts: Sequence[str], max_tokens: int = 24) -> list[li
 def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = None, queries: int = 4) -> Any:
     """The search's real Scorer on the shipped lab trio: the transformers engine with τ̃ of
     sft and rlvr, `queries` lab test prompts, k samples at temperature 1 (close it after use)."""
-    from omegaconf import OmegaConf
-
     from dots.engines.hf import HFEngine
     from dots.io.checkpoint import Checkpoint
     from dots.lab import ensure_trio, tasks
     from dots.options.engine import EngineOptions
+    from dots.options.study import study_options
     from dots.search.study.scorer import Scorer
     from dots.vectors.cache import build_task_vectors
     from dots.vectors.sparsify import SparsifyConfig
@@ -195,8 +194,9 @@ def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = Non
         models["base"], EngineOptions(device="cpu", dtype="float32", synth_cache="memory"), task_vectors=tv
     )
     prompts = [r["question"] for r in tasks.test_problems({"size": queries})]
-    search = {"k": k, "temperature": 1.0, "top_p": 1.0, "max_tokens": 32, "adaptive": dict(adaptive or {})}
-    return Scorer(engine, prompts, OmegaConf.create({"search": search}))
+    adaptive = {"enabled": False, **(adaptive or {})}
+    search = {"k": k, "temperature": 1.0, "top_p": 1.0, "max_tokens": 32, "adaptive": adaptive}
+    return Scorer(engine, prompts, study_options(search))
 
 
 # --- processes ----------------------------------------------------------------------------

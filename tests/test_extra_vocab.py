@@ -148,9 +148,9 @@ def aligned(tiny):
 
 
 def engine_cfg():
-    from omegaconf import OmegaConf
+    from dots.options.search import BackboneOptions
 
-    return OmegaConf.create({"backbone": {"name": "tiny", "config_from": "base"}})
+    return BackboneOptions(name="tiny", base="base", sources={}, prompt="plain", max_tokens=4, config_from="base")
 
 
 def test_engine_model_is_theta0_with_the_added_rows_written_once(tiny, aligned, tmp_path):

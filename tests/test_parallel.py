@@ -143,7 +143,7 @@ def test_workers_opening_an_empty_database_together_all_get_the_study(mariadb):
     the others retry past "already exists" or a duplicate key, and all load the same study."""
     url = mariadb.url()
     code = (
-        "import sys, optuna; from pathlib import Path; from dots.search.study.trials import open_storage\n"
+        "import sys, optuna; from pathlib import Path; from dots.search.study.storage import open_storage\n"
         "st = open_storage(sys.argv[1], Path('.'))\n"
         "optuna.create_study(study_name='s', storage=st, load_if_exists=True, directions=['maximize'] * 2)"
     )

@@ -18,14 +18,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_a_pick_next_to_the_base_is_warned_about_and_one_away_is_not():
-    near = diagnose_pick({"sft": NEAR_BASE, "rlvr": 0.04}, None, {})
+    near = diagnose_pick({"sft": NEAR_BASE, "rlvr": 0.04}, None, {}, range_low=0.0)
     assert len(near) == 1 and "next to the base model" in near[0] and "search.range=[0.5,2.0]" in near[0]
     # searched in the default range already (a per-module λ can still be near 0): no advice to use it
     inside = diagnose_pick({"sft": NEAR_BASE, "rlvr": 0.04}, None, {}, range_low=0.5)
     assert len(inside) == 1 and "search.range" not in inside[0] and "dots.evaluate" in inside[0]
-    assert diagnose_pick({"sft": NEAR_BASE + 0.01, "rlvr": 0.0}, None, {}) == []
+    assert diagnose_pick({"sft": NEAR_BASE + 0.01, "rlvr": 0.0}, None, {}, range_low=0.0) == []
     per_module = {"sft": {"attention": 0.05, "mlp": 0.02}, "rlvr": {"attention": 0.3, "mlp": 0.0}}
-    assert diagnose_pick(per_module, None, {}) == []  # one λ far from 0 moves the model
+    assert diagnose_pick(per_module, None, {}, range_low=0.0) == []  # one λ far from 0 moves the model
 
 
 def test_a_pick_that_agrees_with_the_sources_less_than_they_agree_with_each_other_is_warned_about():
@@ -34,12 +34,12 @@ def test_a_pick_that_agrees_with_the_sources_less_than_they_agree_with_each_othe
         "rlvr": {"a": "1", "b": "2", "c": "3", "d": "5"},
     }  # the sources agree on 3 of 4
     base_like = {"a": "7", "b": "2", "c": "9", "d": None}  # agrees with each on 1 of 4
-    warned = diagnose_pick({"sft": 1.0, "rlvr": 1.0}, base_like, sources)
+    warned = diagnose_pick({"sft": 1.0, "rlvr": 1.0}, base_like, sources, range_low=0.0)
     assert len(warned) == 1 and "25% of the 4 selected queries" in warned[0] and "(75%)" in warned[0]
     assert "search.range=[0.5,2.0]" in warned[0]
     assert "search.range" not in diagnose_pick({"sft": 1.0, "rlvr": 1.0}, base_like, sources, range_low=0.5)[0]
     sound = {"a": "1", "b": "2", "c": "3", "d": "4"}  # sides with sft where they differ: 4/4 and 3/4
-    assert diagnose_pick({"sft": 1.0, "rlvr": 1.0}, sound, sources) == []
+    assert diagnose_pick({"sft": 1.0, "rlvr": 1.0}, sound, sources, range_low=0.0) == []
 
 
 def test_agreement_compares_answers_by_mathematical_equivalence():

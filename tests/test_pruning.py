@@ -112,7 +112,7 @@ def test_the_stop_rule_waits_for_two_windows_fires_on_no_gain_and_is_kept():
     assert reason and "after 6 scored trials" in reason
     assert stuck.user_attrs[STOPPED]["trials"] == 6
     assert stop_reason(stuck, rule) == reason  # kept: a resume or another worker stops too
-    assert stop_reason(stuck, StopRule()) is None  # rule none: the study goes on
+    assert stop_reason(stuck, StopRule("none")) is None  # rule none: the study goes on
 
 
 def add_perfect_trial(storage: Any, name: str) -> None:

@@ -219,14 +219,13 @@ def test_export_stage_looks_where_the_export_writes(tmp_path, monkeypatch):
     look there, not under the run directory (else every rerun exports again)."""
     from types import SimpleNamespace
 
-    from omegaconf import OmegaConf
-
+    from dots.options.search import ExportOptions
     from dots.search.steps import export_dir
 
     monkeypatch.chdir(tmp_path)
-    run = SimpleNamespace(cfg=OmegaConf.create({"export": {"dir": "rel/model"}}))
+    run = SimpleNamespace(options=SimpleNamespace(export=ExportOptions(dir="rel/model")))
     assert tmp_path / "runs" / "r1" / export_dir(run) == tmp_path / "rel" / "model"
-    run.cfg.export.dir = None
+    run.options.export = ExportOptions(dir=None)
     assert tmp_path / "runs" / "r1" / export_dir(run) == tmp_path / "runs" / "r1" / "model"
 
 
@@ -282,7 +281,8 @@ def test_a_duplicate_proposal_is_set_aside_and_drawn_again():
     import optuna
     from optuna.trial import TrialState
 
-    from dots.search.study.trials import DUPLICATE_OF, sampler_seed, set_aside_duplicate
+    from dots.search.study.storage import sampler_seed
+    from dots.search.study.trials import DUPLICATE_OF, set_aside_duplicate
 
     assert sampler_seed(3, 0, 0) == 3  # a fresh study keeps the configured sequence
     storage = optuna.storages.InMemoryStorage()

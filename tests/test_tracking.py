@@ -172,15 +172,14 @@ def test_mlflow_unreachable_server_stops_before_anything_is_written(tmp_path):
 
 
 def test_a_missing_tracking_package_is_one_line_before_work(tmp_path, monkeypatch):
-    from omegaconf import OmegaConf
-
     from dots.errors import DotsError
+    from dots.options.search import tracking_options
     from dots.search.study.tracking import open_tracking
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails as if not installed
-    cfg = OmegaConf.create({"tracking": {"name": "wandb", "mode": "offline"}})
+    options = tracking_options({"name": "wandb", "mode": "offline"})
     with pytest.raises(DotsError, match=r"tracking=wandb needs the wandb package.* 'dots-synth\[tracking\]'"):
-        open_tracking(cfg)
+        open_tracking(options)
 
 
 # --- W&B, offline -------------------------------------------------------------------------

@@ -41,17 +41,17 @@ def diagnose(argv: Sequence[str]) -> tuple[list[Row], str]:
     args, overrides = parser.parse_known_args(argv)
     from dots.doctor.end_to_end import architecture, end_to_end
     from dots.options.compose import compose
-    from dots.plain import to_plain
+    from dots.options.search import plan_options
 
     cfg = compose("search", overrides)  # a bad backbone or option: one line, exit 2
-    config = architecture(cfg, args.shapes)
-    engine_cfg = dict(to_plain(cfg.engine))
-    rows = library_rows(str(engine_cfg.get("name", "auto")))
-    rows += device_rows(engine_cfg)
-    rows.append(plan_row(cfg, args.shapes))
+    options = plan_options(cfg)
+    config = architecture(options, args.shapes)
+    rows = library_rows(options.engine.name)
+    rows += device_rows()
+    rows.append(plan_row(options, args.shapes))
     workdir = Path(tempfile.mkdtemp(prefix="dots-doctor-"))
     try:
-        rows += end_to_end(cfg, config, args.shape, args.layers, workdir)
+        rows += end_to_end(options, config, args.shape, args.layers, workdir)
     finally:
         if args.keep:
             print(f"kept: {workdir}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+
+from dots.options.search import PlanOptions
 
 # [lowest, below): what CI and scripts/vllm_versions.sh ran dots' tests on (docs/compatibility.md)
 TESTED = {"torch": ("2.13.0", "2.14"), "transformers": ("5.19.0", "6")}
@@ -82,7 +83,7 @@ def vllm_row(engine: str) -> Row:
     )
 
 
-def device_rows(engine_cfg: dict) -> list[Row]:
+def device_rows() -> list[Row]:
     """Each device the engine would use and its free memory."""
     import torch
 
@@ -101,14 +102,14 @@ def device_rows(engine_cfg: dict) -> list[Row]:
     return rows
 
 
-def plan_row(cfg: Any, shapes_file: str | None) -> Row:
+def plan_row(options: PlanOptions, shapes_file: str | None) -> Row:
     """The memory plan of `backbone=` (dots.plan.search) in one line, or why it cannot fit."""
     from dots.errors import DotsError
     from dots.plan.search import plan_search
     from dots.plan.shapes import model_shapes
 
     try:
-        plan = plan_search(cfg, model_shapes(cfg, shapes_file))
+        plan = plan_search(options, model_shapes(options, shapes_file))
     except DotsError as exc:
         return Row("memory plan", "FAIL", str(exc), "a smaller backbone, more devices, or engine.synth_cache=disk")
     gb = 1e9

@@ -13,28 +13,29 @@ import torch
 
 from dots.doctor.checks import Row
 from dots.errors import DotsError
-from dots.options.engine import EngineOptions, engine_options
+from dots.options.engine import EngineOptions
+from dots.options.search import PlanOptions
 
 TINY = dict(hidden_size=64, num_heads=2, num_kv_heads=1, intermediate_size=128)  # head_dim 32: vLLM-CPU's least
 SWAPS = (0.3, 0.7, 1.0)  # λ of every source in the three timed swaps
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def architecture(cfg: Any, shapes_file: str | None) -> dict:
+def architecture(options: PlanOptions, shapes_file: str | None) -> dict:
     """The backbone's config.json: `--shapes`, the local base's, or a Hub base's (that one small
     file, never the weights)."""
     if shapes_file:
         path = Path(shapes_file)
         path = path / "config.json" if path.is_dir() else path
     else:
-        base = str(cfg.backbone.base)
+        base = options.base
         if Path(base).expanduser().is_dir():
             path = Path(base).expanduser() / "config.json"
         else:
             from huggingface_hub import hf_hub_download
 
             try:
-                path = Path(hf_hub_download(base, "config.json", revision=cfg.backbone.get("revision")))
+                path = Path(hf_hub_download(base, "config.json", revision=options.revision))
             except Exception as exc:  # offline, unknown repo
                 first = str(exc).splitlines()[0]
                 raise DotsError(f"cannot read {base}'s config.json ({first}); give --shapes") from None
@@ -94,32 +95,31 @@ def light_engine(options: EngineOptions) -> EngineOptions:
     return options
 
 
-def end_to_end(cfg: Any, config: dict, shape: str, layers: int, workdir: Path) -> list[Row]:
+def end_to_end(options: PlanOptions, config: dict, shape: str, layers: int, workdir: Path) -> list[Row]:
     """Rows: the generated model, engine start, canary, swap path, three timed swaps."""
     from dots.engines.canary import run_canary
     from dots.engines.factory import build_engine
     from dots.io.checkpoint import Checkpoint
-    from dots.plain import to_plain
     from dots.vectors.cache import build_task_vectors
-    from dots.vectors.sparsify import SparsifyConfig
 
-    keys = [str(k) for k in cfg.backbone.sources] or ["a", "b"]
+    keys = list(options.sources) or ["a", "b"]
     rows = [Row("model", "info", describe(config, shape, layers))]
     base, made = generate(config, workdir / "models", shape, layers, keys)
     tv = build_task_vectors(
         Checkpoint(base),
         {k: Checkpoint(p) for k, p in made.items()},
-        SparsifyConfig(**to_plain(cfg.sparsify)),
+        options.sparsify,
         workdir / "cache",
     )
-    options = light_engine(engine_options(cfg.engine))
+    engine_options = light_engine(options.engine)
     began = time.perf_counter()
     try:
-        engine = build_engine(options, base, tv, log_dir=workdir)
+        engine = build_engine(engine_options, base, tv, log_dir=workdir)
     except Exception as exc:
-        return rows + [Row("engine start", "FAIL", f"{type(exc).__name__}: {str(exc).splitlines()[0]}", _todo(options))]
+        failure = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        return rows + [Row("engine start", "FAIL", failure, _todo(engine_options))]
     try:
-        tp = options.tensor_parallel_size
+        tp = engine_options.tensor_parallel_size
         start = f"{type(engine).__name__} in {time.perf_counter() - began:.1f} s" + (f", TP={tp}" if tp > 1 else "")
         rows.append(Row("engine start", "ok", start))
         rows += _canary_and_swaps(engine, keys, workdir, run_canary)

@@ -18,7 +18,7 @@ from dots.export.card import render_model_card
 from dots.io.align import Alignment
 from dots.io.destination import Destination, claim, input_paths
 from dots.io.writer import CheckpointWriter
-from dots.plain import to_plain
+from dots.options.search import ExportOptions
 from dots.runtime.progress import progress_bar
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import Coefficients, check_coefficients
@@ -65,30 +65,38 @@ def write_synthesized(
         return writer.commit()
 
 
-def export_destination(cfg: Any, alignment: Alignment, run_dir: Path) -> Destination:
+def export_destination(export: ExportOptions, alignment: Alignment, run_dir: Path) -> Destination:
     """The search's export directory, claimed: export.dir or <run_dir>/model; an export of
     this same run is replaced by a rerun, another only with export.overwrite=true."""
-    out = Path(str(cfg.export.dir)) if cfg.export.dir else run_dir / "model"
+    out = Path(export.dir) if export.dir else run_dir / "model"
     inputs = input_paths([alignment.base, *alignment.sources.values()])
-    return claim(out, "export", bool(cfg.export.get("overwrite", False)), inputs, run_dir)
+    return claim(out, "export", export.overwrite, inputs, run_dir)
 
 
 def export_model(
-    cfg: Any, tv: TaskVectors, alignment: Alignment, result: Mapping[str, Any], run_dir: Path, selection: list[str]
+    config: Mapping[str, Any],
+    export: ExportOptions,
+    tv: TaskVectors,
+    alignment: Alignment,
+    result: Mapping[str, Any],
+    run_dir: Path,
+    selection: list[str],
+    config_from: str,
 ) -> Path:
-    """The search's export stage: the pick θ0 + Σ λ*_i τ̃_i with its card and Pareto plot
-    (`selection`: the ids of the adaptation queries)."""
-    out = export_destination(cfg, alignment, run_dir)
+    """The search's export stage: the pick θ0 + Σ λ*_i τ̃_i with its card (`config`: the search's
+    whole resolved config, as plain data) and Pareto plot (`selection`: the ids of the adaptation
+    queries); the output's config.json is `config_from`'s (base or a source key)."""
+    out = export_destination(export, alignment, run_dir)
     coefficients = check_coefficients(tv, result["coefficients"])  # λ* per source, or per source and module group
-    backbone = cfg.backbone
+    backbone = config["backbone"]
     card = render_model_card(
         method="dots",
-        options={"sparsify": to_plain(cfg.sparsify), "pick": cfg.pick},
-        base=str(backbone.base),
-        sources={k: str(v) for k, v in backbone.sources.items()},
+        options={"sparsify": config["sparsify"], "pick": config["pick"]},
+        base=str(backbone["base"]),
+        sources={k: str(v) for k, v in backbone["sources"].items()},
         weights=coefficients,
         revisions=alignment.revisions(),
-        title=f"DoTS synthesis of {backbone.name}",
+        title=f"DoTS synthesis of {backbone['name']}",
         description=(
             "Decoupled test-time synthesis (DoTS): θ = θ0 + Σ λ_i τ̃_i with sparsified, "
             "norm-rescaled task vectors; λ chosen on the Pareto front of answer consistency and "
@@ -101,22 +109,21 @@ def export_model(
             "objectives": result["objectives"],
             "complete_trials": result["complete_trials"],
             **({"warnings": result["warnings"]} if result.get("warnings") else {}),
-            "selection": {"size": len(selection), "strategy": str(cfg.selection.strategy), "ids": selection},
+            "selection": {"size": len(selection), "strategy": str(config["selection"]["strategy"]), "ids": selection},
         },
-        config=to_plain(cfg),
+        config=dict(config),
         base_dir=alignment.base.path,
         swap_canary=result.get("swap_canary"),
     )
-    config = alignment.output_config(str(backbone.get("config_from", "base")))
     write_synthesized(
         out,
         tv,
         alignment,
         coefficients,
-        config,
+        alignment.output_config(config_from),
         card,
         {"pareto.png": run_dir / "pareto.png"},
-        device=cfg.export.get("device"),
+        device=export.device,
     )
     print(f"export: {out.path}")
     return out.path

@@ -33,17 +33,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--device-memory-gb", type=float, help="memory of each device in GB (default: measured)")
     args, overrides = parser.parse_known_args(argv)
     from dots.options.compose import compose
+    from dots.options.search import plan_options
     from dots.plan.render import describe
     from dots.plan.search import plan_search
     from dots.runtime.devices import DeviceMemory
 
-    cfg = compose("search", overrides)
+    options = plan_options(compose("search", overrides))
     memory = None
     device = args.device
     if args.device_memory_gb is not None:
         size = int(args.device_memory_gb * 1e9)
         memory, device = DeviceMemory(size, size, "given"), device or "cuda"
-    plan = plan_search(cfg, model_shapes(cfg, args.shapes), memory=memory, device=device)
+    plan = plan_search(options, model_shapes(options, args.shapes), memory=memory, device=device)
     print("\n".join(describe(plan)))
 
 

@@ -3,12 +3,11 @@ and the plan of a composed search config (`python -m dots.plan`, the search's me
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from dots.io.shapes import ModelShapes
 from dots.options.engine import EngineOptions
+from dots.options.search import PlanOptions
 from dots.plan.decide import EngineSetting, MemoryPlan, plan_memory
 from dots.runtime import devices
 
@@ -44,13 +43,11 @@ def engine_setting(engine: EngineOptions, k: int, max_tokens: int, device: str |
 
 
 def plan_search(
-    cfg: Any, shapes: ModelShapes, memory: devices.DeviceMemory | None = None, device: str | None = None
+    options: PlanOptions, shapes: ModelShapes, memory: devices.DeviceMemory | None = None, device: str | None = None
 ) -> MemoryPlan:
-    """The plan of a composed search config (conf/search.yaml) for a model of `shapes`:
-    memory measured on the engine's devices unless given."""
-    from dots.options.engine import engine_options
-
-    setting = engine_setting(engine_options(cfg.engine), int(cfg.search.k), int(cfg.search.max_tokens), device)
+    """The plan of a search's options for a model of `shapes`: memory measured on the engine's
+    devices unless given."""
+    setting = engine_setting(options.engine, options.k, options.max_tokens, device)
     if memory is None:
         memory = devices.device_memory(setting.device, setting.tensor_parallel)
-    return plan_memory(shapes, setting, memory, len(cfg.backbone.sources), float(cfg.sparsify.density))
+    return plan_memory(shapes, setting, memory, len(options.sources), options.sparsify.density)

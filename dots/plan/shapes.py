@@ -3,12 +3,11 @@ Hub config."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from dots.errors import DotsError
+from dots.options.search import PlanOptions
 
 
-def model_shapes(cfg: Any, shapes: str | None):
+def model_shapes(options: PlanOptions, shapes: str | None):
     """The ModelShapes the plan uses: `--shapes`, a local base (+ sources), or a Hub config."""
     from pathlib import Path
 
@@ -16,17 +15,17 @@ def model_shapes(cfg: Any, shapes: str | None):
 
     if shapes:
         return ModelShapes.from_config_file(shapes)
-    base = str(cfg.backbone.base)
+    base = options.base
     if Path(base).expanduser().is_dir():
         from dots.io.align import align
         from dots.io.checkpoint import Checkpoint
 
-        sources = {str(k): Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()}
+        sources = {k: Checkpoint(str(v)) for k, v in options.sources.items()}
         return ModelShapes.from_alignment(align(Checkpoint(base), sources))
     from huggingface_hub import hf_hub_download
 
     try:
-        config = hf_hub_download(base, "config.json", revision=cfg.backbone.get("revision"))
+        config = hf_hub_download(base, "config.json", revision=options.revision)
     except Exception as exc:  # offline, unknown repo, ...
         raise DotsError(f"cannot read {base}'s config.json ({str(exc).splitlines()[0]}); give --shapes") from None
     return ModelShapes.from_config_file(config)

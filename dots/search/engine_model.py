@@ -16,6 +16,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.align import Alignment
+from dots.options.search import BackboneOptions
 from dots.search.stages import Stage, run_stage
 from dots.vectors.cache import TaskVectors
 
@@ -25,7 +26,7 @@ log = logging.getLogger("dots.search")
 ENGINE_MODEL = "engine-init"
 
 
-def engine_model(cfg: Any, alignment: Alignment, tv: TaskVectors, run_dir: Path) -> Path:
+def engine_model(backbone: BackboneOptions, alignment: Alignment, tv: TaskVectors, run_dir: Path) -> Path:
     """The model directory the search's engine starts on: the base, unless a source adds
     vocabulary rows. Then θ(λ) has more embedding / lm_head rows than the base, so the engine
     starts on θ(0) — the base plus the added rows, with the output's config (config_from,
@@ -36,7 +37,7 @@ def engine_model(cfg: Any, alignment: Alignment, tv: TaskVectors, run_dir: Path)
     from dots.export.model import write_synthesized
 
     out = run_dir / ENGINE_MODEL
-    config_from = str(cfg.backbone.get("config_from", "base"))
+    config_from = backbone.config_from
     added_by = ", ".join(sorted(set(alignment.extra_rows.values())))
 
     def key(_: Any) -> dict:
@@ -51,7 +52,7 @@ def engine_model(cfg: Any, alignment: Alignment, tv: TaskVectors, run_dir: Path)
 
     def build(_: Any) -> Path:
         card = (
-            f"# θ(0) of {cfg.backbone.name}\n\nThe base with the vocabulary rows that source "
+            f"# θ(0) of {backbone.name}\n\nThe base with the vocabulary rows that source "
             f"{added_by} added: the model the search's engine starts on (the output's shapes, "
             "config and tokenizer). Not a result.\n"
         )

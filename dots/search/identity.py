@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from dots.checks import finite_number
-from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
+from dots.options.search import SearchOptions
 from dots.paths import outputs_root
 from dots.plain import to_plain
 
@@ -30,45 +29,36 @@ IDENTITY_ONLY_IF_NOT: dict[str, dict[str, Any]] = {
 }
 
 
-def _section(cfg: Any, name: str, leave_out: tuple[str, ...] = ()) -> dict:
-    """cfg.<name> as plain data without `leave_out` and without options at their old default."""
+def _section(config: Mapping[str, Any], name: str, leave_out: tuple[str, ...] = ()) -> dict:
+    """config[name] as plain data without `leave_out` and without options at their old default."""
     defaults = IDENTITY_ONLY_IF_NOT.get(name, {})
     return {
-        k: v for k, v in to_plain(cfg[name]).items() if k not in leave_out and not (k in defaults and v == defaults[k])
+        k: v
+        for k, v in to_plain(config[name]).items()
+        if k not in leave_out and not (k in defaults and v == defaults[k])
     }
 
 
-def check_range(bounds: Sequence[float]) -> tuple[float, float]:
-    """search.range as (low, high) with 0 <= low < high, both finite numbers, else a DotsError."""
-    if len(bounds) != 2:
-        raise DotsError(f"search.range must be [low, high], got {list(bounds)}")
-    lo, hi = (finite_number(b, f"search.range[{i}]") for i, b in enumerate(bounds))
-    if lo < 0 or hi < 0:
-        raise DotsError(f"search.range must not be negative, got [{lo}, {hi}]")
-    if hi <= lo:
-        raise DotsError(f"search.range is inverted or empty: [{lo}, {hi}] (need low < high)")
-    return lo, hi
-
-
-def run_identity(cfg: Any, base: Checkpoint, sources: Mapping[str, Checkpoint]) -> dict:
-    """What a run's results depend on (the trial count excluded, so it can be raised later;
-    options added later, such as search.granularity, only away from their old default, so a
-    run keeps the identity it had before they existed)."""
+def run_identity(config: Mapping[str, Any], base: Checkpoint, sources: Mapping[str, Checkpoint]) -> dict:
+    """What a run's results depend on, from the resolved config as written (`SearchOptions.config`;
+    the trial count excluded, so it can be raised later; options added later, such as
+    search.granularity, only away from their old default, so a run keeps the identity it had
+    before they existed)."""
     return {
         "base": base.fingerprint(),
         "sources": {k: v.fingerprint() for k, v in sources.items()},
-        "sparsify": _section(cfg, "sparsify"),
-        "selection": _section(cfg, "selection"),
-        "pool": to_plain(cfg.pool),
-        "search": _section(cfg, "search", NOT_IDENTITY),
-        "sampler": to_plain(cfg.sampler),
-        "prompt": cfg.backbone.prompt,
-        "seed": cfg.seed,
+        "sparsify": _section(config, "sparsify"),
+        "selection": _section(config, "selection"),
+        "pool": to_plain(config["pool"]),
+        "search": _section(config, "search", NOT_IDENTITY),
+        "sampler": to_plain(config["sampler"]),
+        "prompt": config["backbone"]["prompt"],
+        "seed": config["seed"],
     }
 
 
-def resolve_run_dir(cfg: Any, identity: dict) -> Path:
+def resolve_run_dir(options: SearchOptions, identity: dict) -> Path:
     """`run_dir=` when given, else <outputs root>/search/<backbone>-<hash of the identity>."""
-    if cfg.run_dir:
-        return Path(str(cfg.run_dir)).expanduser()
-    return outputs_root() / "search" / f"{cfg.backbone.name}-{stable_hash(identity, 8)}"
+    if options.run_dir:
+        return Path(options.run_dir).expanduser()
+    return outputs_root() / "search" / f"{options.backbone.name}-{stable_hash(identity, 8)}"

@@ -13,25 +13,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-import dots.options.compose  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import Destination, claim, input_paths
 from dots.io.problems import load_pool
-from dots.options.engine import engine_options
+from dots.options.search import SearchOptions, config_yaml, search_options
 from dots.paths import check_creatable
-from dots.plain import to_plain
 from dots.plan.decide import MemoryPlan
 from dots.runtime.locks import held_by_one
 from dots.search.engine_model import engine_model
-from dots.search.identity import check_range, resolve_run_dir, run_identity
-from dots.search.options import check_search_config
+from dots.search.identity import resolve_run_dir, run_identity
 from dots.search.run import Run
 from dots.search.stages import Stage, run_stages
 from dots.search.steps import (
@@ -47,9 +43,8 @@ from dots.search.steps import (
     selection_inputs,
 )
 from dots.search.study.dashboard import dashboard_command
-from dots.search.study.granularity import DEFAULT_GRANULARITY, fixed_point
+from dots.search.study.granularity import fixed_point
 from dots.search.study.scorer import LazyEngine
-from dots.search.study.stopping import stop_rule
 from dots.search.study.tracking import open_tracking
 from dots.vectors.coefficients import format_coefficients
 
@@ -61,10 +56,10 @@ log = logging.getLogger("dots.search")
 
 def search_stages(run: Run) -> list[Stage]:
     """The pipeline: each stage names its output in the run directory and its inputs."""
-    cfg = run.cfg
-    study_key = {"identity": run.identity, "n_trials": int(cfg.search.n_trials), "fixed": run.fixed}
-    if stop_rule(cfg.search).rule != "none":  # (a study stopped early is picked again when it goes on)
-        study_key["stop"] = to_plain(cfg.search.stop)
+    options = run.options
+    study_key = {"identity": run.identity, "n_trials": options.search.n_trials, "fixed": run.fixed}
+    if options.search.stop.rule != "none":  # (a study stopped early is picked again when it goes on)
+        study_key["stop"] = asdict(options.search.stop)
     stages = [
         Stage("task_vectors", ".", lambda r: None, build_vectors, exclusive=False),  # the cache skips
         Stage("selection", "selection.jsonl", selection_inputs, build_selection, load_selected),
@@ -72,20 +67,20 @@ def search_stages(run: Run) -> list[Stage]:
     ]
     if run.fixed:
         return stages
-    pick_key = {**study_key, "pick": str(cfg.pick)}
+    pick_key = {**study_key, "pick": options.pick}
     stages.append(Stage("pick", "result.yaml", lambda r: pick_key, build_pick, load_pick))
-    if cfg.export.enabled:
-        export = {k: v for k, v in to_plain(cfg.export).items() if k != "overwrite"}  # not what it holds
-        export_key = {**pick_key, "export": export, "config_from": cfg.backbone.get("config_from")}
+    if options.export.enabled:
+        export = {k: v for k, v in asdict(options.export).items() if k != "overwrite"}  # not what it holds
+        export_key = {**pick_key, "export": export, "config_from": options.backbone.config_from}
         stages.append(
             Stage("export", export_dir(run), lambda r: export_key, build_export, lambda r: run.run_dir / export_dir(r))
         )
-        if cfg.export.push_to_hub:
+        if options.export.push_to_hub:
             stages.append(
                 Stage(
                     "push",
                     "pushed.json",
-                    lambda r: {**export_key, "repo": cfg.export.push_to_hub},
+                    lambda r: {**export_key, "repo": options.export.push_to_hub},
                     build_push,
                     lambda r: True,
                 )
@@ -96,33 +91,46 @@ def search_stages(run: Run) -> list[Stage]:
 # --- the run ----------------------------------------------------------------------------
 
 
-def prepare(cfg: DictConfig) -> Run:
-    """Check the options and inputs, open the checkpoints, find the run directory (nothing written)."""
-    check_search_config(cfg)
-    bounds = check_range(list(cfg.search.range))
-    backbone = cfg.backbone
-    base = Checkpoint(str(backbone.base), backbone.get("revision"))
-    sources = {str(k): Checkpoint(str(v), backbone.get("revision")) for k, v in backbone.sources.items()}
+def checked_options(config: Any) -> SearchOptions:
+    """The composed config (conf/search.yaml) checked into SearchOptions once (`search_options`),
+    with `engine=auto` resolved, vLLM's extra_args and the sampler's options checked; options
+    already checked are taken as they are."""
+    from dots.engines.factory import resolve_engine
+    from dots.search.study.samplers import build_sampler
+
+    if isinstance(config, SearchOptions):
+        return config
+    options = search_options(config)
+    options = replace(options, engine=resolve_engine(options.engine))  # auto: vllm or hf
+    build_sampler(options.sampler, options.seed)  # (its options: before anything is read)
+    return options
+
+
+def prepare(config: Any) -> Run:
+    """Check the options (`checked_options`), open the checkpoints, align them, find the run
+    directory (nothing written)."""
+    options = checked_options(config)
+    backbone = options.backbone
+    base = Checkpoint(backbone.base, backbone.revision)
+    sources = {k: Checkpoint(v, backbone.revision) for k, v in backbone.sources.items()}
     alignment = align(base, sources)
     for field_name, values in config_differences(base, sources).items():
         log.warning(
-            "config field %s differs: %s (the output takes config_from=%s)",
-            field_name,
-            values,
-            backbone.get("config_from", "base"),
+            "config field %s differs: %s (the output takes config_from=%s)", field_name, values, backbone.config_from
         )
-    granularity = str(cfg.search.get("granularity", DEFAULT_GRANULARITY))
-    if granularity == "module":
+    search = options.search
+    if search.granularity == "module":
         check_module_groups(alignment)
     keys = list(sources)
-    fixed = [fixed_point(p, keys, granularity) for p in cfg.search.fixed] if cfg.search.fixed else None
-    if fixed and any(not bounds[0] <= x <= bounds[1] for p in fixed for x in p):
+    fixed = [fixed_point(p, keys, search.granularity) for p in search.fixed] if search.fixed else None
+    low, high = search.range
+    if fixed and any(not low <= x <= high for p in fixed for x in p):
         raise DotsError(
-            f"search.fixed coefficients must lie in search.range {list(bounds)}; "
+            f"search.fixed coefficients must lie in search.range {[low, high]}; "
             "to score points outside it, widen it too (e.g. search.range=[0.0,2.0])"
         )
-    identity = run_identity(cfg, base, sources)
-    return Run(cfg, resolve_run_dir(cfg, identity), alignment, identity, bounds, fixed, granularity)
+    identity = run_identity(options.config, base, sources)
+    return Run(options, resolve_run_dir(options, identity), alignment, identity, fixed)
 
 
 def check_module_groups(alignment: Alignment) -> None:
@@ -144,12 +152,12 @@ def check_destinations(run: Run) -> Destination:
     inputs = input_paths([run.alignment.base, *run.alignment.sources.values()])
     run_dir = claim(run.run_dir, "search-run", inputs=inputs)
     check_creatable(run.run_dir, "run directory")
-    cache = run.cfg.get("cache_dir") or default_cache_root()
+    cache = run.options.cache_dir or default_cache_root()
     claim(cache, "taskvec-cache", inputs=inputs)
     check_creatable(cache, "task-vector cache directory")
-    if run.cfg.export.enabled and not run.fixed:
-        export_destination(run.cfg, run.alignment, run.run_dir)
-        if run.cfg.export.dir:
+    if run.options.export.enabled and not run.fixed:
+        export_destination(run.options.export, run.alignment, run.run_dir)
+        if run.options.export.dir:
             check_creatable(Path(export_dir(run)).parent, "export directory's parent")
     return run_dir
 
@@ -161,29 +169,31 @@ def memory_plan(run: Run) -> MemoryPlan:
     from dots.plan.render import describe
     from dots.plan.search import plan_search
 
-    plan = plan_search(run.cfg, ModelShapes.from_alignment(run.alignment))
+    plan = plan_search(run.options.plan, ModelShapes.from_alignment(run.alignment))
     print("\n".join(describe(plan)))
     return plan
 
 
-def run_search(cfg: DictConfig) -> Path:
-    """The whole pipeline; returns the run directory."""
+def run_search(config: Any) -> Path:
+    """The whole pipeline on a composed config (conf/search.yaml) or its checked options;
+    returns the run directory."""
     from transformers import AutoTokenizer
 
     from dots.scoring.prompts import format_prompt
 
-    run = prepare(cfg)
+    run = prepare(config)
+    options = run.options
     run_dir = check_destinations(run)
-    run.tracking = open_tracking(cfg)  # its package imported, its server reached: else one line, exit 2
+    run.tracking = open_tracking(options.tracking)  # its package imported, its server reached: else one line
     plan = memory_plan(run)  # a run that cannot fit stops here, before anything is written
-    run.queries = load_pool(cfg.pool)
+    run.queries = load_pool(options.pool)
     # the output's tokenizer (and the engine's): a source's when it added vocabulary
     tokenizer_dir = run.alignment.tokenizer_source().path
     try:
         run.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     except Exception as exc:  # a broken tokenizer file: one line, before anything is written
         raise DotsError(f"cannot load the tokenizer of {tokenizer_dir}: {str(exc).splitlines()[0]}") from None
-    run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
+    run.prompts = {q.id: format_prompt(q.question, options.backbone.prompt, run.tokenizer) for q in run.queries}
     # every input and option is checked: from here on the run writes
     run_dir.create()
     with run_held(run):
@@ -193,7 +203,7 @@ def run_search(cfg: DictConfig) -> Path:
 def run_held(run: Run) -> Any:
     """One command at a time on a run directory (`locks.held_by_one`), unless several workers are
     configured to share it (search.workers > 1: they coordinate through the study's storage)."""
-    if int(run.cfg.search.workers) > 1:
+    if run.options.search.workers > 1:
         return contextlib.nullcontext()
     return held_by_one(run.run_dir / ".run.lock", f"run directory {run.run_dir}")
 
@@ -203,15 +213,15 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     from dots.engines.canary import checked
     from dots.engines.factory import build_engine
 
-    cfg = run.cfg
-    (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    options = run.options
+    (run.run_dir / "config.yaml").write_text(config_yaml(options.config))
     print(f"run directory: {run.run_dir}")
-    engine_cfg = plan.engine_options(engine_options(cfg.engine))  # synth_cache decided (and vLLM's share)
+    engine = plan.engine_options(options.engine)  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(  # every start (a requeued run's too) proves its swaps first
         lambda: checked(
             build_engine(
-                engine_cfg,
-                engine_model(cfg, run.alignment, run.task_vectors, run.run_dir),
+                engine,
+                engine_model(options.backbone, run.alignment, run.task_vectors, run.run_dir),
                 run.task_vectors,
                 log_dir=run.run_dir,
             ),
@@ -231,20 +241,21 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
         from dots.search.pick.pareto import write_trials_csv
         from dots.search.pick.report import trial_rows
 
-        write_trials_csv(trial_rows(run.results["study"], run.sources, run.granularity), run.run_dir / "fixed.csv")
+        write_trials_csv(trial_rows(run.results.study, run.sources, run.granularity), run.run_dir / "fixed.csv")
         print(f"scored {len(run.fixed)} fixed coefficient set(s): {run.run_dir / 'fixed.csv'}")
         run.tracking.finish(run)
         return run.run_dir
-    result = run.results["pick"]
+    result = run.results.pick
+    assert result is not None  # (the pick stage ran)
     coefficients = result["coefficients"]
     if run.granularity != "model":  # 4 λ per source: one readable line
         coefficients = format_coefficients(coefficients)
     print(
-        f"pick ({cfg.pick}): trial {result['trial']} λ={coefficients} "
+        f"pick ({options.pick}): trial {result['trial']} λ={coefficients} "
         f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}"
     )
     for warning in result.get("warnings", []):
         print(f"warning: {warning}")
-    print(f"dashboard: {dashboard_command(cfg.search.storage, run.run_dir)}")
+    print(f"dashboard: {dashboard_command(options.search.storage, run.run_dir)}")
     run.tracking.finish(run)  # trials not logged yet, the pick, the files
     return run.run_dir

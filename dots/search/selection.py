@@ -20,47 +20,11 @@ from typing import Callable, Mapping, Sequence
 
 from dots.errors import DotsError
 from dots.io.problems import Query
+from dots.options.selection import SelectionConfig
 from dots.runtime.progress import progress_bar
 from dots.scoring.grade import consistency_and_majority
 
 log = logging.getLogger(__name__)
-
-STRATEGIES = ("balanced", "random", "easy", "medium")
-# median: low = D ≤ median of D (docs/method.md §3); half: the queries sorted by D, the first
-# ⌊N/2⌋ low and the rest medium (the official DoTS code, `preset=official`)
-SPLITS = ("median", "half")
-
-
-@dataclass
-class SelectionConfig:
-    n: int = 64
-    m: int = 5
-    temperature: float = 0.6
-    top_p: float = 1.0
-    max_tokens: int = 512
-    threshold: float | None = None  # drop D > threshold; None = 1 − 1/m
-    easy_fraction: float = 0.5
-    strategy: str = "balanced"
-    source: str = "original"  # original checkpoints, or sparsified θ0 + τ̃_i
-    split: str = "median"
-    seed: int = 0
-    batch: int = 64  # queries per generate call
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise DotsError(f"selection.strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        if self.split not in SPLITS:
-            raise DotsError(f"selection.split must be one of {SPLITS}, got {self.split!r}")
-        if self.source not in ("original", "sparsified"):
-            raise DotsError(f"selection.source must be original or sparsified, got {self.source!r}")
-        if self.n < 1 or self.m < 1:
-            raise DotsError(f"selection.n and selection.m must be >= 1 (got n={self.n}, m={self.m})")
-        if not 0.0 <= self.easy_fraction <= 1.0:
-            raise DotsError(f"selection.easy_fraction must be in [0, 1], got {self.easy_fraction}")
-
-    @property
-    def drop_above(self) -> float:
-        return 1.0 - 1.0 / self.m if self.threshold is None else float(self.threshold)
 
 
 @dataclass

@@ -67,9 +67,7 @@ def run_stage(run_dir: Path, stage: Stage, run: Any) -> Any:
         return result
 
 
-def run_stages(run_dir: Path, stages: list[Stage], run: Any) -> dict[str, Any]:
-    """Run `stages` in order; each stage's result under its name (also set on `run.results`)."""
-    results: dict[str, Any] = getattr(run, "results", {})
+def run_stages(run_dir: Path, stages: list[Stage], run: Any) -> None:
+    """Run `stages` in order; each stage's result is set on `run.results` under its name."""
     for stage in stages:
-        results[stage.name] = run_stage(run_dir, stage, run)
-    return results
+        setattr(run.results, stage.name, run_stage(run_dir, stage, run))

@@ -13,12 +13,10 @@ import yaml
 from dots.errors import DotsError
 from dots.io.problems import Query
 from dots.keys import stable_hash
-from dots.plain import to_plain
 from dots.search.engine_model import source_activation
 from dots.search.run import Run
 from dots.search.selection import (
     DamagedSelection,
-    SelectionConfig,
     choose,
     load_selection,
     random_selection,
@@ -26,9 +24,7 @@ from dots.search.selection import (
     score_difficulty,
 )
 from dots.search.study.scorer import Scorer
-from dots.search.study.stopping import stop_rule
 from dots.vectors.cache import TaskVectors, build_task_vectors
-from dots.vectors.sparsify import SparsifyConfig
 
 log = logging.getLogger("dots.search")
 
@@ -36,18 +32,12 @@ log = logging.getLogger("dots.search")
 def build_vectors(run: Run) -> TaskVectors:
     """τ̃_i for every source (the cache shared by runs skips what is built)."""
     al = run.alignment
-    return build_task_vectors(
-        al.base,
-        al.sources,
-        SparsifyConfig(**to_plain(run.cfg.sparsify)),
-        run.cfg.get("cache_dir") or None,
-        alignment=al,
-    )
+    return build_task_vectors(al.base, al.sources, run.options.sparsify, run.options.cache_dir, alignment=al)
 
 
 def selection_inputs(run: Run) -> dict:
     inputs = {k: run.identity[k] for k in ("base", "sources", "selection", "pool", "prompt", "sparsify")}
-    rule = str(run.cfg.search.get("consistency", "majority"))
+    rule = run.options.search.consistency
     return inputs if rule == "majority" else {**inputs, "consistency": rule}  # earlier keys kept
 
 
@@ -60,7 +50,7 @@ def build_selection(run: Run) -> list[Query]:
 
 def draw_selection(run: Run) -> Any:
     """The selection of this run's inputs (the difficulty record makes the same draw again), unsaved."""
-    cfg = SelectionConfig(**to_plain(run.cfg.selection))
+    cfg = run.options.selection
     key = stable_hash(selection_inputs(run))
     if cfg.strategy == "random":
         return random_selection(run.queries, cfg)
@@ -72,8 +62,8 @@ def draw_selection(run: Run) -> Any:
         run.engine.generate,
         cfg,
         run.run_dir / f"difficulty-{key}.jsonl",
-        mode=str(run.cfg.search.get("answer_mode", "math")),
-        rule=str(run.cfg.search.get("consistency", "majority")),
+        mode=run.options.search.answer_mode,
+        rule=run.options.search.consistency,
     )
     return choose(run.queries, per_source, cfg)
 
@@ -106,36 +96,36 @@ def reselect(run: Run, damage: DamagedSelection) -> list[Query]:
 
 
 def study_name(run: Run) -> str:
-    return run.cfg.search.study_name or f"dots-{stable_hash(run.identity, 12)}" + ("-fixed" if run.fixed else "")
+    return run.options.search.study_name or f"dots-{stable_hash(run.identity, 12)}" + ("-fixed" if run.fixed else "")
 
 
 def run_trials(run: Run) -> Any:
     """docs/method.md §4: the study, extended until it holds search.n_trials complete trials."""
     import optuna
 
-    from dots.search.study.trials import open_storage, open_study, run_study
+    from dots.search.study.storage import open_storage, open_study
+    from dots.search.study.trials import run_study
     from dots.search.study.workers import recover_stale_trials
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    cfg, names = run.cfg, run.sources
-    study = open_study(cfg, open_storage(cfg.search.storage, run.run_dir), study_name(run))
-    if int(cfg.search.workers) <= 1:  # alone on this study: whatever is RUNNING was interrupted
+    options, search = run.options, run.options.search
+    study = open_study(options, open_storage(search.storage, run.run_dir), study_name(run))
+    if search.workers <= 1:  # alone on this study: whatever is RUNNING was interrupted
         recover_stale_trials(study, -1.0, run.param_names, left_by="an interrupted run")
-    chosen = run.results["selection"]
-    scorer = Scorer(run.engine, [run.prompts[q.id] for q in chosen], cfg, run.tokenizer)
+    scorer = Scorer(run.engine, [run.prompts[q.id] for q in run.selection], search, run.tokenizer)
     try:
         run_study(
             study,
             scorer,
-            names,
+            run.sources,
             run.bounds,
-            int(cfg.search.n_trials),
-            int(cfg.seed),
+            search.n_trials,
+            options.seed,
             run.fixed,
-            heartbeat_s=float(cfg.search.heartbeat_s),
-            grace_s=float(cfg.search.grace_s),
+            heartbeat_s=search.heartbeat_s,
+            grace_s=search.grace_s,
             granularity=run.granularity,
-            stop=stop_rule(cfg.search),
+            stop=search.stop,
             told=run.tracking.callbacks(),
         )
     finally:
@@ -149,15 +139,15 @@ def build_pick(run: Run) -> dict:
     from dots.search.pick.report import pick_and_report
 
     record = run.run_dir / f"difficulty-{stable_hash(selection_inputs(run))}.jsonl"
-    selected = [q.id for q in run.results["selection"]]
-    mode = str(run.cfg.search.get("answer_mode", "math"))
-    low = float(run.cfg.search.range[0])
+    selected = [q.id for q in run.selection]
+    mode = run.options.search.answer_mode
+    low = run.bounds[0]
     return pick_and_report(
-        run.results["study"],
+        run.results.study,
         run.sources,
-        str(run.cfg.pick),
+        run.options.pick,
         run.run_dir,
-        f"DoTS on {run.cfg.backbone.name}",
+        f"DoTS on {run.options.backbone.name}",
         run.granularity,
         lambda study, result: pick_warnings(study, result, selected, record, mode, low),
     )
@@ -170,25 +160,31 @@ def load_pick(run: Run) -> dict:
 def build_export(run: Run) -> Path:
     from dots.export.model import export_model
 
+    assert run.results.pick is not None  # (the pick stage ran)
     return export_model(
-        run.cfg,
+        run.options.config,
+        run.options.export,
         run.task_vectors,
         run.alignment,
-        run.results["pick"],
+        run.results.pick,
         run.run_dir,
-        selection=[q.id for q in run.results["selection"]],
+        selection=[q.id for q in run.selection],
+        config_from=run.options.backbone.config_from,
     )
 
 
 def build_push(run: Run) -> bool:
     from dots.export.hub import try_push
 
-    pushed = try_push(run.results["export"], str(run.cfg.export.push_to_hub), bool(run.cfg.export.private))
+    export, repo = run.options.export, str(run.options.export.push_to_hub)
+    assert run.results.export is not None  # (the export stage ran)
+    pushed = try_push(run.results.export, repo, export.private)
     if pushed:
-        (run.run_dir / "pushed.json").write_text(str(run.cfg.export.push_to_hub))
+        (run.run_dir / "pushed.json").write_text(repo)
     return pushed
 
 
 def export_dir(run: Run) -> str:
     """The export's directory: export.dir (absolute, as the export resolves it) or <run_dir>/model."""
-    return str(Path(str(run.cfg.export.dir)).expanduser().resolve()) if run.cfg.export.dir else "model"
+    out = run.options.export.dir
+    return str(Path(out).expanduser().resolve()) if out else "model"

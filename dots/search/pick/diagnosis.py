@@ -18,10 +18,11 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from dots.options.study import DEFAULT_RANGE
 from dots.scoring.equivalence import answers_equivalent
 
 NEAR_BASE = 0.1  # a λ this small moves the model a tenth of the way along a task vector
-DEFAULT_LOW = 0.5  # search.range's default lower bound (conf/search.yaml; docs/lab.md, the five-lab study)
+DEFAULT = f"search.range=[{DEFAULT_RANGE[0]},{DEFAULT_RANGE[1]}] (the default)"
 
 Answers = Mapping[str, Optional[str]]  # query id -> majority answer
 
@@ -69,20 +70,21 @@ def diagnose_pick(
     pick_answers: Answers | None,
     sources: Mapping[str, Answers],
     mode: str = "math",
-    range_low: float = 0.0,
+    *,
+    range_low: float,
 ) -> list[str]:
     """The warnings of a pick (none when it looks sound or cannot be checked), each one line
     ending with the next thing to try (the default range [0.5, 2.0] only when the search's
     lower bound `range_low` was below it)."""
     warnings = []
     lams = flat_coefficients(coefficients)
-    wider = range_low < DEFAULT_LOW
+    wider = range_low < DEFAULT_RANGE[0]
     if lams and max(abs(x) for x in lams) <= NEAR_BASE:
         shown = ", ".join(f"{x:.2f}" for x in lams)
         warnings.append(
             f"the pick (λ = {shown}) lies next to the base model: consistency and perplexity can both favour "
             "the base's own answers; "
-            + ("keep λ away from 0 with search.range=[0.5,2.0] (the default) and " if wider else "")
+            + (f"keep λ away from 0 with {DEFAULT} and " if wider else "")
             + "compare the pick with the sources on a labelled set (python -m dots.evaluate)"
         )
     if pick_answers and len(sources) >= 2:
@@ -97,18 +99,17 @@ def diagnose_pick(
                     f"the pick agrees with the sources' majority answers on {pick_rate:.0%} of the {len(ids)} "
                     f"selected queries, less than the sources agree with each other ({source_rate:.0%}): it may "
                     "repeat answers neither source gives; compare it with the sources on a labelled set "
-                    "(python -m dots.evaluate) before using it"
-                    + (", or search with search.range=[0.5,2.0] (the default)" if wider else "")
+                    "(python -m dots.evaluate) before using it" + (f", or search with {DEFAULT}" if wider else "")
                 )
     return warnings
 
 
 def pick_warnings(
-    study: Any, result: dict, selected: Sequence[str], record: Path, mode: str, range_low: float = 0.0
+    study: Any, result: dict, selected: Sequence[str], record: Path, mode: str, range_low: float
 ) -> list[str]:
     """The warnings (`diagnose_pick`) of the pick in `result`: its trial's majority answers on the
     `selected` queries against the sources' in the selection's difficulty `record`."""
     trial = next(t for t in study.get_trials(deepcopy=False) if t.number == result["trial"])
     answers = trial.user_attrs.get("majority_answers")
     pick_answers = dict(zip(selected, answers)) if answers and len(answers) == len(selected) else None
-    return diagnose_pick(result["coefficients"], pick_answers, source_answers(record), mode, range_low)
+    return diagnose_pick(result["coefficients"], pick_answers, source_answers(record), mode, range_low=range_low)

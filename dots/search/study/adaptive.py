@@ -20,29 +20,12 @@ fixed-k value); the trial's consistency is the mean over queries, as without the
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from math import comb
 from typing import Any, Callable, Sequence
 
-from dots.checks import number_in, positive_int
+from dots.options.study import AdaptiveConfig
 
 Generate = Callable[[list[str], int, int], list[list[str]]]  # (prompts, n, seed) → samples
-
-
-@dataclass(frozen=True)
-class AdaptiveConfig:
-    """search.adaptive: on or off (the config's default is on, conf/search.yaml; this
-    class's off), the first round's size, later rounds' size, the rule's confidence."""
-
-    enabled: bool = False
-    first: int = 4
-    step: int = 2
-    confidence: float = 0.95
-
-    def __post_init__(self) -> None:
-        positive_int(self.first, "search.adaptive.first")
-        positive_int(self.step, "search.adaptive.step")
-        number_in(self.confidence, "search.adaptive.confidence", 0.5, 1.0, high_open=True)
 
 
 def majority_is_settled(labels: Sequence[Any], k: int, confidence: float) -> bool:

@@ -19,9 +19,9 @@ from typing import Any, Mapping, Sequence
 from dots.checks import check_choice, finite_number
 from dots.errors import DotsError
 from dots.io.modules import MODULE_GROUPS
+from dots.options.study import GRANULARITIES
 from dots.vectors.coefficients import CheckedCoefficients
 
-GRANULARITIES = ("model", "module")
 DEFAULT_GRANULARITY = "model"
 
 

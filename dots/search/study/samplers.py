@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from dots.errors import DotsError
+from dots.options.study import SamplerOptions, sampler_options
 
 
 def _tpe(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
@@ -21,7 +21,7 @@ def _tpe(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     return TPESampler(
         seed=seed,
         n_startup_trials=int(opts["n_startup_trials"]),
-        multivariate=bool(opts.get("multivariate", False)),
+        multivariate=bool(opts["multivariate"]),
         constant_liar=workers > 1,
     )
 
@@ -32,22 +32,19 @@ def _gp(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     return GPSampler(
         seed=seed,
         n_startup_trials=int(opts["n_startup_trials"]),
-        deterministic_objective=bool(opts.get("deterministic_objective", False)),
+        deterministic_objective=bool(opts["deterministic_objective"]),
     )
 
 
 def _nsga2(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     from optuna.samplers import NSGAIISampler
 
-    population = int(opts.get("population_size", 10))
-    if population < 2:
-        raise DotsError(f"sampler.population_size must be >= 2, got {population}")
-    mutation = opts.get("mutation_prob")
+    mutation = opts["mutation_prob"]
     return NSGAIISampler(
         seed=seed,
-        population_size=population,
-        crossover_prob=float(opts.get("crossover_prob", 0.9)),
-        swapping_prob=float(opts.get("swapping_prob", 0.5)),
+        population_size=int(opts["population_size"]),
+        crossover_prob=float(opts["crossover_prob"]),
+        swapping_prob=float(opts["swapping_prob"]),
         mutation_prob=None if mutation is None else float(mutation),
     )
 
@@ -66,9 +63,9 @@ SAMPLERS: dict[str, Callable[[Mapping[str, Any], int, int], Any]] = {
 }
 
 
-def build_sampler(opts: Mapping[str, Any], seed: int, workers: int = 1) -> Any:
-    """The Optuna sampler `opts["name"]` names, with its options, seeded with `seed`."""
-    name = str(opts.get("name", "tpe"))
-    if name not in SAMPLERS:
-        raise DotsError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
-    return SAMPLERS[name](opts, seed, workers)
+def build_sampler(options: SamplerOptions | Mapping[str, Any], seed: int, workers: int = 1) -> Any:
+    """The Optuna sampler `options.name` names, with its options (conf/sampler/<name>.yaml, all
+    of them), seeded with `seed`; a mapping is checked into SamplerOptions first."""
+    if not isinstance(options, SamplerOptions):
+        options = sampler_options(options)
+    return SAMPLERS[options.name](options.settings, seed, workers)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
-from dots.plain import to_plain
+from dots.options.study import StudyOptions
 from dots.scoring.grade import answer_labels, consistency_and_majority
 from dots.scoring.perplexity import perplexity
-from dots.search.study.adaptive import AdaptiveConfig, sample_adaptively
+from dots.search.study.adaptive import sample_adaptively
 from dots.search.study.pruning import DEFAULT_BATCH
 from dots.vectors.coefficients import Coefficients
 
@@ -36,21 +36,21 @@ BLOCK_SEED = 1_000_003  # block b of a trial samples with seed + b·BLOCK_SEED (
 class Scorer:
     """Evaluates one λ on the live engine: swap → generate k → consistency; prompt NLL → PPL."""
 
-    def __init__(self, engine: Any, prompts: list[str], cfg: Any, tokenizer: Any = None):
+    def __init__(self, engine: Any, prompts: list[str], options: StudyOptions, tokenizer: Any = None):
         self.engine = engine
         self.prompts = prompts
-        self.k = int(cfg.search.k)
-        self.temperature = float(cfg.search.temperature)
-        self.top_p = float(cfg.search.top_p)
-        self.max_tokens = int(cfg.search.max_tokens)
-        self.mode = str(cfg.search.get("answer_mode", "math"))
-        self.rule = str(cfg.search.get("consistency", "majority"))
-        self.ppl_mean = str(cfg.search.get("perplexity", "tokens"))
-        self.adaptive = AdaptiveConfig(**to_plain(cfg.search.get("adaptive") or {}))
+        self.k = options.k
+        self.temperature = options.temperature
+        self.top_p = options.top_p
+        self.max_tokens = options.max_tokens
+        self.mode = options.answer_mode
+        self.rule = options.consistency
+        self.ppl_mean = options.perplexity
+        self.adaptive = options.adaptive
         self.tokenizer = tokenizer
-        self.prune = bool(cfg.search.get("prune", False))
-        batch = cfg.search.get("batch")
-        self.batch = int(batch) if batch else (DEFAULT_BATCH if self.prune else len(prompts))
+        self.prune = options.prune
+        batch = options.batch
+        self.batch = batch if batch else (DEFAULT_BATCH if self.prune else len(prompts))
         self.pruner: Callable[[list[float], int, float], dict | None] | None = None  # set by pruning.attach
 
     def _generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:

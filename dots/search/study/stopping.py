@@ -18,33 +18,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
-from dots.errors import DotsError
+from dots.options.study import StopRule
 
 log = logging.getLogger("dots.search")
 
 STOPPED = "dots_stopped"  # study user attribute: why and when the study stopped
-RULES = ("none", "hypervolume")
 REFERENCE = 1.1  # the reference point on each normalised axis
-
-
-@dataclass(frozen=True)
-class StopRule:
-    """search.stop: the rule's name, its window W (scored trials) and its relative threshold."""
-
-    rule: str = "none"
-    window: int = 10
-    threshold: float = 0.01
-
-    def __post_init__(self) -> None:
-        if self.rule not in RULES:
-            raise DotsError(f"search.stop.rule must be one of {', '.join(RULES)}, got {self.rule!r}")
-        if int(self.window) < 1:
-            raise DotsError(f"search.stop.window must be >= 1, got {self.window}")
-        if not 0 <= float(self.threshold) < 1:
-            raise DotsError(f"search.stop.threshold must be in [0, 1), got {self.threshold}")
 
 
 def hypervolume(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -118,10 +99,3 @@ def stop_reason(study: Any, rule: StopRule | None) -> str | None:
     )
     study.set_user_attr(STOPPED, {"reason": reason, "rule": rule.rule, "trials": len(history), "gain": gain})
     return reason
-
-
-def stop_rule(search: Any) -> StopRule:
-    """search.stop of the config (absent: off)."""
-    from dots.plain import to_plain
-
-    return StopRule(**to_plain(search.get("stop") or {}))

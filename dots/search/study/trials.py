@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from optuna.trial import TrialState
 
-from dots.errors import DotsError
-from dots.plain import to_plain
 from dots.runtime.signals import sigterm_deferred
 from dots.search.study.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
 from dots.search.study.optuna_adapter import enqueued_point, trial_id, was_enqueued
 from dots.search.study.pruning import attach, count_bound_pruned, is_bound_pruned, outcome, tell_scored
-from dots.search.study.samplers import build_sampler
 from dots.search.study.scorer import Scorer
 from dots.search.study.stopping import StopRule, stop_reason
 from dots.search.study.workers import Heartbeat, fail_and_requeue, recover_stale_trials
@@ -39,88 +34,9 @@ DUPLICATE_OF = "dots_duplicate_of"
 MAX_DUPLICATES = 3  # proposals of scored points in a row before a uniform random point is enqueued
 
 
-def sampler_seed(seed: int, worker: int, n_existing: int) -> int:
-    """The sampler seed of this process: the configured seed, apart per worker, and moved on by the
-    trials the study already holds, so a resumed, requeued or extra worker does not replay the
-    points of the first run (a fresh study, n_existing = 0, keeps the configured sequence)."""
-    return int(seed) + 7919 * int(worker) + int(n_existing)
-
-
 def point_key(params: Any, names: list[str]) -> tuple[float, ...]:
     """A point's coefficients, rounded so that equal floats from storage compare equal."""
     return tuple(round(float(params[n]), 10) for n in names)
-
-
-def open_storage(url: str | None, run_dir: Path) -> Any:
-    """SQLite in the run dir by default; a `*.journal`/`*.log` path → journal file; else an RDB URL."""
-    from optuna.storages import JournalStorage, RDBStorage
-
-    if not url:
-        url = f"sqlite:///{(run_dir / 'study.db').resolve()}"
-    try:
-        if url.endswith((".journal", ".log")) and "://" not in url:
-            from optuna.storages.journal import JournalFileBackend
-
-            Path(url).parent.mkdir(parents=True, exist_ok=True)
-            return JournalStorage(JournalFileBackend(url))
-        if url.startswith("sqlite"):
-            return RDBStorage(url)
-        return _database(url)
-    except Exception as exc:
-        raise storage_error(url, exc) from None
-
-
-def _database(url: str, tries: int = 5) -> Any:
-    """An RDB storage on a database server. Workers started together all create Optuna's tables on an
-    empty database; the losers of that race see "already exists" or a duplicate key, and open it again."""
-    from optuna.storages import RDBStorage
-
-    for attempt in range(tries):
-        try:
-            return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-        except Exception as exc:
-            lost_race = any(s in str(exc) for s in ("already exists", "Duplicate entry", "duplicate key"))
-            if not lost_race or attempt == tries - 1:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-
-
-def storage_error(url: str, exc: BaseException) -> DotsError:
-    """One line for a storage that fails: a damaged SQLite file says so and how to recover."""
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if url.startswith("sqlite:///") and ("malformed" in first or "not a database" in first):
-        path = url[len("sqlite:///") :]
-        return DotsError(
-            f"the study file {path} is damaged ({first.split(') ')[-1]}): restore it from a copy, or move it "
-            "away and rerun to start the study again (its trials are lost; the selection and τ̃ are kept)"
-        )
-    return DotsError(f"cannot open the study storage {url!r}: {first}")
-
-
-def open_study(cfg: Any, storage: Any, study_name: str) -> Any:
-    """Create or load the study: two objectives, the configured sampler (`sampler=tpe|gp|
-    nsga2|random`, dots.search.study.samplers) seeded per worker and past the trials the study
-    already holds (`sampler_seed`), so a resumed study does not replay its sequence."""
-    import optuna
-
-    try:  # a damaged SQLite file may open and fail at its first read
-        study = optuna.create_study(
-            study_name=study_name,
-            storage=storage,
-            directions=["maximize", "minimize"],
-            load_if_exists=True,
-        )
-        n_existing = len(study.get_trials(deepcopy=False))
-    except Exception as exc:
-        raise storage_error(str(getattr(getattr(storage, "engine", None), "url", "") or ""), exc) from None
-    sampler_opts = to_plain(cfg.sampler)
-    seed = sampler_seed(cfg.seed, cfg.search.worker, n_existing)
-    study.sampler = build_sampler(sampler_opts, seed, int(cfg.search.workers))
-    study.set_user_attr("sampler", sampler_opts)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(["consistency", "perplexity"])
-    return study
 
 
 def run_study(

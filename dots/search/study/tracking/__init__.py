@@ -16,41 +16,27 @@ import contextlib
 import logging
 from typing import Any, Callable
 
-from dots.errors import DotsError
-from dots.plain import to_plain
+from dots.options.search import TrackingOptions
 from dots.search.study.tracking.base import FILES, Tracker, flat, trial_metrics
 
 log = logging.getLogger("dots.search")
 
-BACKENDS = ("none", "mlflow", "wandb")
 
-
-def check_tracking_options(tracking: Any) -> str:
-    """The backend's name (`tracking.name`), or a one-line DotsError."""
-    name = str((tracking or {}).get("name", "none"))
-    if name not in BACKENDS:
-        raise DotsError(f"tracking must be one of {', '.join(BACKENDS)}, got {name!r}")
-    if name == "wandb" and tracking.get("mode") not in (None, "online", "offline", "disabled"):
-        raise DotsError(f"tracking.mode must be online, offline, disabled or null ($WANDB_MODE), got {tracking.mode!r}")
-    return name
-
-
-def open_tracking(cfg: Any) -> Tracking:
+def open_tracking(options: TrackingOptions) -> Tracking:
     """The tracking of a search, checked: its package imported and its service reached (one line,
     exit 2, before anything is written)."""
-    name = check_tracking_options(cfg.get("tracking"))
-    if name == "none":
+    if options.name == "none":
         return Tracking(None)
-    options = to_plain(cfg.tracking)
+    settings = dict(options.settings)
     tracker: Tracker
-    if name == "mlflow":
+    if options.name == "mlflow":
         from dots.search.study.tracking.mlflow_tracker import MlflowTracker
 
-        tracker = MlflowTracker(options)
+        tracker = MlflowTracker(settings)
     else:
         from dots.search.study.tracking.wandb_tracker import WandbTracker
 
-        tracker = WandbTracker(options)
+        tracker = WandbTracker(settings)
     tracker.check()
     return Tracking(tracker)
 
@@ -79,9 +65,8 @@ class Tracking:
         if self.tracker is None:
             return
         self.names = lambda: run.param_names
-        config = to_plain(run.cfg)
-        search = run.cfg.search
-        self.logged = self.tracker.start(run.run_dir, config, int(search.worker), int(search.workers))
+        search = run.options.search
+        self.logged = self.tracker.start(run.run_dir, dict(run.options.config), search.worker, search.workers)
 
     def callbacks(self) -> list[Callable[[Any, Any], None]]:
         """What `run_study` calls once a trial is told (nothing without tracking)."""
@@ -119,7 +104,7 @@ class Tracking:
         """At the end: every scored trial not logged yet, the pick and the run's files; then close."""
         if self.tracker is None:
             return
-        study = run.results.get("study")
+        study = run.results.study
         trials = [t for t in study.get_trials(deepcopy=False) if scored(t)] if study is not None else []
         self.failed = False
         for frozen in trials:
@@ -152,7 +137,7 @@ class Tracking:
 def pick_values(run: Any) -> dict[str, float]:
     """The pick as numbers (`pick/trial`, `pick/consistency`, `pick/perplexity`, `pick/<λ name>`);
     empty for search.fixed runs, which pick nothing."""
-    result = run.results.get("pick")
+    result = run.results.pick
     if not result:
         return {}
     values = {"pick/trial": float(result["trial"]), **{f"pick/{k}": float(v) for k, v in result["objectives"].items()}}

@@ -1,0 +1,93 @@
+"""Where a search's Optuna study lives and how it is opened: SQLite in the run directory by
+default, a journal file or an RDB for several workers (`search.storage`); the configured sampler
+seeded per worker and past the trials the study already holds (`sampler=tpe|gp|nsga2|random`,
+dots.search.study.samplers)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from dots.errors import DotsError
+from dots.options.search import SearchOptions
+from dots.search.study.samplers import build_sampler
+
+
+def sampler_seed(seed: int, worker: int, n_existing: int) -> int:
+    """The sampler seed of this process: the configured seed, apart per worker, and moved on by the
+    trials the study already holds, so a resumed, requeued or extra worker does not replay the
+    points of the first run (a fresh study, n_existing = 0, keeps the configured sequence)."""
+    return int(seed) + 7919 * int(worker) + int(n_existing)
+
+
+def open_storage(url: str | None, run_dir: Path) -> Any:
+    """SQLite in the run dir by default; a `*.journal`/`*.log` path → journal file; else an RDB URL."""
+    from optuna.storages import JournalStorage, RDBStorage
+
+    if not url:
+        url = f"sqlite:///{(run_dir / 'study.db').resolve()}"
+    try:
+        if url.endswith((".journal", ".log")) and "://" not in url:
+            from optuna.storages.journal import JournalFileBackend
+
+            Path(url).parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(url))
+        if url.startswith("sqlite"):
+            return RDBStorage(url)
+        return _database(url)
+    except Exception as exc:
+        raise storage_error(url, exc) from None
+
+
+def _database(url: str, tries: int = 5) -> Any:
+    """An RDB storage on a database server. Workers started together all create Optuna's tables on an
+    empty database; the losers of that race see "already exists" or a duplicate key, and open it again."""
+    from optuna.storages import RDBStorage
+
+    for attempt in range(tries):
+        try:
+            return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except Exception as exc:
+            lost_race = any(s in str(exc) for s in ("already exists", "Duplicate entry", "duplicate key"))
+            if not lost_race or attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
+def storage_error(url: str, exc: BaseException) -> DotsError:
+    """One line for a storage that fails: a damaged SQLite file says so and how to recover."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if url.startswith("sqlite:///") and ("malformed" in first or "not a database" in first):
+        path = url[len("sqlite:///") :]
+        return DotsError(
+            f"the study file {path} is damaged ({first.split(') ')[-1]}): restore it from a copy, or move it "
+            "away and rerun to start the study again (its trials are lost; the selection and τ̃ are kept)"
+        )
+    return DotsError(f"cannot open the study storage {url!r}: {first}")
+
+
+def open_study(options: SearchOptions, storage: Any, study_name: str) -> Any:
+    """Create or load the study: two objectives, the configured sampler (`sampler=tpe|gp|
+    nsga2|random`, dots.search.study.samplers) seeded per worker and past the trials the study
+    already holds (`sampler_seed`), so a resumed study does not replay its sequence."""
+    import optuna
+
+    try:  # a damaged SQLite file may open and fail at its first read
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=storage,
+            directions=["maximize", "minimize"],
+            load_if_exists=True,
+        )
+        n_existing = len(study.get_trials(deepcopy=False))
+    except Exception as exc:
+        raise storage_error(str(getattr(getattr(storage, "engine", None), "url", "") or ""), exc) from None
+    seed = sampler_seed(options.seed, options.search.worker, n_existing)
+    study.sampler = build_sampler(options.sampler, seed, options.search.workers)
+    study.set_user_attr("sampler", options.sampler.config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(["consistency", "perplexity"])
+    return study
