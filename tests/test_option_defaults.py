@@ -109,4 +109,3 @@ def test_library_keyword_defaults_are_the_yamls():
     for (fn, param), value in kept.items():
         assert inspect.signature(fn).parameters[param].default == value, f"{fn.__qualname__}({param}=...)"
     assert inspect.signature(diagnose_pick).parameters["range_low"].default is inspect.Parameter.empty
-
