@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ def search_stages(run: Run) -> list[Stage]:
     options = run.options
     study_key = {"identity": run.identity, "n_trials": options.search.n_trials, "fixed": run.fixed}
     if options.search.stop.rule != "none":  # (a study stopped early is picked again when it goes on)
-        study_key["stop"] = asdict(options.search.stop)
+        study_key["stop"] = options.config["search"]["stop"]  # (keys hash the options as written)
     stages = [
         Stage("task_vectors", ".", lambda r: None, build_vectors, exclusive=False),  # the cache skips
         Stage("selection", "selection.jsonl", selection_inputs, build_selection, load_selected),
@@ -70,7 +70,7 @@ def search_stages(run: Run) -> list[Stage]:
     pick_key = {**study_key, "pick": options.pick}
     stages.append(Stage("pick", "result.yaml", lambda r: pick_key, build_pick, load_pick))
     if options.export.enabled:
-        export = {k: v for k, v in asdict(options.export).items() if k != "overwrite"}  # not what it holds
+        export = {k: v for k, v in options.config["export"].items() if k != "overwrite"}  # not what it holds
         export_key = {**pick_key, "export": export, "config_from": options.backbone.config_from}
         stages.append(
             Stage("export", export_dir(run), lambda r: export_key, build_export, lambda r: run.run_dir / export_dir(r))
