@@ -197,10 +197,10 @@ def test_new_options_keep_the_identity_of_runs_made_before_them():
 def test_bad_prune_and_stop_options_are_one_line(extra, message):
 
     from dots.errors import DotsError
-    from dots.search.options import check_study_options
+    from dots.options.study import study_options
 
     with pytest.raises(DotsError, match=re.escape(message)):
-        check_study_options(compose([extra]).search)
+        study_options(compose([extra]).search)
 
 
 def test_two_workers_prune_against_the_shared_front_and_stop_together(tiny, tmp_path):
