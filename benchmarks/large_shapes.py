@@ -669,19 +669,17 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
         first = args.synth_caches[0]
         if kind == "hf":
             from dots.engines.hf import HFEngine
+            from dots.options.engine import EngineOptions
 
-            engine = HFEngine(root / "base", task_vectors=tv, dtype="bfloat16", synth_cache=first)
+            engine = HFEngine(root / "base", EngineOptions(dtype="bfloat16", synth_cache=first), task_vectors=tv)
             consumer = "copy into the parameter"
         else:
             from dots.engines.vllm.engine import VLLMEngine
 
             engine = VLLMEngine(
                 root / "base",
+                EngineOptions(dtype="bfloat16", max_model_len=256, synth_cache=first, enforce_eager=True),
                 task_vectors=tv,
-                dtype="bfloat16",
-                max_model_len=256,
-                synth_cache=first,
-                enforce_eager=True,
             )
             consumer = "vLLM reload_weights consuming it"
         start = time.perf_counter() - t

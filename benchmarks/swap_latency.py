@@ -78,6 +78,7 @@ from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.keys import name_seed  # noqa: E402
+from dots.options.engine import EngineOptions
 from dots.runtime.allocator import return_freed_memory, reuse_freed_memory  # noqa: E402
 from dots.vectors.residency import tau_bytes_per_form  # noqa: E402
 
@@ -218,17 +219,21 @@ def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "
 
         return VLLMEngine(
             model,
+            EngineOptions(
+                dtype="bfloat16",
+                max_model_len=512,
+                synth_cache=synth_cache,
+                resident_form=resident_form,
+                enforce_eager=args.enforce_eager,
+                gpu_memory_utilization=args.memory_utilization,
+            ),
             task_vectors=tv,
-            dtype="bfloat16",
-            max_model_len=512,
-            synth_cache=synth_cache,
-            resident_form=resident_form,
-            enforce_eager=args.enforce_eager,
-            gpu_memory_utilization=args.memory_utilization,
         )
     from dots.engines.hf import HFEngine
 
-    return HFEngine(model, task_vectors=tv, dtype="bfloat16", synth_cache=synth_cache, resident_form=resident_form)
+    return HFEngine(
+        model, EngineOptions(dtype="bfloat16", synth_cache=synth_cache, resident_form=resident_form), task_vectors=tv
+    )
 
 
 def greedy(engine) -> str:
@@ -312,13 +317,15 @@ def measure_tp2(base: Path, tv, lams, expected: list[str], args) -> dict:
     t = time.perf_counter()
     engine = VLLMEngine(
         base,
+        EngineOptions(
+            dtype="bfloat16",
+            max_model_len=512,
+            synth_cache="memory",
+            tensor_parallel_size=2,
+            enforce_eager=args.enforce_eager,
+            gpu_memory_utilization=args.memory_utilization,
+        ),
         task_vectors=tv,
-        dtype="bfloat16",
-        max_model_len=512,
-        synth_cache="memory",
-        tensor_parallel_size=2,
-        enforce_eager=args.enforce_eager,
-        gpu_memory_utilization=args.memory_utilization,
     )
     out: dict = {"startup": time.perf_counter() - t, "resident": engine.resident_info(), "swap": [], "match": []}
     print(f"[vllm TP=2] resident: {out['resident']}", flush=True)

@@ -182,6 +182,7 @@ def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = Non
     from dots.engines.hf import HFEngine
     from dots.io.checkpoint import Checkpoint
     from dots.lab import ensure_trio, tasks
+    from dots.options.engine import EngineOptions
     from dots.search.study.scorer import Scorer
     from dots.vectors.cache import build_task_vectors
     from dots.vectors.sparsify import SparsifyConfig
@@ -190,7 +191,9 @@ def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = Non
     base = Checkpoint(models["base"])
     sources = {k: Checkpoint(models[k]) for k in ("sft", "rlvr")}
     tv = build_task_vectors(base, sources, SparsifyConfig(), cache)
-    engine = HFEngine(models["base"], task_vectors=tv, device="cpu", dtype="float32", synth_cache="memory")
+    engine = HFEngine(
+        models["base"], EngineOptions(device="cpu", dtype="float32", synth_cache="memory"), task_vectors=tv
+    )
     prompts = [r["question"] for r in tasks.test_problems({"size": queries})]
     search = {"k": k, "temperature": 1.0, "top_p": 1.0, "max_tokens": 32, "adaptive": dict(adaptive or {})}
     return Scorer(engine, prompts, OmegaConf.create({"search": search}))

@@ -11,6 +11,7 @@ from dots.engines.factory import build_engine, resolve_engine_name
 from dots.engines.hf import HFEngine
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.options.engine import EngineOptions
 from dots.paths import CONF_DIR
 from dots.scoring import perplexity
 from dots.scoring.perplexity import perplexity
@@ -39,7 +40,9 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(models):
-    eng = HFEngine(models["base"], task_vectors=models["tv"], device="cpu", batch_size=3, synth_cache="disk")
+    eng = HFEngine(
+        models["base"], EngineOptions(device="cpu", batch_size=3, synth_cache="disk"), task_vectors=models["tv"]
+    )
     yield eng
     eng.close()
 
@@ -81,7 +84,7 @@ def test_prompt_nll_matches_a_plain_forward_pass(engine):
 
 def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, models):
     before, nll_before = greedy(engine, PROMPTS), engine.prompt_nll(PROMPTS)
-    fresh = HFEngine(models["merged"], device="cpu")
+    fresh = HFEngine(models["merged"], EngineOptions(device="cpu"))
     expected, nll_expected = greedy(fresh, PROMPTS), fresh.prompt_nll(PROMPTS)
     fresh_state = fresh.state_dict()
     fresh.close()
@@ -101,7 +104,7 @@ def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, models):
 def test_memory_synth_cache_swaps_to_the_same_model(engine, models):
     engine.swap_coefficients(LAMBDA)
     expected = engine.state_dict()
-    resident = HFEngine(models["base"], task_vectors=models["tv"], device="cpu", synth_cache="memory")
+    resident = HFEngine(models["base"], EngineOptions(device="cpu", synth_cache="memory"), task_vectors=models["tv"])
     resident.swap_coefficients({"sft": 2.0, "rl": 0.1})
     resident.swap_coefficients(LAMBDA)
     got = resident.state_dict()
@@ -110,7 +113,7 @@ def test_memory_synth_cache_swaps_to_the_same_model(engine, models):
     resident.close()
     engine.swap_checkpoint(models["base"])
     with pytest.raises(DotsError, match="synth_cache"):
-        HFEngine(models["base"], device="cpu", synth_cache="gpu")
+        HFEngine(models["base"], EngineOptions(device="cpu", synth_cache="gpu"))
 
 
 def test_swap_checkpoint_and_weights(engine, models):
@@ -137,17 +140,17 @@ def test_bad_swaps_are_user_errors(engine, models, tmp_path):
     with pytest.raises(DotsError, match="coefficients"):
         engine.swap_coefficients({"sft": 1.0})
     with pytest.raises(DotsError, match="task vectors"):
-        HFEngine(models["base"], device="cpu").swap_coefficients(LAMBDA)
+        HFEngine(models["base"], EngineOptions(device="cpu")).swap_coefficients(LAMBDA)
 
 
 def test_tied_embeddings_swap(tmp_path):
     base = make_tiny_model(tmp_path / "tied", tie_word_embeddings=True)
     ft = make_finetuned(base, tmp_path / "tied_ft", seed=4, scale=0.05)
-    eng = HFEngine(base, device="cpu")
+    eng = HFEngine(base, EngineOptions(device="cpu"))
     before = greedy(eng, PROMPTS)
     eng.swap_checkpoint(ft)
     assert torch.equal(eng.model.lm_head.weight, Checkpoint(ft).get("model.embed_tokens.weight"))
-    fresh = HFEngine(ft, device="cpu")
+    fresh = HFEngine(ft, EngineOptions(device="cpu"))
     assert greedy(eng, PROMPTS) == greedy(fresh, PROMPTS)
     eng.swap_checkpoint(base)
     assert greedy(eng, PROMPTS) == before
@@ -200,7 +203,7 @@ def test_every_resident_form_gives_the_streamed_bytes_in_the_live_parameters(tmp
     base = Checkpoint(tmp_path / "base")
     sources = {"sft": Checkpoint(tmp_path / "sft"), "rl": Checkpoint(tmp_path / "rl")}
     tv = build_task_vectors(base, sources, SparsifyConfig(), tmp_path / "cache")
-    engine = HFEngine(base.path, task_vectors=tv, device="cpu", dtype=dtype, synth_cache="memory")
+    engine = HFEngine(base.path, EngineOptions(device="cpu", dtype=dtype, synth_cache="memory"), task_vectors=tv)
     try:
         live = {n: t.data_ptr() for n, t in engine._targets.items()}
         for form in ("dense", "sparse", "index", "bitmask"):

@@ -19,6 +19,7 @@ from dots.engines.hf import HFEngine  # noqa: E402
 from dots.engines.vllm.engine import VLLMEngine  # noqa: E402
 from dots.errors import DotsError  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
+from dots.options.engine import EngineOptions  # noqa: E402
 from dots.scoring.perplexity import perplexity  # noqa: E402
 from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
 from dots.vectors.cache import build_task_vectors  # noqa: E402
@@ -62,7 +63,7 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(models):
     """Outputs of a fresh vLLM engine started on the saved merged copy (then shut down)."""
-    fresh = VLLMEngine(models["merged"], **ENGINE_ARGS)
+    fresh = VLLMEngine(models["merged"], EngineOptions(**ENGINE_ARGS))
     try:
         return {"greedy": greedy(fresh, PROMPTS), "nll": fresh.prompt_nll(PROMPTS)}
     finally:
@@ -80,7 +81,7 @@ def engine(models, reference):
 
 @pytest.fixture(scope="module")
 def hf_base(models):
-    eng = HFEngine(models["base"], device="cpu", dtype="float32")
+    eng = HFEngine(models["base"], EngineOptions(device="cpu", dtype="float32"))
     yield eng
     eng.close()
 
@@ -91,7 +92,9 @@ def test_tensor_parallel_swap(models, reference):
 
     Runs first, before the module's TP = 1 engine starts, so only one engine is alive."""
     eng = VLLMEngine(
-        models["base"], task_vectors=models["tv"], tensor_parallel_size=2, synth_cache="memory", **ENGINE_ARGS
+        models["base"],
+        EngineOptions(tensor_parallel_size=2, synth_cache="memory", **ENGINE_ARGS),
+        task_vectors=models["tv"],
     )
     try:
         workers = eng.worker_info()
@@ -263,12 +266,12 @@ def test_swap_updates_a_tied_lm_head(tmp_path):
     )
     merged = save_merged(tv, LAMBDA, base, tmp_path / "merged")
     args = {**ENGINE_ARGS, "dtype": "bfloat16"}
-    fresh = VLLMEngine(merged, **args)
+    fresh = VLLMEngine(merged, EngineOptions(**args))
     try:
         want_text, want_nll = greedy(fresh, PROMPTS), fresh.prompt_nll(PROMPTS)
     finally:
         fresh.close()
-    eng = VLLMEngine(base.path, task_vectors=tv, **args)
+    eng = VLLMEngine(base.path, EngineOptions(**args), task_vectors=tv)
     try:
         before = eng.prompt_nll(PROMPTS)
         eng.swap_coefficients(LAMBDA)

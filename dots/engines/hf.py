@@ -18,7 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import torch
 
@@ -26,70 +26,54 @@ from dots.engines.base import check_swappable
 from dots.engines.canary import broken_swap
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.options.engine import DTYPES, EngineOptions
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
-from dots.vectors.forms import check_resident_form
-from dots.vectors.residency import check_synth_cache
 
 if TYPE_CHECKING:
     from dots.vectors.synth import ResidentSynthesizer
 
 log = logging.getLogger(__name__)
 
-_DTYPES: dict[str, str | torch.dtype] = {
-    "auto": "auto",
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-}
-
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> str | torch.dtype:
+    """engine.dtype (`dots.options.engine.DTYPES`, or a torch dtype) as what transformers takes."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype or "auto"
-    if dtype not in _DTYPES:
-        raise DotsError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPES)}")
-    return _DTYPES[dtype]
+    if dtype not in DTYPES:
+        raise DotsError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return "auto" if dtype == "auto" else getattr(torch, DTYPES[dtype])
 
 
 class HFEngine:
     """Engine protocol on transformers (see dots.engines.base.Engine)."""
 
-    def __init__(
-        self,
-        model: str | Path,
-        task_vectors=None,
-        device: str | torch.device | None = None,
-        dtype: str | torch.dtype | None = "auto",
-        batch_size: int = 16,
-        nll_batch_size: int = 4,
-        seed: int = 0,
-        synth_cache: str = "auto",
-        resident_form: str = "auto",
-    ):
+    def __init__(self, model: str | Path, options: EngineOptions | None = None, task_vectors: Any = None):
+        """An engine on `model` (a checkpoint directory) with `options` (checked when made; the
+        transformers engine reads device, dtype, batch sizes, seed, synth_cache, resident_form)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        options = options or EngineOptions()
+        self.options = options
         self.model_path = Checkpoint(model).path  # validates the directory (DotsError)
+        device = options.device
         self.device = (
             torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
         )
-        self.batch_size = max(1, int(batch_size))
-        self.nll_batch_size = max(1, int(nll_batch_size))
-        self.seed = seed
+        self.batch_size = options.batch_size
+        self.nll_batch_size = options.nll_batch_size
+        self.seed = seed = options.seed
         self.task_vectors = task_vectors
-        self.synth_cache = check_synth_cache(synth_cache)
-        self.resident_form = check_resident_form(resident_form)
+        self.synth_cache = options.synth_cache
+        self.resident_form = options.resident_form
         self._resident: ResidentSynthesizer | None = None
         self.swap_path = "fast"  # "public": every swap through load_state_dict (dots.engines.canary)
         torch.manual_seed(seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=resolve_dtype(dtype)).to(self.device)  # type: ignore[arg-type]  # transformers: `to` is @wraps(Module.to), typed as _Wrapped
+        loaded: Any = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=resolve_dtype(options.dtype))
+        self.model = loaded.to(self.device)  # (Any: transformers types `to` as @wraps(Module.to))
         self.model.eval()
         self._targets = dict(self.model.named_parameters(remove_duplicate=False))
         self._targets.update({k: v for k, v in self.model.state_dict(keep_vars=True).items() if k not in self._targets})
@@ -220,10 +204,11 @@ class HFEngine:
         """Use this τ̃ cache for swap_coefficients (held in memory with synth_cache "memory", or
         "auto" when it fits in the device's free memory now; in `resident_form`, or with "auto"
         the fastest form that fits)."""
-        if synth_cache is not None:
-            self.synth_cache = check_synth_cache(synth_cache)
-        if resident_form is not None:
-            self.resident_form = check_resident_form(resident_form)
+        if synth_cache is not None or resident_form is not None:  # checked as the options are
+            self.options = self.options.with_(
+                synth_cache=synth_cache or self.synth_cache, resident_form=resident_form or self.resident_form
+            )
+            self.synth_cache, self.resident_form = self.options.synth_cache, self.options.resident_form
         self.task_vectors, self._resident = task_vectors, None
         gc.collect()  # a previous resident copy goes before the new one is measured / loaded
         from dots.vectors.residency import resolve_resident

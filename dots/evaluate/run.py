@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from dots.engines.factory import check_engine_config
+from dots.engines.factory import resolve_engine
 from dots.errors import DotsError
 from dots.evaluate.benchmarks import Benchmark, benchmark_from_spec, load_problems
 from dots.evaluate.live import LiveEngine
@@ -30,6 +30,7 @@ from dots.evaluate.samples import read_samples, run_benchmark, samples_key, summ
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
 from dots.io.problems import Query
+from dots.options.engine import EngineOptions
 from dots.options.evaluate import EvaluateOptions, check_model_name
 from dots.paths import check_creatable
 
@@ -43,7 +44,7 @@ def evaluate(
     models: Mapping[str, str | Path],
     benchmarks: Sequence[Benchmark],
     out_dir: str | Path,
-    engine_cfg: Mapping | Any,
+    engine: EngineOptions | Mapping[str, Any],
     chunk: int = 256,
     seed: int = 0,
     plot: bool = True,
@@ -85,7 +86,7 @@ def evaluate(
         "average": {},
     }
     live = LiveEngine(
-        engine_cfg, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks), log_dir=out_dir
+        engine, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks), log_dir=out_dir
     )
     try:
         for name, ckpt in ckpts.items():
@@ -139,7 +140,7 @@ def run_evaluate(options: EvaluateOptions) -> dict:
     ckpts = [Checkpoint(path) for path in options.models.values()]
     destination = claim(options.output_dir, "evaluate", inputs=input_paths(ckpts))
     check_creatable(options.output_dir, "evaluation directory")
-    check_engine_config(options.engine)  # an unknown engine option fails before anything is written
+    engine = resolve_engine(options.engine)  # auto resolved; vLLM's extra_args checked before anything is written
     out = destination.create()
     (out / "config.yaml").write_text(options.config_yaml)
     print(f"evaluation directory: {out}")
@@ -147,7 +148,7 @@ def run_evaluate(options: EvaluateOptions) -> dict:
         options.models,
         benchmarks,
         out,
-        options.engine,
+        engine,
         chunk=options.chunk,
         seed=options.seed,
         plot=options.plot,

@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 import dots.options.compose  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
 from dots.checks import check_flag, positive_int, whole_number
 from dots.errors import DotsError
+from dots.options.engine import EngineOptions, engine_options
 from dots.paths import CONF_DIR, outputs_root
 from dots.plain import to_plain
 
@@ -31,7 +32,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
 @dataclass(frozen=True)
 class EvaluateOptions:
     """One evaluation: `models` × `benchmarks` (resolved definitions, plain data) into `output_dir`
-    with one live engine (`engine`: the engine config as plain data); problems are sent `chunk`
+    with one live engine (`engine`); problems are sent `chunk`
     at a time, chunk i sampled with seed + i; `config_yaml` is the composed config, saved beside
     the scores."""
 
@@ -42,7 +43,7 @@ class EvaluateOptions:
     chunk: int
     seed: int
     plot: bool
-    engine: Mapping[str, Any]
+    engine: EngineOptions
     config_yaml: str
 
 
@@ -205,6 +206,6 @@ def evaluate_options(cfg: DictConfig) -> EvaluateOptions:
         chunk=chunk,
         seed=seed,
         plot=plot,
-        engine=to_plain(cfg.engine),
+        engine=engine_options(cfg.engine),
         config_yaml=OmegaConf.to_yaml(cfg),
     )

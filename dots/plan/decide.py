@@ -5,13 +5,13 @@ sparse, index, bitmask; `dots.vectors.forms`), vLLM's share of a GPU, or one lin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 import torch
 
 from dots.errors import DotsError
 from dots.io.safetensors import dtype_size
 from dots.io.shapes import ModelShapes
+from dots.options.engine import EngineOptions
 from dots.runtime.devices import DeviceMemory
 from dots.vectors.forms import BY_SPEED, check_resident_form, form_estimate
 from dots.vectors.residency import (
@@ -43,6 +43,10 @@ class EngineSetting:
     synth_cache: str = "auto"
     resident_form: str = "auto"  # auto | dense | sparse | bitmask
 
+    def __post_init__(self) -> None:
+        check_synth_cache(self.synth_cache)
+        check_resident_form(self.resident_form)
+
 
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -72,14 +76,16 @@ class MemoryPlan:
     def engine(self) -> int:
         return self.weights + self.kv + self.reserve
 
-    def engine_options(self, engine_cfg: Mapping[str, Any]) -> dict[str, Any]:
-        """The engine config with the plan applied: synth_cache chosen, vLLM's share set."""
-        out = dict(engine_cfg)
-        out["synth_cache"] = self.synth_cache
-        out["resident_form"] = self.resident_form or out.get("resident_form", "auto")
-        if self.utilization is not None and out.get("gpu_memory_utilization") is None:
-            out["gpu_memory_utilization"] = round(self.utilization, 4)
-        return out
+    def engine_options(self, options: EngineOptions) -> EngineOptions:
+        """The engine's options with the plan applied: synth_cache chosen, vLLM's share set."""
+        share = options.gpu_memory_utilization
+        if self.utilization is not None and share is None:
+            share = round(self.utilization, 4)
+        return options.with_(
+            synth_cache=self.synth_cache,
+            resident_form=self.resident_form or options.resident_form,
+            gpu_memory_utilization=share,
+        )
 
 
 def copies_outputs(setting: EngineSetting, shapes: ModelShapes, form: str | None) -> bool:
@@ -101,8 +107,6 @@ def plan_memory(
     """The plan for `sources` task vectors of `shapes` at `density` beside `setting`'s engine on
     devices with `memory`; `tau_bytes` (all sources) when the cache exists, else estimated.
     A DotsError (one line, the numbers) when the requested synth_cache cannot fit."""
-    check_synth_cache(setting.synth_cache)
-    check_resident_form(setting.resident_form)
     tp = max(1, setting.tensor_parallel)
     dtype = setting.dtype or next(iter(shapes.tensors.values())).dtype
     weights = sum(i.numel * dtype_size(dtype) for i in shapes.tensors.values())

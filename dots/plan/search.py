@@ -3,44 +3,43 @@ and the plan of a composed search config (`python -m dots.plan`, the search's me
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
 from dots.io.shapes import ModelShapes
+from dots.options.engine import EngineOptions
 from dots.plan.decide import EngineSetting, MemoryPlan, plan_memory
 from dots.runtime import devices
 
 
-def engine_setting(
-    engine_cfg: Mapping[str, Any], search_cfg: Mapping[str, Any], device: str | None = None
-) -> EngineSetting:
-    """The plan's view of conf/engine/*.yaml (+ search.k, search.max_tokens); `device`
+def engine_setting(engine: EngineOptions, k: int, max_tokens: int, device: str | None = None) -> EngineSetting:
+    """The plan's view of the engine's options (+ search.k, search.max_tokens); `device`
     overrides where the engine would run (cuda when torch sees a GPU, else cpu)."""
     from dots.engines.factory import resolve_engine_name
     from dots.engines.hf import resolve_dtype
 
-    name = resolve_engine_name(str(engine_cfg.get("name", "auto")))
+    name = resolve_engine_name(engine.name)
     if device is None and name == "vllm":
         from dots.engines.vllm.env import on_cpu_platform
 
         device = "cpu" if on_cpu_platform() else "cuda"
     elif device is None:
-        configured = engine_cfg.get("device")
+        configured = engine.device
         device = torch.device(configured).type if configured else ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = resolve_dtype(engine_cfg.get("dtype") or "auto")
+    dtype = resolve_dtype(engine.dtype) if engine.dtype != "float" else torch.float32  # vLLM's name for float32
     vllm = name == "vllm"
     return EngineSetting(
         name=name,
         device=device,
-        tensor_parallel=int(engine_cfg.get("tensor_parallel_size") or 1) if vllm else 1,
+        tensor_parallel=engine.tensor_parallel_size if vllm else 1,
         dtype=dtype if isinstance(dtype, torch.dtype) else None,
-        utilization=engine_cfg.get("gpu_memory_utilization") if vllm else None,
-        max_model_len=engine_cfg.get("max_model_len") if vllm else None,
-        sequences=int(search_cfg.get("k", 8)) if vllm else int(engine_cfg.get("batch_size") or 16),
-        max_tokens=int(search_cfg.get("max_tokens") or 1024),
-        synth_cache=str(engine_cfg.get("synth_cache") or "auto"),
-        resident_form=str(engine_cfg.get("resident_form") or "auto"),
+        utilization=engine.gpu_memory_utilization if vllm else None,
+        max_model_len=engine.max_model_len if vllm else None,
+        sequences=k if vllm else engine.batch_size,
+        max_tokens=max_tokens,
+        synth_cache=engine.synth_cache,
+        resident_form=engine.resident_form,
     )
 
 
@@ -49,10 +48,9 @@ def plan_search(
 ) -> MemoryPlan:
     """The plan of a composed search config (conf/search.yaml) for a model of `shapes`:
     memory measured on the engine's devices unless given."""
-    from dots.plain import to_plain
+    from dots.options.engine import engine_options
 
-    engine = to_plain(cfg.engine)
-    setting = engine_setting(engine, to_plain(cfg.search), device)
+    setting = engine_setting(engine_options(cfg.engine), int(cfg.search.k), int(cfg.search.max_tokens), device)
     if memory is None:
         memory = devices.device_memory(setting.device, setting.tensor_parallel)
     return plan_memory(shapes, setting, memory, len(cfg.backbone.sources), float(cfg.sparsify.density))

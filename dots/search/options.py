@@ -107,7 +107,7 @@ def check_backbone(cfg: DictConfig) -> None:
 
 def check_search_config(cfg: DictConfig) -> str:
     """Every option of a search, or a one-line DotsError; returns the engine's name (auto resolved)."""
-    from dots.engines.factory import check_engine_config
+    from dots.engines.factory import resolve_engine
     from dots.search.pick.pareto import PICKS
     from dots.vectors.sparsify import SparsifyConfig
 
@@ -119,4 +119,4 @@ def check_search_config(cfg: DictConfig) -> str:
     check_selection_options(cfg.selection)
     check_choice(cfg.pick, PICKS, "pick")
     check_tracking_options(cfg.get("tracking"))
-    return check_engine_config(cfg.engine)[0]
+    return resolve_engine(cfg.engine).name

