@@ -41,13 +41,13 @@ def diagnose(argv: Sequence[str]) -> tuple[list[Row], str]:
     args, overrides = parser.parse_known_args(argv)
     from dots.doctor.end_to_end import architecture, end_to_end
     from dots.options.compose import compose
-    from dots.plain import to_plain
+    from dots.options.engine import engine_options
 
     cfg = compose("search", overrides)  # a bad backbone or option: one line, exit 2
+    engine = engine_options(cfg.engine)  # a bad engine option: one line, exit 2
     config = architecture(cfg, args.shapes)
-    engine_cfg = dict(to_plain(cfg.engine))
-    rows = library_rows(str(engine_cfg.get("name", "auto")))
-    rows += device_rows(engine_cfg)
+    rows = library_rows(engine.name)
+    rows += device_rows()
     rows.append(plan_row(cfg, args.shapes))
     workdir = Path(tempfile.mkdtemp(prefix="dots-doctor-"))
     try:

@@ -82,8 +82,8 @@ def vllm_row(engine: str) -> Row:
     )
 
 
-def device_rows(engine_cfg: dict) -> list[Row]:
-    """Each device the engine would use and its free memory."""
+def device_rows() -> list[Row]:
+    """Each device of this node (the GPUs, the host) and its free memory."""
     import torch
 
     from dots.runtime.devices import device_memory

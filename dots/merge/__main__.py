@@ -50,6 +50,7 @@ def merge(options: MergeOptions) -> Path:
         revision=backbone.revision,
         config_from=backbone.config_from,
         cache_dir=options.cache_dir,
+        calibration=options.calibration,
         max_shard_bytes=options.max_shard_bytes,
         block_entries=options.block_entries,
         config=options.config,

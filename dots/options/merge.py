@@ -22,11 +22,23 @@ SOURCE_OVERRIDE = re.compile(r"^(\+{0,2})backbone\.sources\.([^=]+)=")
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """SAR's Fisher calibration queries: from `pool` (conf/pool/*.yaml as plain data; None: the
+    built-in arithmetic set), written with the `prompt` template (docs/method.md §8; `chat` takes
+    the chat template of the `tokenizer` checkpoint), run on `device` (auto: cuda when available)."""
+
+    pool: Mapping[str, Any] | None
+    prompt: str | None
+    tokenizer: str
+    device: str
+
+
+@dataclass(frozen=True)
 class MergeOptions:
     """One merge: `method` (a conf/method name) with its `method_options` and per-source `weights`
     (None, a number, a list in source order or a mapping by key) of the backbone's sources into
-    its base, written to `output`; `config` is the resolved configuration (the model card records
-    it, SAR's first pass reads its `pool`, `backbone.prompt` and `device`)."""
+    its base, written to `output`; `config` is the resolved configuration, which the model card
+    records."""
 
     backbone: Backbone
     output: Path
@@ -35,7 +47,7 @@ class MergeOptions:
     method_options: Mapping[str, Any]
     weights: Any
     cache_dir: str | None
-    device: str
+    calibration: Calibration
     max_shard_bytes: int
     block_entries: int
     config: Mapping[str, Any]
@@ -64,20 +76,23 @@ def merge_options(cfg: DictConfig, keep_sources: Sequence[str] = ()) -> MergeOpt
         raise DotsError("the method config has no name (pick one with method=NAME)")
     if not plain["output"]:
         raise DotsError("no output directory given (add output=DIR)")
-    cache_dir, device = plain["cache_dir"], plain["device"]
+    cache_dir, device, pool = plain["cache_dir"], plain["device"], plain["pool"]
     if cache_dir is not None and not isinstance(cache_dir, str):
         raise DotsError(f"cache_dir must be a directory, got {cache_dir!r}")
     if not isinstance(device, str) or not device:
         raise DotsError(f"device must be auto, cpu or a torch device such as cuda:0, got {device!r}")
+    if pool is not None and not isinstance(pool, Mapping):
+        raise DotsError(f"pool must be a pool config (pool=NAME), got {pool!r}")
+    backbone = backbone_from(plain, "add backbone.base=DIR_OR_ID")
     return MergeOptions(
-        backbone=backbone_from(plain, "add backbone.base=DIR_OR_ID"),
+        backbone=backbone,
         output=Path(str(plain["output"])),
         overwrite=check_flag(plain["overwrite"], "overwrite"),
         method=str(name),
         weights=method.pop("weights", None),
         method_options=method,
         cache_dir=cache_dir,
-        device=device,
+        calibration=Calibration(pool=pool, prompt=backbone.prompt, tokenizer=backbone.base, device=device),
         max_shard_bytes=positive_int(plain["max_shard_bytes"], "max_shard_bytes"),
         block_entries=positive_int(plain["block_entries"], "block_entries"),
         config=plain,
