@@ -115,3 +115,23 @@ def test_lab_options_are_lab_yaml():
     values = conf("lab")
     assert plain == values
     assert {k: type(v) for k, v in plain["rlvr"].items()} == {k: type(v) for k, v in values["rlvr"].items()}
+
+
+@pytest.mark.parametrize("package", ["merge", "evaluate", "analyze", "lab"])
+def test_only_the_entry_reads_the_raw_config(package):
+    """In these commands' packages only the `__main__` entry imports omegaconf: the stages take
+    the checked options (dots/options/)."""
+    import ast
+
+    root = CONF_DIR.parent / package
+    readers = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "__main__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "omegaconf" or n.startswith("omegaconf.") for n in names):
+                readers.append(str(path.relative_to(root)))
+    assert readers == []

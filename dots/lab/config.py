@@ -19,12 +19,12 @@ import yaml
 from dots.checks import check_choice
 from dots.errors import DotsError
 from dots.keys import stable_hash
-from dots.lab.tasks import SKILLS
 from dots.paths import CONF_DIR, DATA_DIR, outputs_root
 
 CONF_PATH = CONF_DIR / "lab.yaml"
 SHIPPED = DATA_DIR / "lab"  # the prebuilt trio of conf/lab.yaml's defaults, with its scores.json
 STAGES = ("base", "sft", "rlvr")
+SKILLS = ("add", "sub")  # A = 2-digit addition, B = 2-digit subtraction with a >= b (dots.lab.tasks)
 DTYPES = ("bfloat16", "float16", "float32")
 # The config sections each stage's weights depend on (upstream stages included).
 STAGE_SECTIONS = {
