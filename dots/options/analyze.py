@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from dots.checks import check_flag, finite_number, number_in, positive_int
 from dots.errors import DotsError
-from dots.options.backbone import Backbone, backbone_from, resolve_config
+from dots.options.backbone import Backbone, backbone_from, resolve_config, setting
 
 DEFAULT_RETENTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -94,30 +94,30 @@ def analyze_options(cfg: DictConfig) -> AnalyzeOptions:
     backbone = backbone_from(plain, "pick a backbone, e.g. backbone=lab, or set backbone.base=...")
     if not backbone.sources:
         raise DotsError("backbone.sources is not set (pick a backbone, e.g. backbone=lab, or set backbone.sources=...)")
-    roles = plain["roles"] or {}
+    roles = setting(plain, "roles") or {}
     if not isinstance(roles, Mapping):
         raise DotsError(f"roles must be a mapping (sft, rlvr) or null, got {roles!r}")
-    retentions = plain["retentions"]
+    retentions = setting(plain, "retentions")
     if not isinstance(retentions, list):
         raise DotsError(f"retentions must be a non-empty list of fractions in (0, 1], got {retentions!r}")
-    relative_eps = plain["relative_eps"]
+    relative_eps = setting(plain, "relative_eps")
     analysis = AnalyzeConfig(
         sft=_role(roles, "sft"),
         rlvr=_role(roles, "rlvr"),
-        eps=number_in(plain["eps"], "eps", 0.0, float("inf")),
+        eps=number_in(setting(plain, "eps"), "eps", 0.0, float("inf")),
         relative_eps=None if relative_eps is None else number_in(relative_eps, "relative_eps", 0.0, 1.0, True, True),
-        top_fraction=number_in(plain["top_fraction"], "top_fraction", 0.0, 1.0, low_open=True),
+        top_fraction=number_in(setting(plain, "top_fraction"), "top_fraction", 0.0, 1.0, low_open=True),
         retentions=tuple(finite_number(r, "retentions") for r in retentions),
-        chunk_entries=positive_int(plain["chunk_entries"], "chunk_entries"),
-        figures=check_flag(plain["figures"], "figures"),
+        chunk_entries=positive_int(setting(plain, "chunk_entries"), "chunk_entries"),
+        figures=check_flag(setting(plain, "figures"), "figures"),
     )
     analysis.validate(list(backbone.sources))
-    if not plain["output"]:
+    if not setting(plain, "output"):
         raise DotsError("output is not set (add output=DIR)")
     return AnalyzeOptions(
         backbone=backbone,
-        output=Path(str(plain["output"])),
-        force=check_flag(plain["force"], "force"),
+        output=Path(str(setting(plain, "output"))),
+        force=check_flag(setting(plain, "force"), "force"),
         analysis=analysis,
         config=plain,
     )

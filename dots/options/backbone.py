@@ -47,6 +47,13 @@ def resolve_config(cfg: DictConfig) -> dict:
         raise DotsError(f"bad configuration: {str(exc).splitlines()[0]}") from None
 
 
+def setting(plain: Mapping[str, Any], key: str) -> Any:
+    """The value of a top-level option of a resolved config; one line when it was removed (`~key`)."""
+    if key not in plain:
+        raise DotsError(f"{key} is not set (the command's dots/conf/*.yaml sets it; was it removed with ~{key}?)")
+    return plain[key]
+
+
 def _text(value: Any, what: str, empty_ok: bool = False) -> str:
     """`value` as a non-empty text (a path, a Hub id, a name)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or (not empty_ok and str(value) == ""):

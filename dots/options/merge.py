@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dots.checks import check_flag, positive_int
 from dots.errors import DotsError
-from dots.options.backbone import Backbone, backbone_from, resolve_config
+from dots.options.backbone import Backbone, backbone_from, resolve_config, setting
 
 SOURCE_OVERRIDE = re.compile(r"^(\+{0,2})backbone\.sources\.([^=]+)=")
 
@@ -70,13 +70,14 @@ def merge_options(cfg: DictConfig, keep_sources: Sequence[str] = ()) -> MergeOpt
                 if key not in keep_sources:
                     del cfg.backbone.sources[key]
     plain = resolve_config(cfg)
-    method = dict(plain["method"] or {})
+    method = dict(setting(plain, "method") or {})
     name = method.pop("name", None)
     if not name:
         raise DotsError("the method config has no name (pick one with method=NAME)")
-    if not plain["output"]:
+    if not setting(plain, "output"):
         raise DotsError("no output directory given (add output=DIR)")
-    cache_dir, device, pool = plain["cache_dir"], plain["device"], plain["pool"]
+    cache_dir, device = setting(plain, "cache_dir"), setting(plain, "device")
+    pool = plain.get("pool")  # absent: no pool group chosen (pool: null in the defaults list)
     if cache_dir is not None and not isinstance(cache_dir, str):
         raise DotsError(f"cache_dir must be a directory, got {cache_dir!r}")
     if not isinstance(device, str) or not device:
@@ -86,14 +87,14 @@ def merge_options(cfg: DictConfig, keep_sources: Sequence[str] = ()) -> MergeOpt
     backbone = backbone_from(plain, "add backbone.base=DIR_OR_ID")
     return MergeOptions(
         backbone=backbone,
-        output=Path(str(plain["output"])),
-        overwrite=check_flag(plain["overwrite"], "overwrite"),
+        output=Path(str(setting(plain, "output"))),
+        overwrite=check_flag(setting(plain, "overwrite"), "overwrite"),
         method=str(name),
         weights=method.pop("weights", None),
         method_options=method,
         cache_dir=cache_dir,
         calibration=Calibration(pool=pool, prompt=backbone.prompt, tokenizer=backbone.base, device=device),
-        max_shard_bytes=positive_int(plain["max_shard_bytes"], "max_shard_bytes"),
-        block_entries=positive_int(plain["block_entries"], "block_entries"),
+        max_shard_bytes=positive_int(setting(plain, "max_shard_bytes"), "max_shard_bytes"),
+        block_entries=positive_int(setting(plain, "block_entries"), "block_entries"),
         config=plain,
     )
