@@ -85,3 +85,10 @@ def check_choice(value: Any, choices: Iterable[str], what: str) -> str:
     if value not in choices:
         raise DotsError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
     return str(value)
+
+
+def check_flag(value: Any, what: str) -> bool:
+    """`value` when it is a bool (a command line's `true`/`false`; never a text or a number)."""
+    if not isinstance(value, bool):
+        raise DotsError(f"{what} must be true or false, got {value!r}")
+    return value

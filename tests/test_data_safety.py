@@ -118,10 +118,11 @@ def _search_cache(tiny, world, out):
 def _evaluate(tiny, world, out):
     from dots.evaluate.run import run_evaluate
     from dots.options.compose import compose as dots_compose
+    from dots.options.evaluate import evaluate_options
 
     root, base, srcs, _ = tiny
     args = ["engine=hf", "include_backbone=false", f"+models.x={srcs['sft']}", "benchmarks=[lab_add]", "limit=2"]
-    run_evaluate(dots_compose("evaluate", [*args, f"output_dir={out}"]))
+    run_evaluate(evaluate_options(dots_compose("evaluate", [*args, f"output_dir={out}"])))
 
 
 def _analyze(tiny, world, out):

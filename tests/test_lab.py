@@ -247,7 +247,7 @@ def test_rlvr_only_config_change_keeps_base_and_sft(trio, monkeypatch):
 
 
 def test_resolver_points_configs_at_the_trio(trio):
-    import dots.lab  # noqa: F401  (registers ${lab:...})
+    import dots.options.compose  # noqa: F401  (registers ${lab:...})
 
     args = ",".join(f"'{o}'" for o in TINY)  # OmegaConf needs `key=value` arguments quoted
     cfg = OmegaConf.create({"base": "${lab:base," + args + "}", "sources": {"rlvr": "${lab:rlvr," + args + "}"}})

@@ -3,13 +3,36 @@ backbone's sources (docs/method.md §6) into analysis.json and figures (dots/con
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from typing import Sequence
 
+from omegaconf import DictConfig
+
+
+def run_from_config(cfg: DictConfig) -> dict:
+    """The command's work: every option checked (`dots.options.analyze`), then the configured
+    backbone analysed into `output`."""
+    from dots.analyze.run import REPORT_NAME, analyze
+    from dots.options.analyze import analyze_options
+
+    options = analyze_options(cfg)
+    report = analyze(
+        options.backbone.base,
+        options.backbone.sources,
+        options.output,
+        options.analysis,
+        revision=options.backbone.revision,
+        force=options.force,
+        config=options.config,
+    )
+    print(json.dumps(report["summary"], indent=1))
+    print(f"wrote {options.output.resolve() / REPORT_NAME}")
+    return report
+
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from dots.analyze.run import run_from_config
     from dots.errors import cli_errors
     from dots.options.cli import prepare_command
     from dots.options.compose import compose

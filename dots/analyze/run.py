@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from itertools import combinations
 from pathlib import Path
 from typing import Mapping
@@ -42,8 +42,7 @@ from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
 from dots.keys import stable_hash
-from dots.options.compose import check_backbone_sources
-from dots.plain import to_plain
+from dots.options.analyze import AnalyzeConfig
 from dots.vectors.masks import TopKMask
 from dots.vectors.topk import RadixSelect
 
@@ -51,58 +50,6 @@ log = logging.getLogger(__name__)
 
 REPORT_NAME = "analysis.json"
 REPORT_VERSION = 1
-DEFAULT_RETENTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-
-
-@dataclass(frozen=True)
-class AnalyzeConfig:
-    """Options of docs/method.md §6.
-
-    sft / rlvr: source keys for the two-source DoTS metrics (None skips them).
-    eps: |τ| > eps counts as changed (seeds 000/003: 1e-5).
-    relative_eps: also count sparsity with |τ| > relative_eps·max|τ_i| (seed 002 uses
-      0.01; max over the whole task vector); None skips it.
-    top_fraction: the global top fraction for module activation (Fig. 1c) and the RLVR
-      side of sign interference (Fig. 1b).
-    retentions: SFT retention levels of Fig. 1b.
-    chunk_entries: entries per streamed chunk (memory knob; results do not depend on it).
-    """
-
-    sft: str | None = "sft"
-    rlvr: str | None = "rlvr"
-    eps: float = 1e-5
-    relative_eps: float | None = None
-    top_fraction: float = 0.1
-    retentions: tuple[float, ...] = DEFAULT_RETENTIONS
-    chunk_entries: int = 1 << 22
-    figures: bool = True
-
-    def validate(self, source_keys: list[str]) -> None:
-        if not self.eps >= 0:
-            raise DotsError(f"eps must be >= 0, got {self.eps}")
-        if self.relative_eps is not None and not 0 < self.relative_eps < 1:
-            raise DotsError(f"relative_eps must be in (0, 1) or null, got {self.relative_eps}")
-        if not 0 < self.top_fraction <= 1:
-            raise DotsError(f"top_fraction must be in (0, 1], got {self.top_fraction}")
-        if not self.retentions or any(not 0 < r <= 1 for r in self.retentions):
-            raise DotsError(f"retentions must be a non-empty list of fractions in (0, 1], got {list(self.retentions)}")
-        if self.chunk_entries < 1:
-            raise DotsError(f"chunk_entries must be >= 1, got {self.chunk_entries}")
-        if (self.sft is None) != (self.rlvr is None):
-            raise DotsError("roles: give both sft and rlvr, or neither (roles=null)")
-        if self.sft is not None:
-            for role, key in (("sft", self.sft), ("rlvr", self.rlvr)):
-                if key not in source_keys:
-                    raise DotsError(
-                        f"roles.{role}={key!r} is not a source (sources: {', '.join(source_keys)}); "
-                        "set roles.sft/roles.rlvr to source keys, or roles=null to skip the SFT/RLVR metrics"
-                    )
-            if self.sft == self.rlvr:
-                raise DotsError(f"roles.sft and roles.rlvr are the same source ({self.sft!r})")
-
-    @property
-    def roles(self) -> tuple[str, str] | None:
-        return (self.sft, self.rlvr) if self.sft is not None and self.rlvr is not None else None
 
 
 def _open(ckpt: Checkpoint | str | os.PathLike, revision: str | None = None) -> Checkpoint:
@@ -233,59 +180,4 @@ def analyze(
 
         drawn = draw_all(report, out, only_missing=reused)
         log.info("figures: %s", ", ".join(p.name for p in drawn))
-    return report
-
-
-# --- CLI ----------------------------------------------------------------------------------
-
-
-def _config_from_hydra(cfg) -> tuple[AnalyzeConfig, dict]:
-    from omegaconf.errors import OmegaConfBaseException
-
-    check_backbone_sources(cfg)
-    try:
-        plain = to_plain(cfg)
-    except OmegaConfBaseException as exc:
-        cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, DotsError):
-            raise cause from None
-        raise DotsError(f"bad config: {str(exc).splitlines()[0]}") from None
-    backbone = plain.get("backbone") or {}
-    for needed in ("base", "sources"):
-        if not backbone.get(needed):
-            raise DotsError(
-                f"backbone.{needed} is not set (pick a backbone, e.g. backbone=lab, or set backbone.{needed}=...)"
-            )
-    if not isinstance(backbone["sources"], dict):
-        raise DotsError("backbone.sources must be a mapping of source key -> path or Hub id")
-    roles = plain.get("roles") or {}
-    analysis = AnalyzeConfig(
-        sft=roles.get("sft"),
-        rlvr=roles.get("rlvr"),
-        eps=float(plain.get("eps", 1e-5)),
-        relative_eps=None if plain.get("relative_eps") is None else float(plain["relative_eps"]),
-        top_fraction=float(plain.get("top_fraction", 0.1)),
-        retentions=tuple(float(r) for r in plain.get("retentions", DEFAULT_RETENTIONS)),
-        chunk_entries=int(plain.get("chunk_entries", 1 << 22)),
-        figures=bool(plain.get("figures", True)),
-    )
-    return analysis, plain
-
-
-def run_from_config(cfg) -> dict:
-    """The CLI body: analyse the configured backbone into `output`."""
-    analysis, plain = _config_from_hydra(cfg)
-    backbone = plain["backbone"]
-    report = analyze(
-        backbone["base"],
-        backbone["sources"],
-        plain["output"],
-        analysis,
-        revision=backbone.get("revision"),
-        force=bool(plain.get("force", False)),
-        config=plain,
-    )
-    out = Path(plain["output"]).resolve()
-    print(json.dumps(report["summary"], indent=1))
-    print(f"wrote {out / REPORT_NAME}")
     return report

@@ -84,7 +84,7 @@ def vllm_row(engine: str) -> Row:
 
 
 def device_rows() -> list[Row]:
-    """Each device the engine would use and its free memory."""
+    """Each device of this node (the GPUs, the host) and its free memory."""
     import torch
 
     from dots.runtime.devices import device_memory

@@ -10,8 +10,9 @@ from dots.options.cli import hydra_command
 
 def run(cfg: DictConfig) -> None:
     from dots.evaluate.run import run_evaluate  # (after the command line is checked: imports torch)
+    from dots.options.evaluate import evaluate_options
 
-    run_evaluate(cfg)
+    run_evaluate(evaluate_options(cfg))
 
 
 cli = hydra_command("evaluate", run)

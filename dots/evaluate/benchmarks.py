@@ -28,10 +28,8 @@ from dots.checks import number_in, positive_int, whole_number
 from dots.errors import DotsError
 from dots.evaluate.metrics import MODES, Metric, parse_metric
 from dots.io.problems import Query, limit_queries, load_pool, read_records, records_to_queries, unique_ids
-from dots.paths import CONF_DIR
-from dots.plain import to_plain
+from dots.options.evaluate import benchmark_spec
 
-CONF_BENCHMARKS = CONF_DIR / "benchmark"
 KINDS = ("parquet", "jsonl", "hub", "lab")
 FORMATS = ("qa", "arc", "gpqa", "mmlu_pro", "choices")
 CHOICE_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}."
@@ -65,21 +63,17 @@ class Benchmark:
         return {k: v for k, v in asdict(self).items() if k != "description"}
 
 
-def available_benchmarks(dirs: Sequence[str | Path] = ()) -> list[str]:
-    names = set()
-    for d in [*map(Path, dirs), CONF_BENCHMARKS]:
-        if d.is_dir():
-            names |= {p.stem for p in d.glob("*.yaml")}
-    return sorted(names)
-
-
-def definition_file(name: str, dirs: Sequence[str | Path] = ()) -> Path:
-    """conf/benchmark/<name>.yaml, or <dir>/<name>.yaml from `dirs` (searched first)."""
-    for d in [*map(Path, dirs), CONF_BENCHMARKS]:
-        path = d / f"{name}.yaml"
-        if path.is_file():
-            return path
-    raise DotsError(f"unknown benchmark {name!r}; known: {', '.join(available_benchmarks(dirs))}")
+def benchmark_from_spec(spec: Mapping[str, Any]) -> Benchmark:
+    """A checked Benchmark from a resolved definition (`dots.options.evaluate.benchmark_spec`)."""
+    if not isinstance(spec.get("data"), Mapping):
+        raise DotsError(f"benchmark {spec['name']}: `data` must be a mapping with a `kind` ({', '.join(KINDS)})")
+    known = set(Benchmark.__dataclass_fields__)
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise DotsError(f"benchmark {spec['name']}: unknown field(s) {unknown}; known: {sorted(known)}")
+    bench = Benchmark(**spec)
+    validate(bench)
+    return bench
 
 
 def resolve_benchmark(
@@ -89,58 +83,10 @@ def resolve_benchmark(
     dirs: Sequence[str | Path] = (),
     defaults: Mapping | None = None,
 ) -> Benchmark:
-    """A Benchmark from a name (definition file) or an inline mapping, with `overrides` on top.
-
-    `context` is the run's config: interpolations in a definition (`${math_parquet}`,
-    `${backbone.max_tokens}`, `${oc.select:backbone.test_set.lab_overrides,[]}`) resolve in it.
-    `defaults` fill fields the definition leaves null (default: max_tokens and prompt of the
-    context's backbone).
-    """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    if isinstance(entry, str):
-        origin = str(definition_file(entry, dirs))
-        definition = OmegaConf.load(origin)
-    else:
-        origin = "inline benchmark"
-        definition = OmegaConf.create(to_plain(entry))
-    if overrides:
-        definition = OmegaConf.merge(definition, OmegaConf.create(to_plain(overrides)))
-    root_cfg = OmegaConf.create(_context_container(context))
-    root_cfg["_benchmark"] = definition
-    try:
-        spec = to_plain(root_cfg["_benchmark"])
-    except OmegaConfBaseException as exc:
-        raise DotsError(f"{origin}: {str(exc).splitlines()[0]}") from None
-    if isinstance(entry, str):
-        spec.setdefault("name", entry)
-    if not spec.get("name"):
-        raise DotsError(f"{origin}: a benchmark needs a name")
-    if not isinstance(spec.get("data"), Mapping):
-        raise DotsError(f"benchmark {spec['name']}: `data` must be a mapping with a `kind` ({', '.join(KINDS)})")
-    known = set(Benchmark.__dataclass_fields__)
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise DotsError(f"benchmark {spec['name']}: unknown field(s) {unknown}; known: {sorted(known)}")
-    if defaults is None:  # the backbone's generation length and prompt template
-        defaults = {k: OmegaConf.select(root_cfg, f"backbone.{k}", default=None) for k in ("max_tokens", "prompt")}
-    for key, value in defaults.items():
-        if spec.get(key) is None:
-            spec[key] = value
-    bench = Benchmark(**spec)
-    validate(bench)
-    return bench
-
-
-def _context_container(context: Any) -> dict:
-    if context is None:
-        return {}
-    from omegaconf import DictConfig
-
-    if isinstance(context, DictConfig):
-        return to_plain(context, resolve=False)  # resolve lazily: only what a definition uses
-    return dict(context)
+    """A Benchmark from a name (definition file) or an inline mapping, with `overrides` on top,
+    interpolations resolved in the run's config `context` and null fields filled from `defaults`
+    (`dots.options.evaluate.benchmark_spec`), then checked."""
+    return benchmark_from_spec(benchmark_spec(entry, context, overrides, dirs, defaults))
 
 
 def validate(bench: Benchmark) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
+from dots.options.engine import EngineOptions, engine_options
 
 log = logging.getLogger("dots.evaluate")
 
@@ -107,7 +108,7 @@ class LiveEngine:
 
     def __init__(
         self,
-        engine_cfg: Mapping | Any,
+        engine: EngineOptions | Mapping[str, Any],
         factory: Callable | None = None,
         chat_template: bool = False,
         log_dir: str | Path | None = None,
@@ -116,13 +117,12 @@ class LiveEngine:
 
         from dots.engines.factory import build_engine
 
-        self.engine_cfg = engine_cfg
+        self.engine_options = engine if isinstance(engine, EngineOptions) else engine_options(engine)
         self.factory = factory or functools.partial(build_engine, log_dir=log_dir)
         self.engine: Any = None
         self.live: Checkpoint | None = None
         self.starts = 0
-        dtype = engine_cfg.get("dtype", "auto") if hasattr(engine_cfg, "get") else "auto"
-        self.check_dtypes = dtype in (None, "auto")
+        self.check_dtypes = self.engine_options.dtype == "auto"  # else the engine casts every model
         self.chat_template = chat_template
 
     def activate(self, name: str, path: str | Path) -> Any:
@@ -140,7 +140,7 @@ class LiveEngine:
             print(f"{name}: starting a new engine ({reason})")
             self.close()
         t0 = time.perf_counter()
-        self.engine = self.factory(self.engine_cfg, ckpt.path)
+        self.engine = self.factory(self.engine_options, ckpt.path)
         self.starts += 1
         self.live = ckpt
         log.info("%s: engine started (%.1f s)", name, time.perf_counter() - t0)

@@ -17,116 +17,24 @@ summary goes to scores.json, scores.md (table, with the average) and scores.png.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from omegaconf import DictConfig, OmegaConf
-
-import dots.options.compose  # noqa: F401  (registers the ${dots_data:...} and ${lab:...} resolvers)
-from dots.checks import positive_int, whole_number
 from dots.engines.factory import resolve_engine
 from dots.errors import DotsError
-from dots.evaluate.benchmarks import Benchmark, load_problems, resolve_benchmark
+from dots.evaluate.benchmarks import Benchmark, benchmark_from_spec, load_problems
 from dots.evaluate.live import LiveEngine
 from dots.evaluate.report import average, markdown_table, plot_scores, write_json
 from dots.evaluate.samples import read_samples, run_benchmark, samples_key, summarize
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
 from dots.io.problems import Query
-from dots.paths import check_creatable, outputs_root
-from dots.plain import to_plain
+from dots.options.engine import EngineOptions
+from dots.options.evaluate import EvaluateOptions, check_model_name
+from dots.paths import check_creatable
 
 log = logging.getLogger("dots.evaluate")
-
-LAB_BENCHMARKS = ["lab_add", "lab_sub"]
-MATH_BENCHMARKS = ["aime24", "aime25", "amc", "math500", "minerva", "olympiad"]
-QA_BENCHMARKS = ["arc_c", "gpqa", "mmlu_pro"]
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
-
-
-# --- which models -----------------------------------------------------------------------------
-
-
-def check_model_name(name: str) -> str:
-    if not _NAME_RE.fullmatch(name):
-        raise DotsError(f"model name {name!r} must be letters, digits and _.+=- (it names a directory)")
-    return name
-
-
-def backbone_models(backbone: Any) -> dict[str, str]:
-    """{'base': backbone.base, <source key>: path, ...} (lab checkpoints are built on first use)."""
-    if OmegaConf.is_missing(backbone, "base"):
-        raise DotsError(
-            f"backbone {backbone.get('name')} has no base: pass backbone.base=PATH or include_backbone=false"
-        )
-    models = {"base": str(backbone.base)}
-    sources = backbone.get("sources") or {}
-    for key in sources:
-        if OmegaConf.is_missing(sources, key):
-            raise DotsError(
-                f"backbone {backbone.get('name')} has no path for source {key}: pass "
-                f"backbone.sources.{key}=PATH, or include_backbone=false with +models.NAME=PATH"
-            )
-        models[str(key)] = str(sources[key])
-    return models
-
-
-def resolve_models(cfg: DictConfig) -> dict[str, str]:
-    """The backbone's models (if `include_backbone`) then `models`, in order; name → path or Hub id."""
-    models: dict[str, str] = backbone_models(cfg.backbone) if cfg.get("include_backbone", True) else {}
-    for name, path in (cfg.get("models") or {}).items():
-        if path is None or str(path).strip() == "":
-            raise DotsError(f"model {name}: no path given (+models.{name}=PATH)")
-        models[str(name)] = str(path)
-    if not models:
-        raise DotsError("no model to evaluate: set include_backbone=true or add +models.NAME=PATH")
-    for name in models:
-        check_model_name(name)
-    return models
-
-
-# --- which benchmarks ---------------------------------------------------------------------------
-
-
-def default_benchmarks(backbone: Any) -> list[str]:
-    """The lab's test sets for the lab backbone; docs/method.md §7's nine benchmarks for the others."""
-    test_set = backbone.get("test_set") if hasattr(backbone, "get") else None
-    if str(backbone.get("name")) == "lab" or (test_set is not None and test_set.get("kind") == "lab"):
-        return list(LAB_BENCHMARKS)
-    return MATH_BENCHMARKS + QA_BENCHMARKS
-
-
-def resolve_benchmarks(cfg: DictConfig) -> list[Benchmark]:
-    """Definitions named in `benchmarks` (or inline mappings), with the run's knobs applied:
-    definition < global `limit`/`max_tokens` < `overrides.<name>`."""
-    entries = cfg.get("benchmarks", "auto")
-    if entries is None or (isinstance(entries, str) and entries == "auto"):
-        entries = default_benchmarks(cfg.backbone)
-    elif isinstance(entries, str):
-        entries = [e.strip() for e in entries.split(",") if e.strip()]
-    overrides = cfg.get("overrides") or {}
-    knobs = {k: cfg.get(k) for k in ("limit", "max_tokens") if cfg.get(k) is not None}
-    dirs = list(cfg.get("benchmark_dirs") or [])
-    out: list[Benchmark] = []
-    for entry in entries:
-        name = entry if isinstance(entry, str) else entry.get("name")
-        merged = dict(knobs)
-        if name in overrides:
-            merged.update(
-                to_plain(overrides[name]) if isinstance(overrides[name], DictConfig) else dict(overrides[name])
-            )
-        out.append(resolve_benchmark(entry, cfg, merged, dirs))
-    names = [b.name for b in out]
-    if len(set(names)) != len(names):
-        raise DotsError(f"benchmarks listed twice: {sorted({n for n in names if names.count(n) > 1})}")
-    unknown = sorted(set(overrides) - set(names))
-    if unknown:
-        raise DotsError(f"overrides for benchmark(s) not evaluated: {unknown}; evaluated: {names}")
-    if not out:
-        raise DotsError("no benchmark to evaluate")
-    return out
 
 
 # --- the run -----------------------------------------------------------------------------------------
@@ -136,7 +44,7 @@ def evaluate(
     models: Mapping[str, str | Path],
     benchmarks: Sequence[Benchmark],
     out_dir: str | Path,
-    engine_cfg: Mapping | Any,
+    engine: EngineOptions | Mapping[str, Any],
     chunk: int = 256,
     seed: int = 0,
     plot: bool = True,
@@ -178,7 +86,7 @@ def evaluate(
         "average": {},
     }
     live = LiveEngine(
-        engine_cfg, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks), log_dir=out_dir
+        engine, engine_factory, chat_template=any(b.prompt == "chat" for b in benchmarks), log_dir=out_dir
     )
     try:
         for name, ckpt in ckpts.items():
@@ -223,34 +131,27 @@ def evaluate(
     return report
 
 
-def output_dir(cfg: DictConfig) -> Path:
-    if cfg.get("output_dir"):
-        return Path(str(cfg.output_dir)).expanduser()
-    return outputs_root() / "evaluate" / str(cfg.name)
-
-
-def run_evaluate(cfg: DictConfig) -> dict:
-    """The CLI's work: resolve models and benchmarks, load every problem, then evaluate."""
-    chunk, seed = positive_int(cfg.chunk, "chunk"), whole_number(cfg.seed, "seed")
-    benchmarks = resolve_benchmarks(cfg)
+def run_evaluate(options: EvaluateOptions) -> dict:
+    """The CLI's work: every benchmark definition checked and its problems loaded, every model
+    opened, the destination and the engine config checked — then the evaluation."""
+    benchmarks = [benchmark_from_spec(spec) for spec in options.benchmarks]
     problems = {b.name: load_problems(b) for b in benchmarks}  # bad data fails before any model loads
-    models = resolve_models(cfg)
     # a missing model path fails before the output directory is made
-    ckpts = [Checkpoint(path) for path in models.values()]
-    destination = claim(output_dir(cfg), "evaluate", inputs=input_paths(ckpts))
-    out = check_creatable(output_dir(cfg), "evaluation directory")
-    resolve_engine(cfg.engine)  # an unknown engine option fails before anything is written
+    ckpts = [Checkpoint(path) for path in options.models.values()]
+    destination = claim(options.output_dir, "evaluate", inputs=input_paths(ckpts))
+    check_creatable(options.output_dir, "evaluation directory")
+    engine = resolve_engine(options.engine)  # auto resolved; vLLM's extra_args checked before anything is written
     out = destination.create()
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (out / "config.yaml").write_text(options.config_yaml)
     print(f"evaluation directory: {out}")
     return evaluate(
-        models,
+        options.models,
         benchmarks,
         out,
-        cfg.engine,
-        chunk=chunk,
-        seed=seed,
-        plot=bool(cfg.plot),
+        engine,
+        chunk=options.chunk,
+        seed=options.seed,
+        plot=options.plot,
         problems=problems,
-        title=str(cfg.name),
+        title=options.name,
     )

@@ -2,18 +2,16 @@
 
 `ensure_trio(overrides)` returns {'base', 'sft', 'rlvr'} model directories: the trio
 shipped in dots/data/lab for the default settings, else built on first use
-(conf/lab.yaml + key=value overrides; cached under <outputs root>/lab). Importing this package registers the
-OmegaConf resolver `lab`, so a config can say `base: ${lab:base}` or, with lab
-overrides, `${lab:rlvr,'seed=1'}`, and the pool kind `lab` (conf/pool/lab.yaml:
-`dots.lab.tasks.pool_queries`) with `dots.io.problems`.
+(conf/lab.yaml + key=value overrides; cached under <outputs root>/lab). Importing this package
+registers the pool kind `lab` (conf/pool/lab.yaml: `dots.lab.tasks.pool_queries`) with
+`dots.io.problems`; `dots.options.compose` registers the config resolver `lab`, so a config can
+say `base: ${lab:base}` or, with lab overrides, `${lab:rlvr,'seed=1'}`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Sequence
-
-from omegaconf import OmegaConf
 
 from dots.io.problems import register_pool_kind
 
@@ -25,22 +23,12 @@ def ensure_trio(overrides: Sequence[str] | None = None, shipped: bool = True) ->
     return _ensure(list(overrides or []), shipped)
 
 
-def _resolve_lab(stage: str, *overrides: str) -> str:
-    from dots.errors import DotsError
-
-    paths = ensure_trio(list(overrides))
-    if stage not in paths:
-        raise DotsError(f"${{lab:{stage}}}: the lab has no stage {stage!r} (base, sft, rlvr)")
-    return str(paths[stage])
-
-
 def _pool_records(cfg: Any) -> list[dict]:
     from dots.lab.tasks import pool_queries
 
     return pool_queries(cfg)
 
 
-OmegaConf.register_new_resolver("lab", _resolve_lab, replace=True)
 register_pool_kind("lab", _pool_records)
 
 __all__ = ["ensure_trio"]

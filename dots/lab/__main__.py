@@ -9,9 +9,10 @@ import argparse
 import sys
 
 from dots.errors import cli_errors
+from dots.lab.config import LabOptions
 
 
-def summary_table(paths: dict, cfg) -> object:
+def summary_table(paths: dict, cfg: LabOptions) -> object:
     """A rich table of greedy and sampled test accuracy per stage and skill."""
     from rich.table import Table
 
@@ -21,21 +22,16 @@ def summary_table(paths: dict, cfg) -> object:
     from dots.lab.score import accuracy
 
     e = cfg.eval
-    problems = T.records(cfg.tasks, "test", size=int(e.per_skill) * len(T.SKILLS))
+    problems = T.records(cfg.tasks, "test", size=e.per_skill * len(T.SKILLS))
     table = Table(title=f"lab test accuracy ({len(problems)} problems; A = add, B = sub)")
     for col in ("model", "A greedy", "B greedy", f"A T={e.temperature}", f"B T={e.temperature}"):
         table.add_column(col)
     with _threads(cfg.threads):
         for stage, path in paths.items():
             engine = LocalEngine(path)
-            g = accuracy(engine, problems, n=1, temperature=0.0, max_tokens=int(e.max_tokens))
+            g = accuracy(engine, problems, n=1, temperature=0.0, max_tokens=e.max_tokens)
             s = accuracy(
-                engine,
-                problems,
-                n=int(e.samples),
-                temperature=float(e.temperature),
-                max_tokens=int(e.max_tokens),
-                seed=int(cfg.seed),
+                engine, problems, n=e.samples, temperature=e.temperature, max_tokens=e.max_tokens, seed=cfg.seed
             )
             table.add_row(stage, *(f"{r[k]:.3f}" for r, k in ((g, "add"), (g, "sub"), (s, "add"), (s, "sub"))))
     return table

@@ -8,11 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from omegaconf import DictConfig
-
 from dots.io.destination import claim
-from dots.lab.config import STAGES, load_config, shipped_dir, stage_dir, stage_key
-from dots.plain import to_plain
+from dots.lab.config import STAGES, LabOptions, load_config, shipped_dir, stage_dir, stage_key
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +41,7 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple[torch.nn.Module, dict]:
+def _train_stage(cfg: LabOptions, stage: str, base_dir: Path | None) -> tuple[torch.nn.Module, dict]:
     from dots.lab import tasks as T
     from dots.lab import train
     from dots.lab.model import load_model, new_model
@@ -52,9 +49,9 @@ def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple[to
 
     tok = build_char_tokenizer()
     splits = {s: T.split_problems(cfg.tasks, s)["train"] for s in T.SKILLS}
-    c = to_plain(cfg)
+    c = cfg.plain()
     if stage == "base":
-        model = new_model(c["model"], tok, int(cfg.seed))
+        model = new_model(cfg.model, tok, cfg.seed)
         return model, train.pretrain(model, tok, c, splits)
     assert base_dir is not None  # every stage but base starts from the base build
     model = load_model(base_dir)
@@ -62,7 +59,7 @@ def _train_stage(cfg: DictConfig, stage: str, base_dir: Path | None) -> tuple[to
     return model, fn(model, tok, c, splits)
 
 
-def build_stage(cfg: DictConfig, stage: str) -> Path:
+def build_stage(cfg: LabOptions, stage: str) -> Path:
     """The stage's checkpoint directory, trained now unless already cached."""
     out = stage_dir(cfg, stage)
     if out.is_dir():
@@ -81,7 +78,7 @@ def build_stage(cfg: DictConfig, stage: str) -> Path:
             "key": stage_key(cfg, stage),
             "seconds": round(seconds, 2),
             "metrics": metrics,
-            "config": to_plain(cfg),
+            "config": cfg.plain(),
         }
         from dots.lab.model import save_model
 

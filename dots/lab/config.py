@@ -1,20 +1,31 @@
-"""The lab's configuration (conf/lab.yaml + key=value overrides) and its cache keys."""
+"""The lab's options (conf/lab.yaml + `key=value` overrides), checked once into a frozen `LabOptions`,
+and its cache keys.
+
+conf/lab.yaml is the one place of every default. An override must name a key it has, and keeps
+that key's type (a number stays a number, a flag a flag, a list a list), so `steps=abc` or
+`base.stepz=3` is one line. The file is plain YAML (no interpolation), read without OmegaConf:
+the lab sits below the option modules (it is what `${lab:...}` builds).
+"""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence, cast
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+import yaml
 
+from dots.checks import check_choice
 from dots.errors import DotsError
 from dots.keys import stable_hash
 from dots.paths import CONF_DIR, DATA_DIR, outputs_root
-from dots.plain import to_plain
 
 CONF_PATH = CONF_DIR / "lab.yaml"
 SHIPPED = DATA_DIR / "lab"  # the prebuilt trio of conf/lab.yaml's defaults, with its scores.json
 STAGES = ("base", "sft", "rlvr")
+SKILLS = ("add", "sub")  # A = 2-digit addition, B = 2-digit subtraction with a >= b (dots.lab.tasks)
+DTYPES = ("bfloat16", "float16", "float32")
 # The config sections each stage's weights depend on (upstream stages included).
 STAGE_SECTIONS = {
     "base": ("seed", "threads", "dtype", "model", "tasks", "base"),
@@ -23,55 +34,123 @@ STAGE_SECTIONS = {
 }
 
 
-def load_config(overrides: Sequence[str] | None = None) -> DictConfig:
-    """conf/lab.yaml with dotted `key=value` overrides applied; unknown keys are an error."""
-    cfg = cast(DictConfig, OmegaConf.load(CONF_PATH))  # lab.yaml is a mapping
-    OmegaConf.set_struct(cfg, True)
-    for item in overrides or []:
-        if "=" not in item:
-            raise DotsError(f"lab override must be key=value, got {item!r}")
+@dataclass(frozen=True)
+class LabEval:
+    """The accuracy table `python -m dots.lab` prints (conf/lab.yaml `eval:`)."""
+
+    enabled: bool
+    per_skill: int
+    max_tokens: int
+    temperature: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class LabOptions:
+    """conf/lab.yaml with overrides, every value of the YAML's type. The training sections
+    (`model`, `tasks`, `base`, `sft`, `rlvr`) are read-only mappings: the lab's training functions
+    take them as such (`dots.lab.tasks`, `dots.lab.train`)."""
+
+    seed: int
+    threads: int
+    dtype: str
+    model: Mapping[str, Any]
+    tasks: Mapping[str, Any]
+    base: Mapping[str, Any]
+    sft: Mapping[str, Any]
+    rlvr: Mapping[str, Any]
+    eval: LabEval
+
+    def plain(self) -> dict[str, Any]:
+        """The options as plain data (JSON-able: the build's record, the training functions' input)."""
+        out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in self.__dict__.items()}
+        out["eval"] = asdict(self.eval)
+        return out
+
+
+def _typed(value: Any, default: Any, key: str) -> Any:
+    """An override's value (YAML-parsed) with the type of conf/lab.yaml's `default`."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise DotsError(f"lab config key {key} must be true or false, got {value!r}")
+    if isinstance(default, (int, float)):
+        if isinstance(default, float) and isinstance(value, str):  # 1e-4: YAML 1.1 reads a text
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        whole = isinstance(default, int)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and isinstance(value, float)):
+            kind = " (an integer)" if whole else ""
+            raise DotsError(f"lab config key {key} must be a number{kind}, got {value!r}")
+        return value
+    if isinstance(default, list):
+        if not isinstance(value, list) or not all(type(v) is type(d) for v in value for d in default[:1]):
+            raise DotsError(f"lab config key {key} must be a list like {default}, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise DotsError(f"lab config key {key} must be a text, got {value!r}")
+    return value
+
+
+def _apply(values: dict[str, Any], item: str) -> None:
+    """One `key=value` (dotted key, YAML value) set in `values`, the nested conf/lab.yaml data."""
+    key, sep, text = item.lstrip("+").partition("=")
+    if not sep:
+        raise DotsError(f"lab override must be key=value, got {item!r}")
+    *parents, leaf = key.split(".")
+    node = values
+    for i, part in enumerate(parents):
+        if not isinstance(node.get(part), dict):
+            raise DotsError(f"bad lab override {item!r} ({'.'.join(parents[: i + 1])} is not in struct conf/lab.yaml)")
+        node = node[part]
+    if leaf not in node or isinstance(node[leaf], dict):
+        known = ", ".join(k for k in node if not isinstance(node[k], dict))
+        raise DotsError(f"bad lab override {item!r} ({key} is not in struct conf/lab.yaml; known: {known})")
     try:
-        update = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides or []])
-        _check_types(cfg, update)
-        cfg = cast(DictConfig, OmegaConf.merge(cfg, update))
-    except Exception as exc:  # unknown keys (struct mode) and type errors from OmegaConf
-        first = str(exc).splitlines()[0]
-        raise DotsError(f"bad lab override ({first}); see conf/lab.yaml") from None
-    model = cfg.model
-    if model.hidden_size % model.num_attention_heads or model.hidden_size // model.num_attention_heads < 32:
+        parsed = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        parsed = text
+    node[leaf] = _typed(parsed, node[leaf], key)
+
+
+def load_config(overrides: Sequence[str] | None = None) -> LabOptions:
+    """conf/lab.yaml with dotted `key=value` overrides applied and checked; one line for a bad one."""
+    values = yaml.safe_load(CONF_PATH.read_text())
+    for item in overrides or []:
+        _apply(values, item)
+    model = values["model"]
+    if model["hidden_size"] % model["num_attention_heads"] or model["hidden_size"] // model["num_attention_heads"] < 32:
         raise DotsError("lab model needs head_dim = hidden_size / num_attention_heads >= 32 (vLLM-CPU)")
-    if cfg.dtype not in ("bfloat16", "float16", "float32"):
-        raise DotsError(f"lab dtype must be bfloat16, float16 or float32, got {cfg.dtype!r}")
-    return cfg
+    check_choice(values["dtype"], DTYPES, "lab dtype")
+    check_choice(values["rlvr"]["skill"], SKILLS, "lab rlvr.skill")
+    section = {k: MappingProxyType(values[k]) for k in ("model", "tasks", "base", "sft", "rlvr")}
+    return LabOptions(
+        seed=values["seed"],
+        threads=values["threads"],
+        dtype=values["dtype"],
+        model=section["model"],
+        tasks=section["tasks"],
+        base=section["base"],
+        sft=section["sft"],
+        rlvr=section["rlvr"],
+        eval=LabEval(**{**values["eval"], "temperature": float(values["eval"]["temperature"])}),
+    )
 
 
-def _check_types(cfg: DictConfig, update: DictConfig, prefix: str = "") -> None:
-    """A number stays a number (OmegaConf would silently accept `steps=abc`)."""
-    for key, value in update.items():
-        if key not in cfg:
-            continue  # struct mode reports it
-        old = cfg[key]
-        if isinstance(value, DictConfig) and isinstance(old, DictConfig):
-            _check_types(old, value, f"{prefix}{key!s}.")
-        elif (
-            isinstance(old, (int, float))
-            and not isinstance(old, bool)
-            and (isinstance(value, bool) or not isinstance(value, (int, float)))
-        ):
-            raise DotsError(f"lab config key {prefix}{key!s} must be a number, got {value!r}")
-
-
-def stage_key(cfg: DictConfig, stage: str) -> str:
+def stage_key(cfg: LabOptions, stage: str) -> str:
     """Short hash of the config sections a stage depends on."""
-    return stable_hash({k: to_plain(cfg[k], resolve=False) for k in STAGE_SECTIONS[stage]}, 12)
+    plain = cfg.plain()
+    return stable_hash({k: plain[k] for k in STAGE_SECTIONS[stage]}, 12)
 
 
-def stage_dir(cfg: DictConfig, stage: str) -> Path:
+def stage_dir(cfg: LabOptions, stage: str) -> Path:
     """Where a build of this stage goes: <outputs root>/lab/<stage>-<key>."""
     return outputs_root() / "lab" / f"{stage}-{stage_key(cfg, stage)}"
 
 
-def shipped_dir(cfg: DictConfig, stage: str) -> Path | None:
+def shipped_dir(cfg: LabOptions, stage: str) -> Path | None:
     """The prebuilt checkpoint of this stage shipped with dots, if its key matches."""
     path = SHIPPED / f"{stage}-{stage_key(cfg, stage)}"
     return path if path.is_dir() else None

@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-SKILLS = ("add", "sub")
+from dots.lab.config import SKILLS, load_config
+
 OPS = {"add": "+", "sub": "-"}
 SPLITS = ("test", "pool", "train")
 
@@ -149,8 +150,6 @@ def records(tasks: Mapping, split: str, size: int | None = None, skills: Iterabl
 
 
 def _lab_tasks(cfg: Mapping | None) -> Mapping:
-    from dots.lab.config import load_config
-
     overrides = list((cfg or {}).get("lab_overrides") or [])
     return load_config(overrides).tasks
 

@@ -21,82 +21,47 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from dots.checks import positive_int
+from omegaconf import DictConfig
+
 from dots.errors import DotsError, cli_errors
-from dots.merge.executor import DEFAULT_MAX_SHARD_BYTES, merge_checkpoints
-from dots.plain import to_plain
-from dots.vectors.deltas import BLOCK_ENTRIES
-
-SOURCE_OVERRIDE = re.compile(r"^(\+{0,2})backbone\.sources\.([^=]+)=")
+from dots.merge.executor import merge_checkpoints
+from dots.merge.methods import build_options, get_method
+from dots.options.merge import MergeOptions, command_line_sources, merge_options
 
 
-def command_line_sources(overrides: Sequence[str]) -> list[str]:
-    """Source keys given as `[+|++]backbone.sources.KEY=PATH` on the command line."""
-    return [m.group(2) for m in map(SOURCE_OVERRIDE.match, overrides) if m]
+def check_method(options: MergeOptions) -> None:
+    """The method's own options checked by its options dataclass (one line naming the option)."""
+    build_options(get_method(options.method), options.method_options)
 
 
-def _resolved(cfg, keep_sources: Sequence[str]) -> dict:
-    """The config as plain data; sources given on the command line replace the backbone's
-    own (dropped before resolving, so e.g. the lab's `${lab:sft}` is never built)."""
-    from omegaconf import OmegaConf, open_dict
-    from omegaconf.errors import OmegaConfBaseException
-
-    from dots.options.compose import check_backbone_sources
-
-    if OmegaConf.is_missing(cfg, "output"):
-        raise DotsError("no output directory given (add output=DIR)")
-    if keep_sources and "backbone" in cfg and cfg.backbone.get("sources") is not None:
-        with open_dict(cfg):
-            for key in list(cfg.backbone.sources):
-                if key not in keep_sources:
-                    del cfg.backbone.sources[key]
-    check_backbone_sources(cfg)
-    try:
-        return to_plain(cfg)
-    except OmegaConfBaseException as exc:
-        cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, DotsError):
-            raise cause from None
-        raise DotsError(f"bad configuration: {str(exc).splitlines()[0]}") from None
-
-
-def run_from_config(cfg, keep_sources: Sequence[str] = ()) -> Path:
-    """Run one merge from a composed Hydra config (conf/merge.yaml)."""
-    container = _resolved(cfg, keep_sources)
-    backbone = container.get("backbone") or {}
-    method_cfg = dict(container.get("method") or {})
-    name = method_cfg.pop("name", None)
-    if not name:
-        raise DotsError("the method config has no name (pick one with method=NAME)")
-    weights = method_cfg.pop("weights", None)
-    if not container.get("output"):
-        raise DotsError("no output directory given (add output=DIR)")
-    if not backbone.get("base"):
-        raise DotsError("no base model given (add backbone.base=DIR_OR_ID)")
-    revision = backbone.get("revision")
+def merge(options: MergeOptions) -> Path:
+    """Run one merge from its checked options."""
+    backbone = options.backbone
+    if backbone.config_from is None:
+        raise DotsError("backbone.config_from is not set (base or a source key)")
     return merge_checkpoints(
-        base=backbone["base"],
-        sources=backbone.get("sources") or {},
-        output=container["output"],
-        method=name,
-        options=method_cfg,
-        weights=weights,
-        overwrite=bool(container.get("overwrite", False)),
-        revision=revision if isinstance(revision, str) else None,
-        config_from=str(backbone.get("config_from") or "base"),
-        cache_dir=container.get("cache_dir"),
-        max_shard_bytes=positive_int(
-            _or_default(container, "max_shard_bytes", DEFAULT_MAX_SHARD_BYTES), "max_shard_bytes"
-        ),
-        block_entries=positive_int(container.get("block_entries", BLOCK_ENTRIES), "block_entries"),
-        config=container,
+        base=backbone.base,
+        sources=backbone.sources,
+        output=options.output,
+        method=options.method,
+        options=options.method_options,
+        weights=options.weights,
+        overwrite=options.overwrite,
+        revision=backbone.revision,
+        config_from=backbone.config_from,
+        cache_dir=options.cache_dir,
+        calibration=options.calibration,
+        max_shard_bytes=options.max_shard_bytes,
+        block_entries=options.block_entries,
+        config=options.config,
     )
 
 
-def _or_default(container: dict, key: str, default: int) -> object:
-    """The configured value, the default for null (0 is a value, to be refused)."""
-    value = container.get(key)
-    return default if value is None else value
+def run_from_config(cfg: DictConfig, keep_sources: Sequence[str] = ()) -> Path:
+    """Run one merge from a composed Hydra config (conf/merge.yaml): every option checked first."""
+    options = merge_options(cfg, keep_sources)
+    check_method(options)
+    return merge(options)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -31,6 +31,7 @@ from dots.io.destination import claim, input_paths
 from dots.io.writer import CheckpointWriter
 from dots.merge.methods import Method, build_options, get_method
 from dots.merge.methods.base import WHOLE, Part
+from dots.options.merge import Calibration
 from dots.paths import check_creatable
 from dots.runtime.progress import progress_bar
 from dots.vectors.deltas import BLOCK_ENTRIES, block_stream, read_inputs, row_blocks, tensor_stream
@@ -75,12 +76,13 @@ def merge_checkpoints(
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     config: Mapping[str, Any] | None = None,
     block_entries: int = BLOCK_ENTRIES,
+    calibration: Calibration | None = None,
 ) -> Path:
     """Merge `sources` into `base` with `method` and write a loadable model to `output`.
     Tensors above `block_entries` entries are read, merged (blockwise methods) and written
     in row blocks, so peak memory does not grow with the model's width. `config`: the run's
-    composed configuration, recorded in the model card and offered to the method's first pass
-    (SAR reads its calibration `pool`, `backbone.prompt` and `device` there)."""
+    composed configuration, recorded in the model card. `calibration`: offered to the method's
+    first pass (SAR's Fisher queries; None: the built-in arithmetic set, unprompted, on the CPU)."""
     from dots.export.card import render_model_card
     from dots.io.align import align, config_differences
 
@@ -126,7 +128,7 @@ def merge_checkpoints(
                 "options": opts,
                 "alignment": al,
                 "cache_dir": Path(cache_dir) if cache_dir else None,
-                "config": dict(config or {}),
+                "calibration": calibration or Calibration(pool=None, prompt=None, tokenizer=str(base), device="cpu"),
             }
         )
 

@@ -15,11 +15,22 @@ from typing import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-import dots.lab  # noqa: F401  (registers the ${lab:...} resolver)
 from dots.errors import DotsError
+from dots.lab import ensure_trio
 from dots.paths import CONF_DIR, DATA_DIR
 
+
+def lab_checkpoint(stage: str, *overrides: str) -> str:
+    """`${lab:STAGE[,'key=value',...]}`: the directory of the lab trio's `stage` (base, sft, rlvr)
+    for conf/lab.yaml with those overrides (shipped, or built on first use)."""
+    paths = ensure_trio(list(overrides))
+    if stage not in paths:
+        raise DotsError(f"${{lab:{stage}}}: the lab has no stage {stage!r} (base, sft, rlvr)")
+    return str(paths[stage])
+
+
 OmegaConf.register_new_resolver("dots_data", lambda rel: str(DATA_DIR / str(rel)), replace=True)
+OmegaConf.register_new_resolver("lab", lab_checkpoint, replace=True)
 
 
 def group_choices(group: str) -> list[str]:

@@ -35,7 +35,7 @@ FIRST_PASS_INPUTS = {
     "options": "the method's options dataclass",
     "alignment": "the aligned checkpoints (`dots.io.align.Alignment`: base, sources, renames)",
     "cache_dir": "the cache root (`cache_dir`) or None",
-    "config": "the run's composed configuration (conf/merge.yaml as plain data; {} from the Python API)",
+    "calibration": "where calibration queries come from and run (`dots.options.merge.Calibration`)",
 }
 TENSOR_PASS_INPUTS = {
     "name": "the tensor's name",

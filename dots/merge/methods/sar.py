@@ -29,13 +29,14 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from dots.checks import number_in, positive_int
 from dots.merge.methods.base import BlockStream, Part, check_choice, check_probability, chunkwise, drop_mask
 from dots.merge.methods.declare import merge_method
+from dots.options.merge import Calibration
 
 if TYPE_CHECKING:
     from dots.io.align import Alignment
@@ -90,20 +91,19 @@ def prompt_formatter(template: str | None, tokenizer_path: str) -> Callable[[str
 
 
 def fisher_pass(
-    options: SarOptions, alignment: Alignment, cache_dir: Path | None, config: Mapping[str, Any]
+    options: SarOptions, alignment: Alignment, cache_dir: Path | None, calibration: Calibration
 ) -> SarStats:
-    """First pass: compute (or reuse) the diagonal Fisher of A and B on calibration queries of
-    the configured `pool`, prompted as `backbone.prompt` says, on `device` (cpu from the Python API)."""
+    """First pass: compute (or reuse) the diagonal Fisher of A and B on the calibration queries
+    (`calibration`: the configured pool, prompt template and device)."""
     from dots.merge.fisher import FisherTable, calibration_set, default_fisher_root, fisher_for, resolve_device
 
-    backbone = config.get("backbone") or {}
-    format_prompt = prompt_formatter(backbone.get("prompt"), str(backbone.get("base")))
+    format_prompt = prompt_formatter(calibration.prompt, calibration.tokenizer)
     examples = calibration_set(
-        config.get("pool"), int(options.calibration_size), int(options.calibration_seed), format_prompt
+        calibration.pool, int(options.calibration_size), int(options.calibration_seed), format_prompt
     )
     root = cache_dir / "fisher" if cache_dir is not None else default_fisher_root()
     dtype = getattr(torch, str(options.fisher_dtype))
-    device = resolve_device(config.get("device", "cpu"))
+    device = resolve_device(calibration.device)
     tables = []
     for key, ckpt in alignment.sources.items():
         path = fisher_for(ckpt, examples, root, device, int(options.max_new_tokens), dtype)
