@@ -9,26 +9,41 @@ from __future__ import annotations
 import inspect
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dots.checks import check_choice, number_in, positive_int
 from dots.engines.base import Engine
 from dots.errors import DotsError
 from dots.plain import to_plain
+from dots.registry import Registry
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("auto", "vllm", "hf")
+# an engine: a loader of its class, so that vLLM is imported only when it is chosen
+ENGINES: Registry[Callable[[], type[Any]]] = Registry("engine")
 
 
-def _engine_class(name: str):
-    if name == "vllm":
-        from dots.engines.vllm.engine import VLLMEngine
+@ENGINES.register("vllm")
+def _vllm() -> type[Any]:
+    from dots.engines.vllm.engine import VLLMEngine
 
-        return VLLMEngine
+    return VLLMEngine
+
+
+@ENGINES.register("hf")
+def _hf() -> type[Any]:
     from dots.engines.hf import HFEngine
 
     return HFEngine
+
+
+@ENGINES.register("auto")
+def _auto() -> type[Any]:
+    return _engine_class(resolve_engine_name("auto"))
+
+
+def _engine_class(name: str) -> type[Any]:
+    return ENGINES.lookup(name)()
 
 
 NOT_OPTIONS = ("self", "model", "task_vectors", "log_dir")  # given by the caller, not by the config
@@ -39,8 +54,8 @@ def _options(cls) -> set[str]:
 
 
 def resolve_engine_name(name: str) -> str:
-    if name not in ENGINES:
-        raise DotsError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
+    """`name` when it is an engine's; for `auto`, vllm when vLLM imports, else hf."""
+    ENGINES.lookup(name)
     if name != "auto":
         return name
     from dots.engines.vllm.env import vllm_available
@@ -114,9 +129,9 @@ def check_engine_numbers(options: Mapping[str, Any]) -> None:
     if options.get("gpu_memory_utilization") is not None:
         number_in(options["gpu_memory_utilization"], "engine.gpu_memory_utilization", 0.0, 1.0, low_open=True)
     if options.get("dtype") is not None:
-        from dots.engines.hf import _DTYPES
+        from dots.engines.hf import DTYPES
 
-        check_choice(options["dtype"], [*_DTYPES, "float"], "engine.dtype")  # vLLM's "float" too
+        check_choice(options["dtype"], [*DTYPES, "float"], "engine.dtype")  # vLLM's "float" too
     if options.get("device") is not None:
         import torch
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_DTYPES: dict[str, str | torch.dtype] = {
+DTYPES: dict[str, str | torch.dtype] = {  # engine.dtype → what transformers loads with
     "auto": "auto",
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -51,9 +51,9 @@ _DTYPES: dict[str, str | torch.dtype] = {
 def resolve_dtype(dtype: str | torch.dtype | None) -> str | torch.dtype:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype or "auto"
-    if dtype not in _DTYPES:
-        raise DotsError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPES)}")
-    return _DTYPES[dtype]
+    if dtype not in DTYPES:
+        raise DotsError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
 
 
 class HFEngine:

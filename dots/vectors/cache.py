@@ -172,7 +172,7 @@ class TaskVectors:
 # --- building ---------------------------------------------------------------------------
 
 
-def _cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig, version: int = CACHE_VERSION) -> str:
+def cache_key(base: Checkpoint, source: Checkpoint, cfg: SparsifyConfig, version: int = CACHE_VERSION) -> str:
     return stable_hash({"v": version, "base": base.fingerprint(), "source": source.fingerprint(), "cfg": cfg.key()}, 20)
 
 
@@ -180,7 +180,7 @@ def _note_older_entries(root: Path, base: Checkpoint, source: Checkpoint, cfg: S
     """Log the entries earlier cache versions left for these inputs: never read again, they
     hold disk (version 1: 4 bytes per parameter), and an older dots may still use them."""
     for version in range(1, CACHE_VERSION):
-        old = root / _cache_key(base, source, cfg, version)
+        old = root / cache_key(base, source, cfg, version)
         if old.is_dir():
             size = sum(f.stat().st_size for f in old.iterdir() if f.is_file())
             log.warning(
@@ -293,7 +293,7 @@ def build_task_vectors(
     claim(root, "taskvec-cache", inputs=input_paths([base, *sources.values()])).create()
     entries: dict[str, SourceVector] = {}
     for key, ckpt in sources.items():
-        out = root / _cache_key(base, ckpt, cfg)
+        out = root / cache_key(base, ckpt, cfg)
         meta_file = out / "taskvec.json"
         with run_once_lock(root / f".{out.name}.lock"):  # concurrent workers build an entry once
             cached = _reusable(out, key, al) if meta_file.exists() else None

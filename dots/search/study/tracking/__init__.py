@@ -18,18 +18,39 @@ from typing import Any, Callable
 
 from dots.errors import DotsError
 from dots.plain import to_plain
+from dots.registry import Registry
 from dots.search.study.tracking.base import FILES, Tracker, flat, trial_metrics
 
 log = logging.getLogger("dots.search")
 
-BACKENDS = ("none", "mlflow", "wandb")
+# a backend: its options (`tracking.*`) → its Tracker, unchecked (None: tracking=none); a backend's
+# package is imported only when it is chosen
+TRACKERS: Registry[Callable[[dict], Tracker | None]] = Registry("tracking backend")
+
+
+@TRACKERS.register("none")
+def _no_tracker(options: dict) -> None:
+    return None
+
+
+@TRACKERS.register("mlflow")
+def _mlflow(options: dict) -> Tracker:
+    from dots.search.study.tracking.mlflow_tracker import MlflowTracker
+
+    return MlflowTracker(options)
+
+
+@TRACKERS.register("wandb")
+def _wandb(options: dict) -> Tracker:
+    from dots.search.study.tracking.wandb_tracker import WandbTracker
+
+    return WandbTracker(options)
 
 
 def check_tracking_options(tracking: Any) -> str:
     """The backend's name (`tracking.name`), or a one-line DotsError."""
     name = str((tracking or {}).get("name", "none"))
-    if name not in BACKENDS:
-        raise DotsError(f"tracking must be one of {', '.join(BACKENDS)}, got {name!r}")
+    TRACKERS.lookup(name)
     if name == "wandb" and tracking.get("mode") not in (None, "online", "offline", "disabled"):
         raise DotsError(f"tracking.mode must be online, offline, disabled or null ($WANDB_MODE), got {tracking.mode!r}")
     return name
@@ -39,19 +60,9 @@ def open_tracking(cfg: Any) -> Tracking:
     """The tracking of a search, checked: its package imported and its service reached (one line,
     exit 2, before anything is written)."""
     name = check_tracking_options(cfg.get("tracking"))
-    if name == "none":
-        return Tracking(None)
-    options = to_plain(cfg.tracking)
-    tracker: Tracker
-    if name == "mlflow":
-        from dots.search.study.tracking.mlflow_tracker import MlflowTracker
-
-        tracker = MlflowTracker(options)
-    else:
-        from dots.search.study.tracking.wandb_tracker import WandbTracker
-
-        tracker = WandbTracker(options)
-    tracker.check()
+    tracker = TRACKERS.lookup(name)(to_plain(cfg.get("tracking")) or {})
+    if tracker is not None:
+        tracker.check()
     return Tracking(tracker)
 
 
