@@ -25,8 +25,9 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.testing import make_finetuned, make_tiny_model
-from dots.vectors.cache import CACHE_VERSION, TaskVectors, build_task_vectors, cache_key
+from dots.vectors.cache import TaskVectors, build_task_vectors, cache_key
 from dots.vectors.compact import CompactTensor, encode, form_bytes, has_negative_zero
+from dots.vectors.entry import CACHE_VERSION
 from dots.vectors.forms import BY_SPEED
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 from dots.vectors.synth import ResidentSynthesizer, synthesize

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dots.doctor.checks import Row
 from dots.errors import DotsError
+
+if TYPE_CHECKING:
+    from dots.engines.base import Engine
 
 TINY = dict(hidden_size=64, num_heads=2, num_kv_heads=1, intermediate_size=128)  # head_dim 32: vLLM-CPU's least
 SWAPS = (0.3, 0.7, 1.0)  # λ of every source in the three timed swaps
@@ -130,7 +133,7 @@ def end_to_end(cfg: Any, config: dict, shape: str, layers: int, workdir: Path) -
     return rows
 
 
-def _canary_and_swaps(engine: Any, keys: list[str], workdir: Path, run_canary: Any) -> list[Row]:
+def _canary_and_swaps(engine: Engine, keys: list[str], workdir: Path, run_canary: Any) -> list[Row]:
     try:
         canary = run_canary(engine, keys, workdir)
     except DotsError as exc:
@@ -159,7 +162,7 @@ def _canary_and_swaps(engine: Any, keys: list[str], workdir: Path, run_canary: A
     return rows
 
 
-def _layout(engine: Any) -> str:
+def _layout(engine: Engine) -> str:
     """Where the engine holds τ̃: transformers, its resident form; vLLM, its workers' layout (the
     parameters': written in place; the checkpoint's: reloaded, and why) and form."""
     info = getattr(engine, "resident_info", None)

@@ -19,26 +19,27 @@ from dots.registry import Registry
 
 log = logging.getLogger(__name__)
 
-# an engine: a loader of its class, so that vLLM is imported only when it is chosen
-ENGINES: Registry[Callable[[], type[Any]]] = Registry("engine")
+# an engine: a loader of its class, so that vLLM is imported only when it is chosen (typed
+# `type[Engine]`: mypy checks that each class provides the whole protocol)
+ENGINES: Registry[Callable[[], type[Engine]]] = Registry("engine")
 
 
 @ENGINES.register("vllm")
-def _vllm() -> type[Any]:
+def _vllm() -> type[Engine]:
     from dots.engines.vllm.engine import VLLMEngine
 
     return VLLMEngine
 
 
 @ENGINES.register("hf")
-def _hf() -> type[Any]:
+def _hf() -> type[Engine]:
     from dots.engines.hf import HFEngine
 
     return HFEngine
 
 
 @ENGINES.register("auto")
-def _auto() -> type[Any]:
+def _auto() -> type[Engine]:
     return _engine_class(resolve_engine_name("auto"))
 
 

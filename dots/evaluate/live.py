@@ -12,11 +12,14 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
+
+if TYPE_CHECKING:
+    from dots.engines.base import Engine
 
 log = logging.getLogger("dots.evaluate")
 
@@ -108,7 +111,7 @@ class LiveEngine:
     def __init__(
         self,
         engine_cfg: Mapping | Any,
-        factory: Callable | None = None,
+        factory: Callable[..., Engine] | None = None,
         chat_template: bool = False,
         log_dir: str | Path | None = None,
     ):
@@ -118,14 +121,14 @@ class LiveEngine:
 
         self.engine_cfg = engine_cfg
         self.factory = factory or functools.partial(build_engine, log_dir=log_dir)
-        self.engine: Any = None
+        self.engine: Engine | None = None
         self.live: Checkpoint | None = None
         self.starts = 0
         dtype = engine_cfg.get("dtype", "auto") if hasattr(engine_cfg, "get") else "auto"
         self.check_dtypes = dtype in (None, "auto")
         self.chat_template = chat_template
 
-    def activate(self, name: str, path: str | Path) -> Any:
+    def activate(self, name: str, path: str | Path) -> Engine:
         ckpt = Checkpoint(path)
         if self.engine is not None:
             assert self.live is not None  # set together with self.engine

@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from dots.engines.base import Engine
 from dots.io.align import Alignment
 from dots.io.problems import Query
 from dots.search.study.granularity import DEFAULT_GRANULARITY, param_names
@@ -29,7 +30,7 @@ class Run:
     queries: list[Query] = field(default_factory=list)
     prompts: dict[str, str] = field(default_factory=dict)
     tokenizer: Any = None
-    engine: Any = None
+    engine: Engine = field(init=False, repr=False)  # set by pipeline.run_in: a LazyEngine, started on first use
     results: dict[str, Any] = field(default_factory=dict)
     tracking: Tracking = field(default_factory=lambda: Tracking(None))  # tracking=none until opened
 

@@ -94,7 +94,8 @@ def fisher_pass(
 ) -> SarStats:
     """First pass: compute (or reuse) the diagonal Fisher of A and B on calibration queries of
     the configured `pool`, prompted as `backbone.prompt` says, on `device` (cpu from the Python API)."""
-    from dots.merge.fisher import FisherTable, calibration_set, default_fisher_root, fisher_for, resolve_device
+    from dots.merge.calibration import calibration_set
+    from dots.merge.fisher import FisherTable, default_fisher_root, fisher_for, resolve_device
 
     backbone = config.get("backbone") or {}
     format_prompt = prompt_formatter(backbone.get("prompt"), str(backbone.get("base")))
