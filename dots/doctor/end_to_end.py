@@ -156,7 +156,7 @@ def _canary_and_swaps(engine: Engine, keys: list[str], workdir: Path, run_canary
         t0 = time.perf_counter()
         engine.swap_coefficients(dict.fromkeys(keys, value))
         times.append((time.perf_counter() - t0) * 1e3)
-    path = str(getattr(engine, "swap_path", "fast"))
+    path = engine.swap_path
     rows.append(Row("swap path", "ok" if path == "fast" else "warn", f"swap path: {path}{_layout(engine)}"))
     rows.append(Row("swaps", "ok", "swaps " + "/".join(f"{t:.0f}" for t in times) + f" ms (λ = {SWAPS})"))
     return rows
