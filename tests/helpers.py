@@ -204,18 +204,18 @@ def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = Non
 
 def start_time(pid: int) -> int | None:
     """A process's start time (clock ticks since boot), or None when it is gone (dots.runtime.reaper)."""
-    from dots.runtime.reaper import _stat
+    from dots.runtime.reaper import process_stat
 
-    stat = _stat(pid)
+    stat = process_stat(pid)
     return None if stat is None else stat[2]
 
 
 def alive(pid: int, start: int | None) -> bool:
     """Whether the process `pid` that started at `start` still runs (the reaper's own test:
     a reused pid, a zombie or a gone process is not alive)."""
-    from dots.runtime.reaper import _alive
+    from dots.runtime.reaper import still_running
 
-    return start is not None and _alive(pid, start)
+    return start is not None and still_running(pid, start)
 
 
 # --- figures: what is drawn, not the file's size ------------------------------------------

@@ -28,7 +28,8 @@ logging.getLogger("dots").addHandler(handler)
 logging.getLogger("dots").setLevel(logging.INFO)
 
 from dots.io.checkpoint import Checkpoint
-from dots.merge.fisher import CalibrationExample, fisher_for
+from dots.merge.calibration import CalibrationExample
+from dots.merge.fisher import fisher_for
 from dots.vectors.cache import build_task_vectors
 
 base, sft, go = Checkpoint(sys.argv[1]), Checkpoint(sys.argv[2]), Path(sys.argv[3])

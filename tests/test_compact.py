@@ -25,8 +25,9 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.testing import make_finetuned, make_tiny_model
-from dots.vectors.cache import CACHE_VERSION, TaskVectors, _cache_key, build_task_vectors
+from dots.vectors.cache import TaskVectors, build_task_vectors, cache_key
 from dots.vectors.compact import CompactTensor, encode, form_bytes, has_negative_zero
+from dots.vectors.entry import CACHE_VERSION
 from dots.vectors.forms import BY_SPEED
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 from dots.vectors.synth import ResidentSynthesizer, synthesize
@@ -356,10 +357,10 @@ def test_an_old_cache_entry_is_rebuilt_not_misread(trios, tmp_path, caplog):
     base = Checkpoint(trios["bf16"][0])
     sources = {k: Checkpoint(v) for k, v in trios["bf16"][1].items()}
     cfg = SparsifyConfig()
-    v1 = tmp_path / _cache_key(base, sources["b"], cfg, version=1)  # where dots with cache version 1 put it
+    v1 = tmp_path / cache_key(base, sources["b"], cfg, version=1)  # where dots with cache version 1 put it
     v1.mkdir(parents=True)
     (v1 / "tau.safetensors").write_bytes(bytes(1000))
-    stale = tmp_path / _cache_key(base, sources["a"], cfg)  # same key, version-1 content
+    stale = tmp_path / cache_key(base, sources["a"], cfg)  # same key, version-1 content
     stale.mkdir(parents=True)
     (stale / "taskvec.json").write_text(json.dumps({"version": 1, "rescale": "global", "gamma": 1.0}))
     (stale / "tau.safetensors").write_bytes(b"not a tensor file")

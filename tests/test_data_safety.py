@@ -133,7 +133,8 @@ def _analyze(tiny, world, out):
 
 
 def _fisher(tiny, world, out):
-    from dots.merge.fisher import CalibrationExample, fisher_for
+    from dots.merge.calibration import CalibrationExample
+    from dots.merge.fisher import fisher_for
 
     root, base, srcs, _ = tiny
     fisher_for(Checkpoint(base), [CalibrationExample("1+1=", "2")], cache_root=out)

@@ -6,7 +6,7 @@ import threading
 import time
 
 from dots.scoring import answers_equivalent, consistency, is_correct
-from dots.scoring.equivalence import _helper
+from dots.scoring.equivalence import helper
 from dots.scoring.worker import COMPARE_TIMEOUT_S
 
 ADVERSARIAL = ("9^{9^{9^{9}}}", "9^{9^{9^{8}}}")
@@ -31,13 +31,13 @@ def test_adversarial_completion_in_a_consistency_batch():
 
 
 def test_hard_deadline_kills_a_stuck_helper_and_restarts_it():
-    kills = _helper.kills
+    kills = helper.kills
     start = time.monotonic()
     # no soft alarm (timeout 0): only the caller's hard deadline can stop this one
-    assert _helper.equal("(10^{9})!", "2", timeout=0, hard_timeout=3) is False
+    assert helper.equal("(10^{9})!", "2", timeout=0, hard_timeout=3) is False
     assert time.monotonic() - start < 30
-    assert _helper.kills == kills + 1
-    assert _helper.equal("x+2", "2+x") is True  # a fresh helper
+    assert helper.kills == kills + 1
+    assert helper.equal("x+2", "2+x") is True  # a fresh helper
 
 
 def test_adversarial_input_off_the_main_thread():

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent / "dots"
 
 # lowest first; a module may import its own layer and the layers before it
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("dots", "dots.errors", "dots.keys", "dots.plain", "dots.paths", "dots.checks"),  # the base
+    ("dots", "dots.errors", "dots.keys", "dots.plain", "dots.paths", "dots.checks", "dots.registry"),  # the base
     ("dots.runtime",),  # process plumbing: allocator, devices, signals, locks, reaper, progress
     ("dots.io",),  # checkpoints, safetensors, shapes, tensor names, pools and benchmarks
     ("dots.vectors", "dots.scoring"),  # τ, τ̃, synthesis and where τ̃ is held; grading

@@ -112,7 +112,8 @@ def test_sar_merge_with_cached_fisher(qwen_bf16, tmp_path):
     assert [f.stat().st_mtime_ns for f in files] == stamps  # reused, not recomputed
     assert load_state(out).keys() == load_state(again).keys()
     # which cache file belongs to which source: recompute the keys
-    from dots.merge.fisher import builtin_calibration, fisher_key
+    from dots.merge.calibration import builtin_calibration
+    from dots.merge.fisher import fisher_key
 
     examples = builtin_calibration(4, 0)
     fisher = [

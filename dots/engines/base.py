@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -33,11 +33,21 @@ def check_swappable(ckpt: Checkpoint, shapes: Mapping[str, Sequence[int]], requi
 
 @runtime_checkable
 class Engine(Protocol):
-    """What the search, the selection, the evaluation and the lab scorer need of a model.
+    """What the search, the selection, the evaluation, the swap canary, the doctor and the lab
+    scorer need of a model (both engines provide it: tests/test_engine_protocol.py).
 
     `swap_*` replace the live weights without restarting; after a swap, generation and
-    perplexity see only the new weights (no cached prefix from the old ones).
+    perplexity see only the new weights (no cached prefix from the old ones). `swap_path` is
+    "fast" (written into the live parameters) until `use_public_path` makes it "public"
+    (the framework's own loading path, the swap canary's fallback).
     """
+
+    model_path: Path  # the checkpoint the engine started on
+    tokenizer: Any
+    task_vectors: Any  # the τ̃ cache (`dots.vectors.cache.TaskVectors`) swap_coefficients reads, or None
+    synth_cache: str  # where τ̃ is held: memory, disk or auto (`dots.vectors.residency`)
+    resident_form: str  # the form τ̃ is held in when resident (`dots.vectors.forms`)
+    swap_path: str
 
     def generate(
         self,
@@ -62,6 +72,21 @@ class Engine(Protocol):
     def swap_coefficients(self, coefficients: Coefficients) -> None:
         """θ0 + Σ λ_i τ̃_i from the engine's task-vector cache (docs/method.md §2); λ per source, or per
         source and module group (`dots.vectors.coefficients`)."""
+        ...
+
+    def swap_coefficients_public(self, coefficients: Coefficients) -> None:
+        """The same swap through the framework's public loading path (the canary compares the two)."""
+        ...
+
+    def use_public_path(self) -> None:
+        """Every later swap through the public loading path."""
+        ...
+
+    def set_task_vectors(
+        self, task_vectors: Any, synth_cache: str | None = None, *, resident_form: str | None = None
+    ) -> None:
+        """Swap from another τ̃ cache (None: none), held as `synth_cache` and `resident_form` say
+        (None: as before)."""
         ...
 
     def close(self) -> None: ...

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from dots.engines.base import Engine
 from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class Canary:
         return f"swap canary: {self.verdict}, path {self.path}, {self.seconds:.1f} s{why}"
 
 
-def tolerance_for(engine: Any) -> float:
+def tolerance_for(engine: Engine) -> float:
     """0 on CPU, `CUDA_TOLERANCE` on an accelerator."""
     device = getattr(engine, "device", None)
     if device is not None:
@@ -88,7 +89,7 @@ def tolerance_for(engine: Any) -> float:
     return CPU_TOLERANCE if on_cpu else CUDA_TOLERANCE
 
 
-def _nll(engine: Any) -> list[tuple[float, int]]:
+def _nll(engine: Engine) -> list[tuple[float, int]]:
     return [(r.nll, r.tokens) for r in engine.prompt_nll(list(PROMPTS))]
 
 
@@ -98,7 +99,7 @@ def _gap(a: list[tuple[float, int]], b: list[tuple[float, int]]) -> float:
     return max(gaps, default=0.0)
 
 
-def check_swaps(engine: Any, sources: list[str], fresh: list[tuple[float, int]], tol: float) -> list[str]:
+def check_swaps(engine: Engine, sources: list[str], fresh: list[tuple[float, int]], tol: float) -> list[str]:
     """Checks 1-3 on the engine's current swap path; the failures, one line each (none: passed).
     Leaves θ0 in the engine."""
     zero = dict.fromkeys(sources, 0.0)
@@ -120,13 +121,13 @@ def check_swaps(engine: Any, sources: list[str], fresh: list[tuple[float, int]],
     return failures
 
 
-def run_canary(engine: Any, sources: list[str], run_dir: Path | None = None) -> Canary:
+def run_canary(engine: Engine, sources: list[str], run_dir: Path | None = None) -> Canary:
     """The canary on a freshly started engine (θ0 loaded, no swap yet); written to
     `<run_dir>/canary.yaml`. Raises a one-line DotsError when the public path fails too."""
     start = time.perf_counter()
     tol = tolerance_for(engine)
     fresh = _nll(engine)
-    path = str(getattr(engine, "swap_path", "fast"))
+    path = engine.swap_path
     failures = check_swaps(engine, sources, fresh, tol)
     verdict = "passed"
     if failures and path != "public":
@@ -155,7 +156,7 @@ def run_canary(engine: Any, sources: list[str], run_dir: Path | None = None) -> 
     return canary
 
 
-def checked(engine: Any, sources: list[str], run_dir: Path | None) -> Any:
+def checked(engine: Engine, sources: list[str], run_dir: Path | None) -> Engine:
     """`engine`, just started, once its canary holds (closed when it fails)."""
     try:
         run_canary(engine, sources, run_dir)

@@ -9,19 +9,39 @@ from __future__ import annotations
 import difflib
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dots.engines.base import Engine
 from dots.errors import DotsError
-from dots.options.engine import ENGINES, EngineOptions, engine_options
+from dots.options.engine import ENGINE_NAMES, EngineOptions, engine_options
+from dots.registry import Registry, unknown
 
 log = logging.getLogger(__name__)
+
+# an engine: a loader of its class, so that vLLM is imported only when it is chosen (typed
+# `type[Engine]`: mypy checks that each class provides the whole protocol). Its names are the ones
+# EngineOptions accepts (dots.options.engine.ENGINE_NAMES; tests/test_registry.py checks they agree).
+ENGINES: Registry[Callable[[], type[Engine]]] = Registry("engine")
+
+
+@ENGINES.register("vllm")
+def _vllm() -> type[Engine]:
+    from dots.engines.vllm.engine import VLLMEngine
+
+    return VLLMEngine
+
+
+@ENGINES.register("hf")
+def _hf() -> type[Engine]:
+    from dots.engines.hf import HFEngine
+
+    return HFEngine
 
 
 def resolve_engine_name(name: str) -> str:
     """vllm or hf: `auto` is vLLM when it can be imported, else transformers."""
-    if name not in ENGINES:
-        raise DotsError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
+    if name not in ENGINE_NAMES:
+        raise unknown("engine", name, ENGINE_NAMES)
     if name != "auto":
         return name
     from dots.engines.vllm.env import vllm_available
@@ -64,10 +84,7 @@ def build_engine(
     """The engine `options.name` names on `model`, with `task_vectors` for swap_coefficients;
     an engine with log lines of its own (vLLM) writes them into `log_dir` (see `engine.log`)."""
     options = resolve_engine(options)
+    engine_class: Any = ENGINES.lookup(options.name)()
     if options.name == "vllm":
-        from dots.engines.vllm.engine import VLLMEngine
-
-        return VLLMEngine(model, options, task_vectors=task_vectors, log_dir=log_dir)
-    from dots.engines.hf import HFEngine
-
-    return HFEngine(model, options, task_vectors=task_vectors)
+        return engine_class(model, options, task_vectors=task_vectors, log_dir=log_dir)
+    return engine_class(model, options, task_vectors=task_vectors)

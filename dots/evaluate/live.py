@@ -12,12 +12,15 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.keys import stable_hash
 from dots.options.engine import EngineOptions, engine_options
+
+if TYPE_CHECKING:
+    from dots.engines.base import Engine
 
 log = logging.getLogger("dots.evaluate")
 
@@ -109,7 +112,7 @@ class LiveEngine:
     def __init__(
         self,
         engine: EngineOptions | Mapping[str, Any],
-        factory: Callable | None = None,
+        factory: Callable[..., Engine] | None = None,
         chat_template: bool = False,
         log_dir: str | Path | None = None,
     ):
@@ -119,13 +122,13 @@ class LiveEngine:
 
         self.engine_options = engine if isinstance(engine, EngineOptions) else engine_options(engine)
         self.factory = factory or functools.partial(build_engine, log_dir=log_dir)
-        self.engine: Any = None
+        self.engine: Engine | None = None
         self.live: Checkpoint | None = None
         self.starts = 0
         self.check_dtypes = self.engine_options.dtype == "auto"  # else the engine casts every model
         self.chat_template = chat_template
 
-    def activate(self, name: str, path: str | Path) -> Any:
+    def activate(self, name: str, path: str | Path) -> Engine:
         ckpt = Checkpoint(path)
         if self.engine is not None:
             assert self.live is not None  # set together with self.engine

@@ -97,10 +97,10 @@ def evaluate(
                 if all(p.id in rows for p in problems[bench.name]):
                     print(f"{name} · {bench.name}: complete in {paths[bench.name]}, not recomputed")
                 else:
-                    engine = live.activate(name, ckpt.path)
+                    active = live.activate(name, ckpt.path)
                     t0 = time.perf_counter()
                     generated = run_benchmark(
-                        engine,
+                        active,
                         name,
                         bench,
                         problems[bench.name],

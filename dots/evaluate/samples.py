@@ -9,7 +9,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import TYPE_CHECKING, Sequence, cast
 
 from dots.evaluate.benchmarks import Benchmark
 from dots.evaluate.metrics import aggregate, grade, problem_score
@@ -17,6 +17,9 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.problems import Query
 from dots.keys import stable_hash
 from dots.scoring.prompts import format_prompt
+
+if TYPE_CHECKING:
+    from dots.engines.base import Engine
 
 log = logging.getLogger("dots.evaluate")
 
@@ -68,7 +71,7 @@ def _rewrite(path: Path, header: dict, rows: Sequence[dict]) -> None:
 
 
 def run_benchmark(
-    engine: Any,
+    engine: Engine,
     model: str,
     bench: Benchmark,
     problems: Sequence[Query],

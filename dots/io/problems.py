@@ -1,8 +1,8 @@
 """Problems and queries: the one loader of pools (search) and benchmarks (evaluation).
 
-Sources: a verl/LUFFY parquet, jsonl, a Hub dataset, and pool kinds registered by what
-makes their records (`register_pool_kind`: the lab registers `lab` when `dots.lab` is imported,
-as every command's config does), so this low layer never imports the lab.
+Sources: a verl/LUFFY parquet, jsonl, a Hub dataset, and pool kinds registered in `POOL_KINDS` by
+what makes their records: the lab registers `lab` when `dots.lab` is imported, which `POOL_KINDS`
+does itself the first time it is asked for a kind it lacks (its provider), so no caller has to.
 
 A pool is a list of `Query` (question text, and the gold answer when the file has one:
 DoTS never uses it for the search, but SAR's Fisher and the evaluation do).
@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from dots.checks import positive_int
 from dots.errors import DotsError, first_line
+from dots.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -28,13 +29,8 @@ class Query:
     source: str = ""
 
 
-# pool kinds beyond files and the Hub: kind → the records (id, question, answer, skill) of a pool config
-POOL_KINDS: dict[str, Callable[[Any], list[dict]]] = {}
-
-
-def register_pool_kind(kind: str, records: Callable[[Any], list[dict]]) -> None:
-    """Let `load_pool` read pools of `kind` from `records(cfg)` (a list of dicts with id, question, answer, skill)."""
-    POOL_KINDS[kind] = records
+# every pool kind: kind → the queries of a pool config (before its data_sources and limit)
+POOL_KINDS: Registry[Callable[[Any], list[Query]]] = Registry("pool kind", providers=("dots.lab",))
 
 
 def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -191,20 +187,19 @@ def unique_ids(queries: list[Query]) -> list[Query]:
     return [Query(f"{q.id}#{i}", q.question, q.answer, q.source) for i, q in enumerate(queries)]
 
 
+@POOL_KINDS.register("parquet")
+@POOL_KINDS.register("jsonl")
+@POOL_KINDS.register("hub")
+def file_pool(cfg: Any) -> list[Query]:
+    """The queries of a parquet or jsonl file or a Hub dataset (`path`, the keys of its columns)."""
+    origin = str(_cfg_get(cfg, "path", ""))
+    return records_to_queries(read_records(cfg, f"pool {origin}"), cfg, Path(origin).name or origin)
+
+
 def load_pool(cfg: Any) -> list[Query]:
     """Queries of a pool config: kind (parquet|jsonl|hub|a registered kind: lab), path, filters, limit, seed."""
     kind = _cfg_get(cfg, "kind", "parquet")
-    if kind in POOL_KINDS:
-        records = POOL_KINDS[kind](cfg)
-        queries = [
-            Query(str(r["id"]), str(r["question"]), str(r["answer"]), str(r.get("skill", kind))) for r in records
-        ]
-    elif kind in ("parquet", "jsonl", "hub"):
-        origin = str(_cfg_get(cfg, "path", ""))
-        queries = records_to_queries(read_records(cfg, f"pool {origin}"), cfg, Path(origin).name or origin)
-    else:
-        kinds = ["parquet", "jsonl", "hub", *POOL_KINDS]
-        raise DotsError(f"unknown pool kind {kind!r} ({', '.join(kinds[:-1])} or {kinds[-1]})")
+    queries = POOL_KINDS.lookup(kind)(cfg)
     sources = _cfg_get(cfg, "data_sources")
     if sources:
         if isinstance(sources, str) or not all(isinstance(s, (str, int)) for s in sources):

@@ -17,7 +17,7 @@ def summary_table(paths: dict, cfg: LabOptions) -> object:
     from rich.table import Table
 
     from dots.lab import tasks as T
-    from dots.lab.build import _threads
+    from dots.lab.build import torch_threads
     from dots.lab.sampling import LocalEngine
     from dots.lab.score import accuracy
 
@@ -26,7 +26,7 @@ def summary_table(paths: dict, cfg: LabOptions) -> object:
     table = Table(title=f"lab test accuracy ({len(problems)} problems; A = add, B = sub)")
     for col in ("model", "A greedy", "B greedy", f"A T={e.temperature}", f"B T={e.temperature}"):
         table.add_column(col)
-    with _threads(cfg.threads):
+    with torch_threads(cfg.threads):
         for stage, path in paths.items():
             engine = LocalEngine(path)
             g = accuracy(engine, problems, n=1, temperature=0.0, max_tokens=e.max_tokens)

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 @contextmanager
-def _threads(n: int) -> Iterator[None]:
+def torch_threads(n: int) -> Iterator[None]:
+    """torch computes on `n` threads inside the block (the lab's `threads`), as before it after."""
     import torch
 
     old = torch.get_num_threads()
@@ -69,7 +70,7 @@ def build_stage(cfg: LabOptions, stage: str) -> Path:
     with _lock(out.parent / f".{out.name}.lock"):
         if out.is_dir():  # built by another process while we waited
             return out
-        with _threads(cfg.threads):
+        with torch_threads(cfg.threads):
             start = time.perf_counter()
             model, metrics = _train_stage(cfg, stage, base_dir)
             seconds = time.perf_counter() - start

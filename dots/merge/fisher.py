@@ -6,11 +6,7 @@ completion tokens y (prompt tokens are context only). y is the gold answer when 
 pool has one, else the model's own greedy completion (generated once per model).
 One backward pass per example (batch size 1), so each squared gradient is per example.
 
-Calibration set: `calibration_size` (default 64) queries drawn with a seed from
-`dots.io.problems.load_pool(pool_cfg)` when a pool is configured. Without a pool we fall back
-to a built-in, deterministic set of two-digit addition/subtraction questions ("What is
-47 + 38?") whose gold answers ("\\boxed{85}") are known, so no model-generated labels
-and no data files are needed; configure a pool from the target domain for real runs.
+Calibration set: `dots.merge.calibration` (a configured pool, else built-in arithmetic questions).
 
 Cache: one float32 safetensors file per (model, calibration texts, options) under
 `<cache>/fisher/<sha256>.safetensors`, next to the task-vector cache
@@ -34,10 +30,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -47,6 +41,7 @@ from dots.io.destination import claim
 from dots.io.modes import apply_umask
 from dots.io.safetensors import write_file
 from dots.keys import stable_hash
+from dots.merge.calibration import CalibrationExample
 from dots.paths import cache_root
 from dots.runtime.allocator import freeing_as_it_goes
 from dots.runtime.locks import run_once_lock
@@ -55,65 +50,7 @@ from dots.runtime.progress import progress_bar
 log = logging.getLogger(__name__)
 
 FISHER_VERSION = 1
-DEFAULT_CALIBRATION_SIZE = 64
 FISHER_CHUNK = 1 << 22  # entries of a gradient squared and added at a time
-
-
-@dataclass(frozen=True)
-class CalibrationExample:
-    """A prompt and its gold completion (None: use the model's own greedy completion)."""
-
-    prompt: str
-    answer: str | None = None
-
-
-# --- calibration sets -------------------------------------------------------------------
-
-
-def builtin_calibration(
-    n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0, format_prompt: Callable[[str], str] | None = None
-) -> list[CalibrationExample]:
-    """n seeded two-digit addition/subtraction questions with gold `\\boxed{}` answers."""
-    rng = random.Random(seed)
-    fmt = format_prompt or (lambda q: q)
-    examples = []
-    for _ in range(n):
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        if rng.random() < 0.5:
-            question, answer = f"What is {a} + {b}?", a + b
-        else:
-            a, b = max(a, b), min(a, b)
-            question, answer = f"What is {a} - {b}?", a - b
-        examples.append(CalibrationExample(fmt(question), f"\\boxed{{{answer}}}"))
-    return examples
-
-
-def pool_calibration(
-    pool_cfg: Any, n: int = DEFAULT_CALIBRATION_SIZE, seed: int = 0, format_prompt: Callable[[str], str] | None = None
-) -> list[CalibrationExample]:
-    """n queries sampled with `seed` from a configured pool (gold answer when it has one)."""
-    from dots.io.problems import load_pool
-
-    queries = list(load_pool(pool_cfg))
-    if not queries:
-        raise DotsError("the calibration pool is empty")
-    if len(queries) > n:
-        queries = random.Random(seed).sample(queries, n)
-    fmt = format_prompt or (lambda q: q)
-    return [CalibrationExample(fmt(q.question), q.answer if q.answer not in (None, "") else None) for q in queries]
-
-
-def calibration_set(
-    pool_cfg: Any | None,
-    n: int = DEFAULT_CALIBRATION_SIZE,
-    seed: int = 0,
-    format_prompt: Callable[[str], str] | None = None,
-) -> list[CalibrationExample]:
-    """From the pool when one is configured, else the built-in arithmetic set."""
-    if pool_cfg:
-        return pool_calibration(pool_cfg, n, seed, format_prompt)
-    log.warning("no pool configured: Fisher uses the built-in %d arithmetic calibration questions", n)
-    return builtin_calibration(n, seed, format_prompt)
 
 
 # --- computation ------------------------------------------------------------------------

@@ -15,10 +15,11 @@ from typing import Any, Mapping
 from dots.checks import check_choice, number_in, positive_int
 from dots.errors import DotsError
 from dots.options.typed import from_section
+from dots.registry import unknown
 from dots.vectors.forms import check_resident_form
 from dots.vectors.residency import check_synth_cache
 
-ENGINES = ("auto", "vllm", "hf")
+ENGINE_NAMES = ("auto", "vllm", "hf")
 # engine.dtype names → the torch dtype's attribute name ("auto": the checkpoint's own)
 DTYPES: dict[str, str] = {
     "auto": "auto",
@@ -70,8 +71,8 @@ class EngineOptions:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
-        if self.name not in ENGINES:
-            raise DotsError(f"unknown engine {self.name!r}; choose one of {', '.join(ENGINES)}")
+        if self.name not in ENGINE_NAMES:
+            raise unknown("engine", self.name, ENGINE_NAMES)
         put("synth_cache", check_synth_cache(str(self.synth_cache)))
         put("resident_form", check_resident_form(str(self.resident_form)))
         put("seed", positive_int(self.seed, "engine.seed", minimum=0))

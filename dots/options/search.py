@@ -24,6 +24,7 @@ from dots.options.selection import SelectionConfig
 from dots.options.study import SamplerOptions, StudyOptions, sampler_options, study_options
 from dots.options.typed import from_section
 from dots.plain import to_plain
+from dots.registry import unknown
 from dots.vectors.sparsify import SparsifyConfig
 
 PICKS = ("max_consistency", "knee")  # the pick rules of dots.search.pick.pareto
@@ -71,7 +72,7 @@ class TrackingOptions:
 
     def __post_init__(self) -> None:
         if self.name not in TRACKERS:
-            raise DotsError(f"tracking must be one of {', '.join(TRACKERS)}, got {self.name!r}")
+            raise unknown("tracking backend", self.name, TRACKERS)
         mode = self.settings.get("mode")
         if self.name == "wandb" and mode not in WANDB_MODES:
             raise DotsError(f"tracking.mode must be online, offline, disabled or null ($WANDB_MODE), got {mode!r}")

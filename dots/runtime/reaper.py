@@ -27,7 +27,7 @@ GRACE_S = 3.0  # vLLM's engine core outlived SIGTERM in tests: do not wait long 
 _started: dict[int, subprocess.Popen] = {}  # owner pid → its watcher
 
 
-def _stat(pid: int) -> tuple[int, str, int] | None:
+def process_stat(pid: int) -> tuple[int, str, int] | None:
     """(parent pid, state, start time in clock ticks) of a process, or None when it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -37,8 +37,9 @@ def _stat(pid: int) -> tuple[int, str, int] | None:
     return int(fields[1]), fields[0], int(fields[19])
 
 
-def _alive(pid: int, start: int) -> bool:
-    stat = _stat(pid)
+def still_running(pid: int, start: int) -> bool:
+    """Whether the process `pid` that started at `start` runs (a reused pid, a zombie or a gone one does not)."""
+    stat = process_stat(pid)
     return stat is not None and stat[2] == start and stat[1] not in ("Z", "X")
 
 
@@ -47,7 +48,7 @@ def _children() -> dict[int, list[int]]:
     tree: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            stat = _stat(int(entry))
+            stat = process_stat(int(entry))
             if stat is not None:
                 tree.setdefault(stat[0], []).append(int(entry))
     return tree
@@ -60,7 +61,7 @@ def descendants(pids: list[int]) -> dict[int, int]:
     todo = list(pids)
     while todo:
         for child in tree.get(todo.pop(), []):
-            stat = _stat(child)
+            stat = process_stat(child)
             if child not in found and stat is not None:
                 found[child] = stat[2]
                 todo.append(child)
@@ -69,7 +70,7 @@ def descendants(pids: list[int]) -> dict[int, int]:
 
 def _signal_all(processes: dict[int, int], sig: int) -> None:
     for pid, start in processes.items():
-        if _alive(pid, start):
+        if still_running(pid, start):
             try:
                 os.kill(pid, sig)
             except OSError:
@@ -79,24 +80,24 @@ def _signal_all(processes: dict[int, int], sig: int) -> None:
 def watch(owner: int, interval: float = INTERVAL_S, grace: float = GRACE_S) -> int:
     """Record `owner`'s descendants until it is gone, then end those still running; the number ended."""
     me = os.getpid()
-    stat = _stat(owner)
+    stat = process_stat(owner)
     if stat is None:
         return 0
     owner_start = stat[2]
     seen: dict[int, int] = {}
-    while _alive(owner, owner_start):
+    while still_running(owner, owner_start):
         seen.update(descendants([owner]))
         seen.pop(me, None)
         time.sleep(interval)
     # the owner is gone: its engine processes, and whatever they started since the last look
-    living = {pid: start for pid, start in seen.items() if _alive(pid, start)}
+    living = {pid: start for pid, start in seen.items() if still_running(pid, start)}
     living.update(descendants(list(living)))
     living.pop(me, None)
     if not living:
         return 0
     _signal_all(living, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p, s) for p, s in living.items()):
+    while time.monotonic() < deadline and any(still_running(p, s) for p, s in living.items()):
         time.sleep(0.1)
     _signal_all(living, signal.SIGKILL)
     return len(living)

@@ -37,15 +37,15 @@ log = logging.getLogger(__name__)
 
 MAX_LATEX_CHARS = 1000
 
-_helper = Helper()
-atexit.register(_helper.close)
+helper = Helper()  # the process that runs math-verify, restarted when a comparison hangs
+atexit.register(helper.close)
 
 
 @lru_cache(maxsize=100_000)
-def _math_verify(a: str, b: str) -> bool:
+def verified_equal(a: str, b: str) -> bool:
     """Cached helper-process comparison (arguments sorted by the caller: it is symmetric)."""
     try:
-        return _helper.equal(a, b, COMPARE_TIMEOUT_S)
+        return helper.equal(a, b, COMPARE_TIMEOUT_S)
     except RuntimeError as exc:  # the helper cannot start: string equality only
         log.warning("%s; answers compared as strings", exc)
         return False
@@ -63,7 +63,7 @@ def _equivalent(a: str, b: str) -> bool:
         return False
     if la == lb:
         return True
-    return _math_verify(*sorted((la, lb)))
+    return verified_equal(*sorted((la, lb)))
 
 
 def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:

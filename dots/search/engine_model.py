@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -19,6 +19,9 @@ from dots.io.align import Alignment
 from dots.options.search import BackboneOptions
 from dots.search.stages import Stage, run_stage
 from dots.vectors.cache import TaskVectors
+
+if TYPE_CHECKING:
+    from dots.engines.base import Engine
 
 log = logging.getLogger("dots.search")
 
@@ -89,7 +92,7 @@ def padded_source(alignment: Alignment, tv: TaskVectors, key: str) -> Iterator[t
         yield name, tensor
 
 
-def swap_original(engine: Any, alignment: Alignment, tv: TaskVectors, key: str) -> None:
+def swap_original(engine: Engine, alignment: Alignment, tv: TaskVectors, key: str) -> None:
     """Swap source `key` itself into the engine (selection.source=original). With added
     vocabulary the engine has the output's shapes: a source with as many rows is swapped
     as saved; one with fewer (a source that added no tokens) gets the output's added rows,
@@ -106,7 +109,9 @@ def swap_original(engine: Any, alignment: Alignment, tv: TaskVectors, key: str) 
         engine.swap_weights(padded_source(alignment, tv, key))
 
 
-def source_activation(engine: Any, source: str, alignment: Alignment, tv: TaskVectors) -> dict[str, Callable[[], None]]:
+def source_activation(
+    engine: Engine, source: str, alignment: Alignment, tv: TaskVectors
+) -> dict[str, Callable[[], None]]:
     """Per source, a function that puts it into the engine for the selection:
     the checkpoint itself (`source: original`) or θ0 + τ̃_i (`sparsified`)."""
     if source == "original":

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dots.engines.base import Engine
 from dots.io.align import Alignment
 from dots.io.problems import Query
 from dots.options.search import SearchOptions
@@ -38,7 +39,7 @@ class Run:
     queries: list[Query] = field(default_factory=list)
     prompts: dict[str, str] = field(default_factory=dict)
     tokenizer: Any = None
-    engine: Any = None
+    engine: Engine = field(init=False, repr=False)  # set by pipeline.run_in: a LazyEngine, started on first use
     results: RunResults = field(default_factory=RunResults)
     tracking: Tracking = field(default_factory=lambda: Tracking(None))  # tracking=none until opened
 

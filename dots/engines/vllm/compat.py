@@ -32,7 +32,8 @@ TESTED = ("0.27.0", "0.33")
 READ_ON = "0.20.0, 0.26.0, 0.27.1, 0.29.0, 0.32.0"  # releases whose source was read for each access below
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
+def version_tuple(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a release text, for comparing: "0.32.0+cpu" → (0, 32, 0), "0.33" → (0, 33)."""
     parts = []
     for piece in version.split("+")[0].split(".")[:3]:
         digits = "".join(c for c in piece if c.isdigit())
@@ -52,8 +53,8 @@ def in_tested_range(version: str) -> bool:
     scripts/vllm_versions.sh is testing the fast path on (`DOTS_VLLM_CANDIDATE`)."""
     if os.environ.get("DOTS_VLLM_CANDIDATE") == version:
         return True
-    lo, hi = (_version_tuple(v) for v in TESTED)
-    return lo <= _version_tuple(version) < hi
+    lo, hi = (version_tuple(v) for v in TESTED)
+    return lo <= version_tuple(version) < hi
 
 
 def supported_range() -> str:

@@ -6,7 +6,6 @@ here, and a `dots/conf/method/<name>.yaml`.
 
 from __future__ import annotations
 
-from dots.errors import DotsError
 from dots.merge.methods.dare import dare
 from dots.merge.methods.declare import Method
 from dots.merge.methods.dots_fixed import dots_fixed
@@ -15,20 +14,18 @@ from dots.merge.methods.ram import ram, ram_plus
 from dots.merge.methods.sar import sar
 from dots.merge.methods.task_arithmetic import task_arithmetic
 from dots.merge.methods.ties import ties
+from dots.registry import Registry
 
-METHODS: dict[str, Method] = {
-    method.name: method for method in (linear, task_arithmetic, ties, dare, ram, ram_plus, sar, dots_fixed)
-}
+METHODS: Registry[Method] = Registry("merge method")
+for _method in (linear, task_arithmetic, ties, dare, ram, ram_plus, sar, dots_fixed):
+    METHODS.register(_method.name, _method)
 
 
 def available_methods() -> list[str]:
     """The names of every merge method, sorted."""
-    return sorted(METHODS)
+    return METHODS.names()
 
 
 def get_method(name: str) -> Method:
     """The method called `name`; an unknown name is a one-line error listing the known ones."""
-    method = METHODS.get(str(name))
-    if method is None:
-        raise DotsError(f"unknown merge method {name!r} (known: {', '.join(sorted(METHODS))})")
-    return method
+    return METHODS.lookup(name)

@@ -95,7 +95,8 @@ def fisher_pass(
 ) -> SarStats:
     """First pass: compute (or reuse) the diagonal Fisher of A and B on the calibration queries
     (`calibration`: the configured pool, prompt template and device)."""
-    from dots.merge.fisher import FisherTable, calibration_set, default_fisher_root, fisher_for, resolve_device
+    from dots.merge.calibration import calibration_set
+    from dots.merge.fisher import FisherTable, default_fisher_root, fisher_for, resolve_device
 
     format_prompt = prompt_formatter(calibration.prompt, calibration.tokenizer)
     examples = calibration_set(

@@ -13,8 +13,13 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from dots.options.study import SamplerOptions, sampler_options
+from dots.registry import Registry
+
+# a sampler's builder: (its options, the seed, the number of workers) → the Optuna sampler
+SAMPLERS: Registry[Callable[[Mapping[str, Any], int, int], Any]] = Registry("sampler")
 
 
+@SAMPLERS.register("tpe")
 def _tpe(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     from optuna.samplers import TPESampler
 
@@ -26,6 +31,7 @@ def _tpe(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     )
 
 
+@SAMPLERS.register("gp")
 def _gp(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     from optuna.samplers import GPSampler
 
@@ -36,6 +42,7 @@ def _gp(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     )
 
 
+@SAMPLERS.register("nsga2")
 def _nsga2(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     from optuna.samplers import NSGAIISampler
 
@@ -49,18 +56,11 @@ def _nsga2(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     )
 
 
+@SAMPLERS.register("random")
 def _random(opts: Mapping[str, Any], seed: int, workers: int) -> Any:
     from optuna.samplers import RandomSampler
 
     return RandomSampler(seed=seed)
-
-
-SAMPLERS: dict[str, Callable[[Mapping[str, Any], int, int], Any]] = {
-    "tpe": _tpe,
-    "gp": _gp,
-    "nsga2": _nsga2,
-    "random": _random,
-}
 
 
 def build_sampler(options: SamplerOptions | Mapping[str, Any], seed: int, workers: int = 1) -> Any:
@@ -68,4 +68,4 @@ def build_sampler(options: SamplerOptions | Mapping[str, Any], seed: int, worker
     of them), seeded with `seed`; a mapping is checked into SamplerOptions first."""
     if not isinstance(options, SamplerOptions):
         options = sampler_options(options)
-    return SAMPLERS[options.name](options.settings, seed, workers)
+    return SAMPLERS.lookup(options.name)(options.settings, seed, workers)

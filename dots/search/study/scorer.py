@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from dots.options.study import StudyOptions
 from dots.scoring.grade import answer_labels, consistency_and_majority
@@ -16,6 +16,9 @@ from dots.scoring.perplexity import perplexity
 from dots.search.study.adaptive import sample_adaptively
 from dots.search.study.pruning import DEFAULT_BATCH
 from dots.vectors.coefficients import Coefficients
+
+if TYPE_CHECKING:
+    from dots.engines.base import Engine
 
 
 @dataclass
@@ -36,7 +39,7 @@ BLOCK_SEED = 1_000_003  # block b of a trial samples with seed + b·BLOCK_SEED (
 class Scorer:
     """Evaluates one λ on the live engine: swap → generate k → consistency; prompt NLL → PPL."""
 
-    def __init__(self, engine: Any, prompts: list[str], options: StudyOptions, tokenizer: Any = None):
+    def __init__(self, engine: Engine, prompts: list[str], options: StudyOptions, tokenizer: Any = None):
         self.engine = engine
         self.prompts = prompts
         self.k = options.k
@@ -121,9 +124,9 @@ class Scorer:
 class LazyEngine:
     """Starts the engine on first use, so a finished run resumes without loading a model."""
 
-    def __init__(self, factory: Callable[[], Any]):
+    def __init__(self, factory: Callable[[], Engine]):
         self._factory = factory
-        self._engine: Any = None
+        self._engine: Engine | None = None
 
     def __getattr__(self, name: str) -> Any:
         self.start()

@@ -17,27 +17,42 @@ import logging
 from typing import Any, Callable
 
 from dots.options.search import TrackingOptions
+from dots.registry import Registry
 from dots.search.study.tracking.base import FILES, Tracker, flat, trial_metrics
 
 log = logging.getLogger("dots.search")
+
+# a backend: its options (`tracking.*`) → its Tracker, unchecked (None: tracking=none); a backend's
+# package is imported only when it is chosen. Its names are the ones TrackingOptions accepts
+# (dots.options.search.TRACKERS; tests/test_registry.py checks they agree).
+TRACKERS: Registry[Callable[[dict], Tracker | None]] = Registry("tracking backend")
+
+
+@TRACKERS.register("none")
+def _no_tracker(options: dict) -> None:
+    return None
+
+
+@TRACKERS.register("mlflow")
+def _mlflow(options: dict) -> Tracker:
+    from dots.search.study.tracking.mlflow_tracker import MlflowTracker
+
+    return MlflowTracker(options)
+
+
+@TRACKERS.register("wandb")
+def _wandb(options: dict) -> Tracker:
+    from dots.search.study.tracking.wandb_tracker import WandbTracker
+
+    return WandbTracker(options)
 
 
 def open_tracking(options: TrackingOptions) -> Tracking:
     """The tracking of a search, checked: its package imported and its service reached (one line,
     exit 2, before anything is written)."""
-    if options.name == "none":
-        return Tracking(None)
-    settings = dict(options.settings)
-    tracker: Tracker
-    if options.name == "mlflow":
-        from dots.search.study.tracking.mlflow_tracker import MlflowTracker
-
-        tracker = MlflowTracker(settings)
-    else:
-        from dots.search.study.tracking.wandb_tracker import WandbTracker
-
-        tracker = WandbTracker(settings)
-    tracker.check()
+    tracker = TRACKERS.lookup(options.name)(dict(options.settings))
+    if tracker is not None:
+        tracker.check()
     return Tracking(tracker)
 
 
