@@ -39,13 +39,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from swap_latency import build, lambdas, make_engine  # noqa: E402
+from harness.results import append  # noqa: E402
+from swap_model import build, lambdas, make_engine  # noqa: E402
 
 import dots.vectors.synth  # noqa: E402
 from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
 
 LABELS = ("dots.vectors.synth.read", "dots.vectors.synth.combine", "dots.hf.copy", "dots.vllm.reload_weights")
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def profile_swaps(engine, lams: list[dict[str, float]], trace: Path | None) -> dict:
@@ -151,8 +151,7 @@ def main() -> None:
             f"Command: `{command}`. Machine: {machine}. Model: generated Qwen2.5-0.5B shapes "
             f"({args.layers} layers, bf16), τ̃ of two sources at density 0.3; λ: {lams}.\n\n"
         )
-        with RESULTS.open("a") as fh:
-            fh.write(head + "\n".join(sections))
+        append(head + "\n".join(sections))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,58 @@
+"""Timing: medians of timed runs after untimed warm-ups, and a command's wall time and peak RSS
+as GNU `time -v` (Debian package `time`) reports them."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+TIME = "/usr/bin/time"
+
+
+def require_time() -> None:
+    """Stop with a one-line message when GNU time is missing."""
+    if not Path(TIME).exists():
+        raise SystemExit(f"{TIME} is missing: apt-get install time")
+
+
+def parse_time_v(text: str) -> tuple[float, float]:
+    """(wall seconds, peak RSS in GiB) from GNU time -v output."""
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
+    if rss is None or wall is None:
+        raise ValueError("no GNU time -v report in the output")
+    seconds = 0.0
+    for part in wall.group(1).split(":"):
+        seconds = seconds * 60 + float(part)
+    return seconds, int(rss.group(1)) / 2**20
+
+
+def seconds(call: Callable[[], object]) -> float:
+    """Wall seconds of one call (the host clock: a device's queued work is not waited for)."""
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def timed_runs(call: Callable[[], object], runs: int, warmup: int = 0) -> list[float]:
+    """Seconds of `runs` calls after `warmup` untimed ones (first touches of fresh buffers)."""
+    for _ in range(warmup):
+        call()
+    return [seconds(call) for _ in range(runs)]
+
+
+def median_or(values: Sequence[float], fmt: str = "{:.3f}", empty: str = "—") -> str:
+    """The median of `values` formatted, or `empty` when there are none."""
+    return fmt.format(statistics.median(values)) if values else empty
+
+
+def time_command(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> tuple[float, float]:
+    """(wall seconds, peak RSS in GiB) of `cmd` run under GNU time -v; stops when it fails."""
+    proc = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True, env=env, cwd=cwd)
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{proc.stderr[-3000:]}")
+    return parse_time_v(proc.stderr)
