@@ -166,7 +166,7 @@ def forms_table(base: Path, tv, lams, args) -> None:
     merged = sum(ckpt.info(n).nbytes for n in tv.names)
     taus = tau_bytes_per_form(tv)
     memory = memory_gbps(5)
-    print(f"memory copy bandwidth (machine_limits.memory_gbps, median of 5): {memory:.1f} GB/s", flush=True)
+    print(f"memory copy bandwidth (harness.floors.memory_gbps, median of 5): {memory:.1f} GB/s", flush=True)
     rows = []
     for kind in args.engines:
         rows += measure_forms(kind, base, tv, lams, args)

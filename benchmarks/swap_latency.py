@@ -37,7 +37,7 @@ reported apart.
 `--engines`, a fresh engine started with τ̃ resident in it (start time; vLLM: its worker's peak
 RSS and its own split of each swap, writing vs post-load processing), medians of `--repeats`
 swaps, each against its memory-traffic floor (θ0 read + τ̃ read in that form + the parameters
-written, over the memory bandwidth `machine_limits.memory_gbps` measures in the same run), with
+written, over the memory bandwidth `harness.floors.memory_gbps` measures in the same run), with
 the resident bytes; one plain start (no τ̃) beside them. `--classes` adds the synthesis alone
 per tensor class:
 
@@ -47,8 +47,8 @@ per tensor class:
 The table also gives the τ̃ cache's size (compact since cache version 2: θ_i's values at the
 mask plus a bitmask or positions; dense float32 τ⊙M before) and the memory-traffic floor of
 one synthesis: the bytes it must move — θ0 read, τ̃ read, the output written — over this
-machine's memory-copy bandwidth (`machine_limits.memory_gbps`); with `synth_cache=disk`, the
-same plus θ0 and τ̃ read from the page cache at its measured rate (`machine_limits.read_seconds`).
+machine's memory-copy bandwidth (`harness.floors.memory_gbps`); with `synth_cache=disk`, the
+same plus θ0 and τ̃ read from the page cache at its measured rate (`harness.floors.read_seconds`).
 Both for the compact τ̃ and for the dense float32 τ̃ of cache version 1 (4 bytes per parameter).
 """
 
@@ -232,3 +232,7 @@ def main() -> None:
         runs_txt = ", ".join(f"{r:.3f}" for r in runs) if runs else ""
         ratio_txt = f"{ratio:.0f}×" if ratio else ""
         print(f"| {name} | {value:.3f} | {ratio_txt} | {runs_txt} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -32,6 +32,11 @@ def proc_gib(pid: int | str, field: str) -> float:
     return kb / 2**20 if kb else float("nan")
 
 
+def own_rss_gib() -> float:
+    """This process's resident set size (VmRSS) in GiB."""
+    return status_kb("self", "VmRSS") / 2**20
+
+
 def reset_peak() -> None:
     """Start this process's VmHWM afresh (Linux ≥ 4.0: writing 5 to clear_refs)."""
     try:
@@ -140,7 +145,7 @@ def start_watchdog(min_available_gib: float) -> None:
             if mem_available_gib() < min_available_gib:
                 print(
                     f"stopped by the memory guard: MemAvailable < {min_available_gib:g} GiB "
-                    f"(this process: {status_kb('self', 'VmRSS') / 2**20:.1f} GiB)",
+                    f"(this process: {own_rss_gib():.1f} GiB)",
                     flush=True,
                 )
                 os._exit(3)
