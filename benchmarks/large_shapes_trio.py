@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.checkpoints import generate as generate_trio
-from harness.memory import mem_available_gib, run_guarded
+from harness.memory import mem_available_gib, time_guarded
 from harness.results import REPO
-from harness.timing import TIME, parse_time_v
 
 SOURCES = ("sft", "rlvr")
 
@@ -67,10 +66,7 @@ def guarded(cmd: list[str], args: argparse.Namespace, env: dict[str, str], cwd: 
     """One command under GNU time and the memory guard: wall, peak RSS, peak anon sum, load, failure."""
     load = os.getloadavg()[0]
     available = mem_available_gib()
-    proc = run_guarded(
-        [TIME, "-v", *cmd], env=env, cwd=cwd, limit_gib=args.mem_limit_gib, min_available_gib=args.min_available_gib
-    )
-    wall, rss = parse_time_v(proc.stderr) if "Maximum resident set size" in proc.stderr else (float("nan"),) * 2
+    proc, wall, rss = time_guarded(cmd, env, cwd, args.mem_limit_gib, args.min_available_gib)
     failed = proc.stopped or ("" if proc.returncode == 0 else f"exit code {proc.returncode}")
     if failed:
         print(f"FAILED ({failed}): {shlex.join(cmd)}\n{proc.stderr[-2500:]}", flush=True)

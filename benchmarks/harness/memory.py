@@ -151,3 +151,16 @@ def start_watchdog(min_available_gib: float) -> None:
                 os._exit(3)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def time_guarded(
+    cmd: list[str], env: dict[str, str], cwd: Path, limit_gib: float | None, min_available_gib: float | None
+) -> tuple[Guarded, float, float]:
+    """`cmd` under GNU time -v and the memory guard: (what the guard saw, wall seconds, peak RSS in
+    GiB); the last two NaN when GNU time did not report (the command never started)."""
+    from harness.timing import TIME, parse_time_v
+
+    proc = run_guarded([TIME, "-v", *cmd], env=env, cwd=cwd, limit_gib=limit_gib, min_available_gib=min_available_gib)
+    if "Maximum resident set size" not in proc.stderr:
+        return proc, float("nan"), float("nan")
+    return proc, *parse_time_v(proc.stderr)
