@@ -38,6 +38,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from prune_stop_engine import SynthEngine  # noqa: E402
+
 from dots.search.pick.pareto import Point, pareto_front, pick  # noqa: E402
 from dots.search.study.pruning import is_bound_pruned  # noqa: E402
 from dots.search.study.stopping import relative_gain  # noqa: E402
@@ -137,8 +139,8 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
     import os
 
     import optuna
+    from lab_samplers_lab import Lab, search_cfg
 
-    from benchmarks.lab_samplers import Lab, search_cfg
     from dots.search.study.scorer import Scorer
     from dots.search.study.trials import open_storage, open_study, run_study
 
@@ -164,39 +166,6 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
             compare(dirs[0], dirs[1], "max_consistency")
             print()
             stop([dirs[0]], [5, 10], [0.001, 0.01], "max_consistency")
-
-
-class SynthEngine:
-    """The Engine protocol without a model (for `simulate`): answers and NLL are functions of λ."""
-
-    def __init__(self, ppl_center: tuple[float, float]):
-        self.lam: dict = {}
-        self.center = ppl_center
-
-    def swap_coefficients(self, coefficients: Any) -> None:
-        self.lam = dict(coefficients)
-
-    def prompt_nll(self, texts: Any) -> list:
-        from dots.scoring.perplexity import PromptNLL
-
-        a, b = self.lam["a"], self.lam["b"]
-        nll = 1.0 + (a - self.center[0]) ** 2 + 0.5 * (b - self.center[1]) ** 2
-        return [PromptNLL(5 * nll, 5) for _ in texts]
-
-    def generate(self, prompts: Any, n: int, temperature: float, top_p: float, max_tokens: int, seed: int) -> list:
-        import hashlib
-        import random
-
-        a, b = self.lam["a"], self.lam["b"]
-        out = []
-        for prompt in prompts:
-            d = int(prompt.split()[1])
-            right = max(0.05, min(0.98, 0.95 - 0.3 * ((a - 1.2) ** 2 + (b - 1.0) ** 2) - 0.01 * (d % 30)))
-            rng = random.Random(hashlib.sha256(f"{prompt}|{seed}|{a:.12f}|{b:.12f}".encode()).digest())
-            out.append(
-                [f"\\boxed{{{d}}}" if rng.random() < right else f"\\boxed{{{rng.randint(0, 3)}}}" for _ in range(n)]
-            )
-        return out
 
 
 def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool, batch: int = 16) -> None:
