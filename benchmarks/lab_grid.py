@@ -23,11 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's dots, not an installed one
 
 import torch  # noqa: E402
+from harness.floors import torch_threads  # noqa: E402
 
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.lab import ensure_trio  # noqa: E402
 from dots.lab import tasks as T  # noqa: E402
-from dots.lab.build import _threads  # noqa: E402
 from dots.lab.config import load_config  # noqa: E402
 from dots.lab.sampling import LocalEngine  # noqa: E402
 from dots.lab.score import accuracy  # noqa: E402
@@ -118,7 +118,7 @@ def main() -> None:
         "grid_problems": len(grid_problems),
         "samples": args.samples,
     }
-    with _threads(args.threads or cfg.threads):
+    with torch_threads(args.threads or cfg.threads):
         theta0, sft, rl = (load_fp32(paths[k]) for k in ("base", "sft", "rlvr"))
         tau = {"sft": {n: sft[n] - theta0[n] for n in theta0}, "rlvr": {n: rl[n] - theta0[n] for n in theta0}}
         result["facts"] = vector_facts(tau["sft"], tau["rlvr"], args.density)

