@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.checkpoints import BLOCK, Noise, Shape, add_noise, base_tensor, model_shapes, write_checkpoint  # noqa: E402
 from harness.results import append, rss_ratio, section  # noqa: E402
-from harness.timing import require_time, time_command  # noqa: E402
+from harness.timing import per_size, require_time, time_command  # noqa: E402
 
 from dots.io.safetensors import TensorInfo  # noqa: E402
 
@@ -118,20 +117,15 @@ def main() -> None:
     parser.add_argument("--date", default=None)
     args = parser.parse_args()
     require_time()
-    rows = []
-    try:
-        for size in args.sizes:
-            root = args.root / f"{size:g}gb"
-            shutil.rmtree(root, ignore_errors=True)
-            print(f"generating a {size:g} GB trio under {root}", flush=True)
-            info = generate(root, size)
-            print(f"  {info}", flush=True)
-            results = measure(root, args.runs)
-            walls, rss = [r[0] for r in results], [r[1] for r in results]
-            rows.append((size, info, statistics.median(walls), statistics.median(rss), min(rss), max(rss)))
-            shutil.rmtree(root, ignore_errors=True)
-    finally:
-        shutil.rmtree(args.root, ignore_errors=True)
+
+    def run_size(size: float, root: Path) -> tuple[dict, list[tuple[float, float]]]:
+        shutil.rmtree(root, ignore_errors=True)
+        print(f"generating a {size:g} GB trio under {root}", flush=True)
+        info = generate(root, size)
+        print(f"  {info}", flush=True)
+        return info, measure(root, args.runs)
+
+    rows = per_size(args.sizes, args.root, run_size)
     lines = [
         "| trio (each of base, sft, rlvr; fp32) | shapes | wall (s) | peak RSS (GiB) | RSS min–max |",
         "|---|---|---|---|---|",

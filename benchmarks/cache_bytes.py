@@ -35,8 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.checkpoints import generate  # noqa: E402
 from harness.results import cpu_machine, report  # noqa: E402
+from harness.trio import generate  # noqa: E402
 
 QWEN7B_PARAMS = 7.6e9  # backbone=qwen7b (Qwen2.5-7B): 7.62 B parameters
 GB = 1e9

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.checkpoints import generate as generate_trio
 from harness.memory import mem_available_gib, time_guarded
 from harness.results import REPO
+from harness.trio import generate as generate_trio
 
 SOURCES = ("sft", "rlvr")
 

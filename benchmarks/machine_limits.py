@@ -33,10 +33,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.checkpoints import generate
 from harness.floors import GB, drop_caches, memory_gbps, read_seconds, write_seconds
 from harness.results import REPO, cpu_machine, report
 from harness.timing import TIME, parse_time_v
+from harness.trio import generate
 
 
 def merge_args(method: str, root: Path, out: Path) -> list[str]:

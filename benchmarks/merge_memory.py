@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-from harness.results import REPO, append, rss_ratio, section
-from harness.timing import require_time, time_command
+from harness.results import append, rss_ratio, section
+from harness.timing import per_size, require_time, time_command
+from harness.trio import generate
 
 
 def merge_command(root: Path, out: Path) -> list[str]:
@@ -61,29 +60,21 @@ def main() -> None:
     parser.add_argument("--date", default=None)
     args = parser.parse_args()
     require_time()
-    rows = []
-    try:
-        for size in args.sizes:
-            root = args.root / f"{size:g}gb"
-            print(f"generating {size:g} GB checkpoints under {root}", flush=True)
-            generator = str(REPO / "benchmarks" / "gen_checkpoints.py")
-            subprocess.run([sys.executable, generator, "--size-gb", str(size), "--out", str(root)], check=True)
-            results = measure(root, args.runs)
-            walls, rss = [r[0] for r in results], [r[1] for r in results]
-            rows.append((size, statistics.median(walls), statistics.median(rss), min(rss), max(rss)))
-            if not args.keep:
-                shutil.rmtree(root, ignore_errors=True)
-    finally:
-        if not args.keep:
-            shutil.rmtree(args.root, ignore_errors=True)
+
+    def run_size(size: float, root: Path) -> tuple[None, list[tuple[float, float]]]:
+        print(f"generating {size:g} GB checkpoints under {root}", flush=True)
+        generate(root, "--size-gb", str(size))
+        return None, measure(root, args.runs)
+
+    rows = per_size(args.sizes, args.root, run_size, args.keep)
     lines = [
         "| checkpoint size (each of base + 2 sources, fp32) | median wall (s) | median peak RSS (GiB) | RSS min–max |",
         "|---|---|---|---|",
     ]
-    for size, wall, rss, lo, hi in rows:
+    for size, _, wall, rss, lo, hi in rows:
         lines.append(f"| {size:g} GB | {wall:.1f} | {rss:.2f} | {lo:.2f}–{hi:.2f} |")
     print("\n".join(lines))
-    ratio = rss_ratio(args.sizes, [row[2] for row in rows])
+    ratio = rss_ratio(args.sizes, [row[3] for row in rows])
     if args.record:
         sizes = " ".join(f"{s:g}" for s in args.sizes)
         body = [

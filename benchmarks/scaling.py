@@ -27,9 +27,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness.checkpoints import generate
 from harness.results import REPO, report
 from harness.timing import time_command
+from harness.trio import generate
 
 FIGURE = REPO / "docs" / "figures" / "scaling.png"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness.checkpoints import generate as generate_trio
 from harness.memory import time_guarded
+from harness.trio import generate as generate_trio
 
 SIZES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3b", "7b": "qwen2.5-7b", "70b": "llama3-70b"}
 

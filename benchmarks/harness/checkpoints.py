@@ -7,8 +7,6 @@ says what each shape and noise is."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -269,10 +267,3 @@ def write_checkpoint(
         for file_name, text in files.items():
             writer.add_file(file_name, text)
         return writer.commit()
-
-
-def generate(out: Path, *options: str) -> None:
-    """Run benchmarks/gen_checkpoints.py with `options` into `out`, in a process of its own (so its
-    memory never counts in the measuring process)."""
-    script = Path(__file__).resolve().parents[1] / "gen_checkpoints.py"
-    subprocess.run([sys.executable, str(script), *options, "--out", str(out)], check=True)

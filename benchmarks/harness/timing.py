@@ -4,11 +4,12 @@ as GNU `time -v` (Debian package `time`) reports them."""
 from __future__ import annotations
 
 import re
+import shutil
 import statistics
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 TIME = "/usr/bin/time"
 
@@ -56,3 +57,27 @@ def time_command(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> t
     if proc.returncode != 0:
         raise SystemExit(f"{what} failed:\n{proc.stderr[-3000:]}")
     return parse_time_v(proc.stderr)
+
+
+def per_size(
+    sizes: Sequence[float],
+    root: Path,
+    run_size: Callable[[float, Path], tuple[Any, list[tuple[float, float]]]],
+    keep: bool = False,
+) -> list[tuple[float, Any, float, float, float, float]]:
+    """`run_size(size, root/<size>gb)` for each size — it generates what it measures there and
+    returns (facts, [(wall s, peak RSS GiB) per run]) — as rows (size, facts, median wall,
+    median RSS, min RSS, max RSS); the generated files are deleted as it goes unless `keep`."""
+    rows = []
+    try:
+        for size in sizes:
+            where = root / f"{size:g}gb"
+            facts, runs = run_size(size, where)
+            walls, rss = [r[0] for r in runs], [r[1] for r in runs]
+            rows.append((size, facts, statistics.median(walls), statistics.median(rss), min(rss), max(rss)))
+            if not keep:
+                shutil.rmtree(where, ignore_errors=True)
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return rows
