@@ -2,7 +2,7 @@
 dots shows here, not when someone next runs it), none is over 300 lines, and every script that
 defines `main` runs it when started.
 
-The imports run in one subprocess with benchmarks/ first on sys.path, as `python benchmarks/X.py`
+The imports run in one subprocess with benchmarks/ first on sys.path, as `python benchmarks/<name>.py`
 has it, so that the benchmarks' top-level module names (`harness`, `swap_model`, ...) never
 enter this process.
 """

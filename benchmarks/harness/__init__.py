@@ -8,6 +8,6 @@
 - `floors`: this machine's memory and disk rates, and the memory-traffic floor of a pass;
 - `results`: Markdown sections appended to benchmarks/RESULTS.md, JSON written, the machine named.
 
-Run a benchmark as a script (`python benchmarks/NAME.py`): its directory is then on sys.path,
+Run a benchmark as a script (`python benchmarks/<name>.py`): its directory is then on sys.path,
 so `import harness` finds this package.
 """
