@@ -83,3 +83,13 @@ def test_every_script_with_a_main_runs_it():
         if defines_main and not guarded:
             silent.append(name)
     assert silent == []
+
+
+def test_the_graders_worker_imports_with_the_standard_library_alone():
+    """graders_vs_peers.py runs as `--worker` inside the peers' venvs, which hold neither dots nor torch."""
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import graders_vs_peers"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(BENCHMARKS)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
