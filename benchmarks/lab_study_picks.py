@@ -135,10 +135,6 @@ def fmt_ci(diffs: Sequence[float]) -> str:
     return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
-def med(values: Sequence[float], f: str = "{:.3f}") -> str:
-    return f.format(statistics.median(values)) if values else "—"
-
-
 def paired(labs: dict[int, dict], a: tuple[str, str], b: tuple[str, str]) -> list[float]:
     """gt(b) − gt(a) over the (lab, seed) runs both have; a, b = (config, rule or 'stop')."""
     diffs = []

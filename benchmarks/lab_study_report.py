@@ -11,7 +11,8 @@ import statistics
 from typing import Sequence
 
 from harness.results import write_json
-from lab_study_picks import RULES, best_source, fmt_ci, front_of, med, paired, pick_by
+from harness.timing import median_or
+from lab_study_picks import RULES, best_source, fmt_ci, front_of, paired, pick_by
 from lab_study_runs import CONFIGS, root
 from lab_study_truth import lab_report, plot_signals
 
@@ -50,8 +51,8 @@ def front_rows(reps: dict[int, dict]) -> list[str]:
         high = [r for r in runs if r not in low]
         share = statistics.mean(r["front_low"] for r in runs) if runs else 0.0
         md.append(
-            f"| {lab} | {share:.0%} | {len(low)}/{len(runs)} | {med([r['max_consistency']['gt'] for r in low])} "
-            f"| {med([r['max_consistency']['gt'] for r in high])} |"
+            f"| {lab} | {share:.0%} | {len(low)}/{len(runs)} | {median_or([r['max_consistency']['gt'] for r in low])} "
+            f"| {median_or([r['max_consistency']['gt'] for r in high])} |"
         )
     return md
 
@@ -71,12 +72,12 @@ def cost_rows(reps: dict[int, dict]) -> list[str]:
         wins = sum(r["max_consistency"]["gt"] > best_source(rep) for rep, r in rows)
         stop_wins = sum(r["stop"]["gt"] > best_source(rep) for rep, r in rows)
         md.append(
-            f"| {cfg} | {n} | {med([r['tokens'] for _, r in rows], '{:,.0f}')} "
-            f"| {med([r['fixed']['trials'] for _, r in rows], '{:.0f}')} "
-            f"| {med([r['fixed']['tokens'] for _, r in rows], '{:,.0f}')} | {wins}/{n} "
+            f"| {cfg} | {n} | {median_or([r['tokens'] for _, r in rows], '{:,.0f}')} "
+            f"| {median_or([r['fixed']['trials'] for _, r in rows], '{:.0f}')} "
+            f"| {median_or([r['fixed']['tokens'] for _, r in rows], '{:,.0f}')} | {wins}/{n} "
             f"| {fmt_ci(paired(reps, base, (cfg, 'max_consistency')))} "
-            f"| {med([r['stop']['trials'] for _, r in rows], '{:.0f}')} "
-            f"| {med([r['stop']['tokens'] for _, r in rows], '{:,.0f}')} | {stop_wins}/{n} "
+            f"| {median_or([r['stop']['trials'] for _, r in rows], '{:.0f}')} "
+            f"| {median_or([r['stop']['tokens'] for _, r in rows], '{:,.0f}')} | {stop_wins}/{n} "
             f"| {fmt_ci(paired(reps, base, (cfg, 'stop')))} "
             f"| {fmt_ci(paired(reps, (cfg, 'max_consistency'), (cfg, 'stop')))} |"
         )
@@ -145,8 +146,9 @@ def projection_rows(reps: dict[int, dict]) -> list[str]:
             for r, f in zip(rows, fired)
         ]
         md.append(
-            f"| {cfg} | {len(rows)} | {sum(fired)}/{len(rows)} | {med([r['stop']['trials'] for r in rows], '{:.0f}')} "
-            f"| {med(without, '{:.1f}')} | {med(with_stop, '{:.1f}')} "
+            f"| {cfg} | {len(rows)} | {sum(fired)}/{len(rows)} "
+            f"| {median_or([r['stop']['trials'] for r in rows], '{:.0f}')} "
+            f"| {median_or(without, '{:.1f}')} | {median_or(with_stop, '{:.1f}')} "
             f"| {statistics.median(with_stop) / PAPER_GPU_HOURS:.2f} |"
         )
     return md
@@ -171,7 +173,7 @@ def remedy_rows(reps: dict[int, dict]) -> list[str]:
                 continue
             wins = sum(r[rule]["gt"] > best_source(rep) for r in rows)
             labs_ok += 3 * wins >= 2 * len(rows)
-            cells.append(f"{med([r[rule]['gt'] for r in rows])} ({wins}/{len(rows)})")
+            cells.append(f"{median_or([r[rule]['gt'] for r in rows])} ({wins}/{len(rows)})")
             vs_grid += [r[rule]["gt"] - rep["best_grid"] for r in rows]
             vs_merge += [r[rule]["gt"] - rep["best_merge"] for r in rows]
         paired_diff = fmt_ci(paired(reps, ("tpe", "max_consistency"), (cfg, rule)))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import torch
-from harness.floors import GB, memory_gbps, read_seconds
+from harness.floors import GB, memory_gbps, read_seconds, traffic_floor_s
 from harness.memory import proc_gib
 from swap_model import lambdas, make_engine
 
@@ -46,7 +46,7 @@ def floors(base: Path, tv) -> list[tuple[str, float, None, None]]:
         rows.append(
             (
                 f"floor, τ̃ in memory, {label}: {traffic / GB:.2f} GB moved at {memory:.1f} GB/s",
-                traffic / GB / memory,
+                traffic_floor_s(traffic, memory),
                 None,
                 None,
             )
@@ -54,7 +54,7 @@ def floors(base: Path, tv) -> list[tuple[str, float, None, None]]:
         rows.append(
             (
                 f"floor, τ̃ from the cache, {label}: + {(theta0 + tau) / GB:.2f} GB read at {warm_read:.1f} GB/s",
-                traffic / GB / memory + (theta0 + tau) / GB / warm_read,
+                traffic_floor_s(traffic, memory) + traffic_floor_s(theta0 + tau, warm_read),
                 None,
                 None,
             )
@@ -191,12 +191,12 @@ def forms_table(base: Path, tv, lams, args) -> None:
             continue
         form = r["form"].split(" ")[0]
         traffic = 2 * merged + taus[form]  # θ0 read + τ̃ read + the parameters written
-        floor = traffic / GB / memory
+        floor = traffic_floor_s(traffic, memory)
         swap = statistics.median(r["swap"])
         split = f"{r['write']:.3f} / {r['after']:.3f}" if "write" in r else ""
         own = ""
         if "write" in r and r.get("threads") in worker_gbps:
-            own = f"{r['write'] / (traffic / GB / worker_gbps[r['threads']]):.1f}× ({r['threads']} thread)"
+            own = f"{r['write'] / traffic_floor_s(traffic, worker_gbps[r['threads']]):.1f}× ({r['threads']} thread)"
         print(
             f"| {r['form']} | {r['engine']} | {swap:.3f} | {floor:.3f} | {swap / floor:.1f}× | {split} | {own} | "
             f"{r['held'] / GB:.3f} | {r['setup']:.1f} | {gib(r['peak'])} | {', '.join(f'{x:.3f}' for x in r['swap'])} |"

@@ -39,11 +39,12 @@ def seconds(call: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def timed_runs(call: Callable[[], object], runs: int, warmup: int = 0) -> list[float]:
-    """Seconds of `runs` calls after `warmup` untimed ones (first touches of fresh buffers)."""
-    for _ in range(warmup):
-        call()
-    return [seconds(call) for _ in range(runs)]
+def timed_each(call: Callable[[Any], object], items: Sequence[Any], warmup: Sequence[Any] = ()) -> list[float]:
+    """Seconds of `call(item)` for each item, after an untimed `call(w)` for each of `warmup` (first
+    touches of fresh buffers, the file cache: paid once per run, not per call)."""
+    for item in warmup:
+        call(item)
+    return [seconds(lambda item=item: call(item)) for item in items]
 
 
 def median_or(values: Sequence[float], fmt: str = "{:.3f}", empty: str = "—") -> str:
