@@ -95,8 +95,8 @@ def patch_synthesis(timer: StreamTimer) -> None:
     def synthesize(*a, **kw):
         return timer.wrap(ORIGINAL["synthesize"](*a, **kw))
 
-    def resident(self, coefficients):
-        return timer.wrap(ORIGINAL["resident"](self, coefficients))
+    def resident(self, coefficients, **options):  # options: `into` (the transformers engine's live tensors)
+        return timer.wrap(ORIGINAL["resident"](self, coefficients, **options))
 
     synth.synthesize = synthesize
     synth.ResidentSynthesizer.__call__ = resident  # type: ignore[method-assign]
