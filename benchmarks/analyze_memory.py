@@ -15,14 +15,11 @@ the analysis streams row chunks and does not hold whole tensors. Runs the CLI un
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import re
 import shutil
-import statistics
-import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -30,60 +27,33 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness.checkpoints import BLOCK, Noise, Shape, add_noise, base_tensor, model_shapes, write_checkpoint  # noqa: E402
+from harness.results import append, rss_ratio, section  # noqa: E402
+from harness.timing import per_size, require_time, time_command  # noqa: E402
+
 from dots.io.safetensors import TensorInfo  # noqa: E402
-from dots.io.writer import CheckpointWriter  # noqa: E402
-from dots.keys import name_seed  # noqa: E402
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from gen_checkpoints import Shape, layer_shapes  # noqa: E402
-
-TIME = "/usr/bin/time"
 VOCAB = 151936
 FAMILIES = {  # hidden, heads, kv heads, MLP width (Qwen2-0.5B and Qwen2-1.5B)
     "0.5b": (896, 14, 2, 4864),
     "1.5b": (1536, 12, 2, 8960),
 }
-SOURCES = {"sft": (1, 1e-3, 1.0), "rlvr": (2, 1e-4, 0.05)}  # seed, noise scale, density
-ROW_BLOCK = 1 << 22  # entries generated at a time
+SOURCES = {"sft": Noise(1, 1e-3, 1.0, block=BLOCK), "rlvr": Noise(2, 1e-4, 0.05, block=BLOCK)}
 
 
 def shapes_for(size_gb: float) -> tuple[str, dict[str, tuple[int, ...]]]:
+    """The family (by size) and the tensor shapes, untied LM head, depth set by `size_gb`."""
     family = "0.5b" if size_gb < 4 else "1.5b"
     hidden, heads, kv_heads, mlp = FAMILIES[family]
-    shape = Shape(hidden, heads, kv_heads, mlp, None)
-    layer = lambda i: layer_shapes(i, shape)  # noqa: E731
-
+    shape = replace(Shape(hidden, heads, kv_heads, mlp, None), tied=False)
     fixed = 2 * VOCAB * hidden * 4 + hidden * 4
-    per_layer = sum(torch.Size(s).numel() for s in layer(0).values()) * 4
+    per_layer = sum(torch.Size(s).numel() for n, s in model_shapes(1, shape).items() if ".layers." in n) * 4
     layers = max(1, round((size_gb * 1e9 - fixed) / per_layer))
-    shapes = {"model.embed_tokens.weight": (VOCAB, hidden)}
-    for i in range(layers):
-        shapes.update(layer(i))
-    shapes["model.norm.weight"] = (hidden,)
-    shapes["lm_head.weight"] = (VOCAB, hidden)
-    return family, shapes
-
-
-def tensor(name: str, shape: tuple[int, ...], source: str | None) -> torch.Tensor:
-    """Base values, plus (for a source) its seeded noise on a seeded density mask."""
-    gen = torch.Generator().manual_seed(name_seed(name, 0))
-    t = torch.randn(shape, generator=gen).mul_(0.02)
-    if len(shape) == 1:
-        t.add_(1.0)
-    if source is not None:
-        seed, scale, density = SOURCES[source]
-        gen = torch.Generator().manual_seed(name_seed(name, seed))
-        flat = t.view(-1)
-        for start in range(0, flat.numel(), ROW_BLOCK):
-            block = flat[start : start + ROW_BLOCK]
-            noise = torch.randn(block.shape, generator=gen).mul_(scale)
-            if density < 1:
-                noise.mul_(torch.rand(block.shape, generator=gen) < density)
-            block.add_(noise)
-    return t
+    return family, model_shapes(layers, shape)
 
 
 def generate(root: Path, size_gb: float) -> dict:
+    """base/, sft/ (dense noise) and rlvr/ (5% sparse, 10× smaller noise) under `root`."""
     family, shapes = shapes_for(size_gb)
     hidden = FAMILIES[family][0]
     config = {
@@ -95,25 +65,17 @@ def generate(root: Path, size_gb: float) -> dict:
         "tie_word_embeddings": False,
         "torch_dtype": "float32",
     }
-    plan = {n: TensorInfo(s, torch.float32) for n, s in shapes.items()}
     for role in ("base", *SOURCES):
-        with CheckpointWriter(root / role, plan, max_shard_bytes=4 * 2**30) as writer:
-            for name, shape in shapes.items():
-                writer.write(name, tensor(name, shape, None if role == "base" else role))
-            writer.add_file("config.json", json.dumps(config))
-            writer.commit()
+        noise = SOURCES.get(role)
+
+        def tensor(name: str, dims: tuple[int, ...], noise: Noise | None = noise) -> torch.Tensor:
+            base = base_tensor(name, dims)
+            return base if noise is None else add_noise(base, name, noise)
+
+        files = {"config.json": json.dumps(config)}
+        write_checkpoint(root / role, shapes, torch.float32, tensor, files, max_shard_bytes=4 * 2**30)
     total = sum(TensorInfo(s, torch.float32).nbytes for s in shapes.values())
     return {"family": family, "layers": config["num_hidden_layers"], "bytes": total, "hidden": hidden}
-
-
-def parse_time_v(text: str) -> tuple[float, float]:
-    """(wall seconds, peak RSS in GiB) from GNU time -v output."""
-    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text).group(1)
-    seconds = 0.0
-    for part in wall.split(":"):
-        seconds = seconds * 60 + float(part)
-    return seconds, rss_kb / 2**20
 
 
 def analyze_command(root: Path, out: Path) -> list[str]:
@@ -136,12 +98,7 @@ def measure(root: Path, runs: int) -> list[tuple[float, float]]:
     results = []
     for i in range(runs):
         out = root / "analysis"
-        proc = subprocess.run(
-            [TIME, "-v", *analyze_command(root, out)], capture_output=True, text=True, env=env, cwd=REPO
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"analyze failed:\n{proc.stderr[-3000:]}")
-        wall, rss = parse_time_v(proc.stderr)
+        wall, rss = time_command(analyze_command(root, out), env, REPO, "analyze")
         print(f"  run {i + 1}: wall {wall:.1f} s, peak RSS {rss:.3f} GiB", flush=True)
         results.append((wall, rss))
         summary = json.loads((out / "analysis.json").read_text())["summary"]
@@ -159,22 +116,16 @@ def main() -> None:
     parser.add_argument("--machine", default="2 CPU cores, 24 GiB RAM (shared with other jobs)")
     parser.add_argument("--date", default=None)
     args = parser.parse_args()
-    if not Path(TIME).exists():
-        raise SystemExit(f"{TIME} is missing: apt-get install time")
-    rows = []
-    try:
-        for size in args.sizes:
-            root = args.root / f"{size:g}gb"
-            shutil.rmtree(root, ignore_errors=True)
-            print(f"generating a {size:g} GB trio under {root}", flush=True)
-            info = generate(root, size)
-            print(f"  {info}", flush=True)
-            results = measure(root, args.runs)
-            walls, rss = [r[0] for r in results], [r[1] for r in results]
-            rows.append((size, info, statistics.median(walls), statistics.median(rss), min(rss), max(rss)))
-            shutil.rmtree(root, ignore_errors=True)
-    finally:
-        shutil.rmtree(args.root, ignore_errors=True)
+    require_time()
+
+    def run_size(size: float, root: Path) -> tuple[dict, list[tuple[float, float]]]:
+        shutil.rmtree(root, ignore_errors=True)
+        print(f"generating a {size:g} GB trio under {root}", flush=True)
+        info = generate(root, size)
+        print(f"  {info}", flush=True)
+        return info, measure(root, args.runs)
+
+    rows = per_size(args.sizes, args.root, run_size)
     lines = [
         "| trio (each of base, sft, rlvr; fp32) | shapes | wall (s) | peak RSS (GiB) | RSS min–max |",
         "|---|---|---|---|---|",
@@ -184,16 +135,11 @@ def main() -> None:
             f"| {info['bytes'] / 1e9:.2f} GB | Qwen2-{info['family']} widths, {info['layers']} layers, "
             f"untied 151936×{info['hidden']} embedding + LM head | {wall:.1f} | {rss:.3f} | {lo:.3f}–{hi:.3f} |"
         )
-    ratio = rows[-1][3] / rows[0][3] if len(rows) > 1 else float("nan")
     print("\n".join(lines))
-    print(f"peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: {ratio:.3f} (target <= 1.3)")
+    ratio = rss_ratio(args.sizes, [row[3] for row in rows])
     if args.record:
-        date = args.date or datetime.date.today().isoformat()
         sizes = " ".join(f"{s:g}" for s in args.sizes)
-        text = [
-            "",
-            f"## Streaming task-vector analysis memory (`python -m dots.analyze`, K=2) — {date}",
-            "",
+        body = [
             f"Command: `python benchmarks/analyze_memory.py --sizes {sizes} --runs {args.runs} --record` "
             "(each run: `/usr/bin/time -v python -m dots.analyze ~backbone +backbone.name=bench "
             "+backbone.base=BASE +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT force=true`, "
@@ -204,10 +150,9 @@ def main() -> None:
             *lines,
             "",
             f"Peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3).",
-            "",
         ]
-        with open(REPO / "benchmarks" / "RESULTS.md", "a") as fh:
-            fh.write("\n".join(text))
+        title = "Streaming task-vector analysis memory (`python -m dots.analyze`, K=2)"
+        append("\n".join(section(title, args.date, body)))
 
 
 if __name__ == "__main__":

@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -36,9 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
-from merge_memory import report  # noqa: E402
+from harness.results import cpu_machine, report  # noqa: E402
+from harness.trio import generate  # noqa: E402
 
 QWEN7B_PARAMS = 7.6e9  # backbone=qwen7b (Qwen2.5-7B): 7.62 B parameters
 GB = 1e9
@@ -52,30 +50,15 @@ def trios(root: Path, skip_generated: bool) -> dict[str, tuple[Path, dict[str, P
     if not skip_generated:
         gen = root / "qwen2.5-0.5b"
         if not (gen / "rlvr" / "config.json").exists():
-            subprocess.run(
-                [
-                    sys.executable,
-                    str(REPO / "benchmarks" / "gen_checkpoints.py"),
-                    "--shape",
-                    "qwen2.5-0.5b",
-                    "--dtype",
-                    "bfloat16",
-                    "--noise",
-                    "finetune",
-                    "--out",
-                    str(gen),
-                ],
-                check=True,
-            )
+            generate(gen, "--shape", "qwen2.5-0.5b", "--dtype", "bfloat16", "--noise", "finetune")
         out["Qwen2.5-0.5B shapes (bf16, 494 M parameters)"] = (gen / "base", {k: gen / k for k in ("sft", "rlvr")})
     return out
 
 
 def measure(base_dir: Path, sources: dict[str, Path], density: float, cache: Path) -> tuple[float, list[dict]]:
     from dots.io.checkpoint import Checkpoint
-    from dots.vectors.cache import build_task_vectors
+    from dots.vectors import SparsifyConfig, build_task_vectors
     from dots.vectors.compact import NEGZERO, VALUES, WHERE
-    from dots.vectors.sparsify import SparsifyConfig
 
     shutil.rmtree(cache, ignore_errors=True)
     start = time.perf_counter()
@@ -144,7 +127,7 @@ def main() -> None:
         if v
     ]
     date = datetime.date.today().isoformat()
-    machine = args.machine or f"{os.cpu_count()} CPU cores ({platform.machine()}), {platform.system()}"
+    machine = args.machine or cpu_machine()
     out = [
         "",
         f"## τ̃ cache bytes per parameter per source, dense vs compact (benchmarks/cache_bytes.py) — {date}",

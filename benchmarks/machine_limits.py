@@ -27,76 +27,16 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from merge_memory import TIME, parse_time_v, report  # noqa: E402
-
-READ_BLOCK = 16 * 2**20
-GB = 1e9
-
-
-def drop_caches() -> bool:
-    """Flush dirty pages and empty the page cache (root only)."""
-    os.sync()
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return True
-    except OSError:
-        return False
-
-
-def read_seconds(files: list[Path]) -> float:
-    buf = bytearray(READ_BLOCK)
-    start = time.perf_counter()
-    for f in files:
-        with open(f, "rb", buffering=0) as fh:
-            while fh.readinto(buf):
-                pass
-    return time.perf_counter() - start
-
-
-def write_seconds(path: Path, nbytes: int, sync: bool) -> float:
-    block = os.urandom(READ_BLOCK)
-    start = time.perf_counter()
-    with open(path, "wb", buffering=0) as fh:
-        left = nbytes
-        while left > 0:
-            left -= fh.write(block[: min(left, READ_BLOCK)])
-        if sync:
-            os.fdatasync(fh.fileno())
-    elapsed = time.perf_counter() - start
-    path.unlink()
-    return elapsed
-
-
-def memory_gbps(runs: int, threads: int | None = None) -> float:
-    """Memory-copy bandwidth (GB/s, read + write) of a 1 GiB float32 copy, median of `runs`;
-    with `threads`, on that many torch threads (a vLLM-CPU worker computes on the one it is given)."""
-    import torch
-
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    src = torch.ones(2**28)  # 1 GiB of float32
-    dst = torch.empty_like(src)
-    times = []
-    try:
-        for _ in range(runs):
-            start = time.perf_counter()
-            dst.copy_(src)
-            times.append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(before)
-    return 2 * src.numel() * 4 / statistics.median(times) / GB
+from harness.floors import GB, drop_caches, memory_gbps, read_seconds, write_seconds
+from harness.results import REPO, cpu_machine, report
+from harness.timing import TIME, parse_time_v
+from harness.trio import generate
 
 
 def merge_args(method: str, root: Path, out: Path) -> list[str]:
@@ -173,21 +113,7 @@ def main() -> None:
 
     root = args.root / args.shape
     if not (root / "rlvr" / "config.json").exists():
-        subprocess.run(
-            [
-                sys.executable,
-                str(REPO / "benchmarks" / "gen_checkpoints.py"),
-                "--shape",
-                args.shape,
-                "--dtype",
-                "bfloat16",
-                "--noise",
-                "finetune",
-                "--out",
-                str(root),
-            ],
-            check=True,
-        )
+        generate(root, "--shape", args.shape, "--dtype", "bfloat16", "--noise", "finetune")
     inputs = sorted(p for key in ("base", "sft", "rlvr") for p in (root / key).glob("*.safetensors"))
     read_bytes = sum(p.stat().st_size for p in inputs)
     write_bytes = sum(p.stat().st_size for p in (root / "base").glob("*.safetensors"))
@@ -223,7 +149,7 @@ def main() -> None:
             rows.append((method, state, wall, inner))
 
     date = datetime.date.today().isoformat()
-    machine = args.machine or f"{os.cpu_count()} CPU cores ({platform.machine()}), {platform.system()}"
+    machine = args.machine or cpu_machine()
     fmt = lambda v: f"{v:.2f}" if v else "not measured"  # noqa: E731
     lines = [
         "",

@@ -39,23 +39,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from swap_latency import build, lambdas, make_engine  # noqa: E402
+from harness.results import append  # noqa: E402
+from harness.timing import timed_each  # noqa: E402
+from swap_model import build, lambdas, make_engine  # noqa: E402
 
 import dots.vectors.synth  # noqa: E402
 from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
 
 LABELS = ("dots.vectors.synth.read", "dots.vectors.synth.combine", "dots.hf.copy", "dots.vllm.reload_weights")
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def profile_swaps(engine, lams: list[dict[str, float]], trace: Path | None) -> dict:
     """Unprofiled wall times of the swaps, then the same swaps under torch.profiler."""
-    engine.swap_coefficients(lams[-1])  # warm-up: first-touch allocations, file cache
-    walls = []
-    for lam in lams:
-        t = time.perf_counter()
-        engine.swap_coefficients(lam)
-        walls.append(time.perf_counter() - t)
+    walls = timed_each(engine.swap_coefficients, lams, warmup=lams[-1:])  # warm-up: first touches, file cache
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         t = time.perf_counter()
         for lam in lams:
@@ -151,8 +147,7 @@ def main() -> None:
             f"Command: `{command}`. Machine: {machine}. Model: generated Qwen2.5-0.5B shapes "
             f"({args.layers} layers, bf16), τ̃ of two sources at density 0.3; λ: {lams}.\n\n"
         )
-        with RESULTS.open("a") as fh:
-            fh.write(head + "\n".join(sections))
+        append(head + "\n".join(sections))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from prune_stop_engine import SynthEngine  # noqa: E402
+
 from dots.search.pick.pareto import Point, pareto_front, pick  # noqa: E402
 from dots.search.study.pruning import is_bound_pruned  # noqa: E402
 from dots.search.study.stopping import relative_gain  # noqa: E402
@@ -137,13 +139,10 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
     import os
 
     import optuna
+    from lab_samplers_lab import Lab, search_cfg
 
-    from benchmarks.lab_samplers import Lab, search_cfg
-    from dots.options.search import search_options
-    from dots.options.study import study_options
     from dots.search.study.scorer import Scorer
-    from dots.search.study.storage import open_storage, open_study
-    from dots.search.study.trials import run_study
+    from dots.search.study.trials import open_storage, open_study, run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -157,9 +156,9 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
                 out.mkdir(parents=True, exist_ok=True)
                 extra = [f"sampler={sampler}", f"seed={seed}", f"search.batch={batch}", f"search.prune={prune}"]
                 cfg = search_cfg(0, lab.paths, [*extra, f"search.n_trials={trials}", f"run_dir={out}"])
-                study = open_study(search_options(cfg), open_storage(None, out), "prune-stop")
+                study = open_study(cfg, open_storage(None, out), "prune-stop")
                 began = time.perf_counter()
-                scorer = Scorer(lab.engine, lab.prompts, study_options(cfg.search), lab.tokenizer)
+                scorer = Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer)
                 run_study(study, scorer, list(lab.tv.sources), tuple(cfg.search.range), trials, seed)
                 print(f"{out.name}: {time.perf_counter() - began:.0f} s", flush=True)
                 dirs.append(out)
@@ -169,47 +168,13 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
             stop([dirs[0]], [5, 10], [0.001, 0.01], "max_consistency")
 
 
-class SynthEngine:
-    """The Engine protocol without a model (for `simulate`): answers and NLL are functions of λ."""
-
-    def __init__(self, ppl_center: tuple[float, float]):
-        self.lam: dict = {}
-        self.center = ppl_center
-
-    def swap_coefficients(self, coefficients: Any) -> None:
-        self.lam = dict(coefficients)
-
-    def prompt_nll(self, texts: Any) -> list:
-        from dots.scoring.perplexity import PromptNLL
-
-        a, b = self.lam["a"], self.lam["b"]
-        nll = 1.0 + (a - self.center[0]) ** 2 + 0.5 * (b - self.center[1]) ** 2
-        return [PromptNLL(5 * nll, 5) for _ in texts]
-
-    def generate(self, prompts: Any, n: int, temperature: float, top_p: float, max_tokens: int, seed: int) -> list:
-        import hashlib
-        import random
-
-        a, b = self.lam["a"], self.lam["b"]
-        out = []
-        for prompt in prompts:
-            d = int(prompt.split()[1])
-            right = max(0.05, min(0.98, 0.95 - 0.3 * ((a - 1.2) ** 2 + (b - 1.0) ** 2) - 0.01 * (d % 30)))
-            rng = random.Random(hashlib.sha256(f"{prompt}|{seed}|{a:.12f}|{b:.12f}".encode()).digest())
-            out.append(
-                [f"\\boxed{{{d}}}" if rng.random() < right else f"\\boxed{{{rng.randint(0, 3)}}}" for _ in range(n)]
-            )
-        return out
-
-
 def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool, batch: int = 16) -> None:
     """Prune off and on against SynthEngine; one row per (sampler, seed), then the totals."""
     import statistics
 
     import optuna
+    from omegaconf import OmegaConf
 
-    from dots.options.compose import compose
-    from dots.options.study import study_options
     from dots.search.study.samplers import build_sampler
     from dots.search.study.scorer import Scorer
     from dots.search.study.trials import run_study
@@ -219,10 +184,11 @@ def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool, batch:
 
     def one(sampler: str, seed: int, prune: bool) -> Any:
         search = {"k": 8, "temperature": 0.6, "top_p": 1.0, "max_tokens": 32, "answer_mode": "math"}
-        options = study_options({**search, "batch": batch, "prune": prune, "adaptive": {"enabled": False}})
-        chosen = compose("search", [f"sampler={sampler}", "search.n_startup_trials=10"]).sampler
-        study = optuna.create_study(directions=["maximize", "minimize"], sampler=build_sampler(chosen, seed))
-        scorer = Scorer(SynthEngine(center), [f"q {i}" for i in range(64)], options)
+        cfg = OmegaConf.create({"search": {**search, "batch": batch, "prune": prune}})
+        study = optuna.create_study(
+            directions=["maximize", "minimize"], sampler=build_sampler({"name": sampler, "n_startup_trials": 10}, seed)
+        )
+        scorer = Scorer(SynthEngine(center), [f"q {i}" for i in range(64)], cfg)
         run_study(study, scorer, ["a", "b"], (0.0, 2.0), trials, seed)
         return study
 

@@ -24,14 +24,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from merge_memory import TIME, parse_time_v, report  # noqa: E402
+from harness.results import REPO, report
+from harness.timing import time_command
+from harness.trio import generate
 
 FIGURE = REPO / "docs" / "figures" / "scaling.png"
 
@@ -136,22 +134,7 @@ def main() -> None:
             *(["--layers", str(args.layers)] if args.layers else []),
             *(["--vocab", str(args.vocab)] if args.vocab else []),
         ]
-        subprocess.run(
-            [
-                sys.executable,
-                str(REPO / "benchmarks" / "gen_checkpoints.py"),
-                "--shape",
-                f"qwen2.5-{size}",
-                "--dtype",
-                "bfloat16",
-                "--noise",
-                "finetune",
-                "--out",
-                str(root),
-                *smoke,
-            ],
-            check=True,
-        )
+        generate(root, "--shape", f"qwen2.5-{size}", "--dtype", "bfloat16", "--noise", "finetune", *smoke)
         params, largest = parameters(root)
         today = datetime.date.today().isoformat()
         earlier = results.get(size, {})
@@ -171,10 +154,7 @@ def main() -> None:
                 entry["dates"][name] = today
                 if run == 0:
                     entry["runs"][name] = []
-                proc = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True, env=env, cwd=REPO)
-                if proc.returncode:
-                    raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
-                wall, rss = parse_time_v(proc.stderr)
+                wall, rss = time_command(cmd, env, REPO, name)
                 entry["runs"].setdefault(name, []).append([wall, rss])
                 print(f"{size} {name} run {run + 1}: {wall:.1f} s, {rss:.2f} GiB", flush=True)
         results[size] = entry

@@ -1,0 +1,55 @@
+"""Where results go: Markdown sections printed and appended to benchmarks/RESULTS.md, JSON files,
+and the one-line description of the machine a table was measured on."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+
+
+def append(text: str) -> None:
+    """Append `text` as it is to benchmarks/RESULTS.md."""
+    with open(RESULTS, "a") as fh:
+        fh.write(text)
+
+
+def report(lines: list[str], record: bool) -> None:
+    """Print a Markdown section and, with `record`, append it to benchmarks/RESULTS.md."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if record:
+        append(text)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write `obj` as indented JSON, atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)
+
+
+def cpu_machine() -> str:
+    """'N CPU cores (arch), OS': the default machine line of a RESULTS.md section."""
+    return f"{os.cpu_count()} CPU cores ({platform.machine()}), {platform.system()}"
+
+
+def section(title: str, date: str | None, body: list[str]) -> list[str]:
+    """A dated RESULTS.md section: a blank line, `## title — date` (today by default), the body."""
+    when = date or datetime.date.today().isoformat()
+    return ["", f"## {title} — {when}", "", *body, ""]
+
+
+def rss_ratio(sizes: list[float], peaks: list[float]) -> float:
+    """Peak RSS at the largest size over the one at the smallest (NaN with one size), printed
+    against the streaming target of ≤ 1.3."""
+    ratio = peaks[-1] / peaks[0] if len(peaks) > 1 else float("nan")
+    print(f"peak RSS ratio {sizes[-1]:g} GB / {sizes[0]:g} GB: {ratio:.3f} (target <= 1.3)")
+    return ratio
