@@ -3,10 +3,6 @@
 import platform
 
 import pytest
-import torch
-
-from dots.runtime.allocator import reuse_freed_memory
-
 
 KEPT_PROBE = """
 import sys, torch
