@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from dots.engines.vllm.env import vllm_available
+from helpers import require_vllm
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = [  # the smallest lab search: random selection, one trial of one sample of 4 tokens
@@ -26,7 +25,6 @@ SMALL = [  # the smallest lab search: random selection, one trial of one sample 
     "backbone.max_tokens=4",
 ]
 VLLM = ["engine.enforce_eager=true", "engine.gpu_memory_utilization=0.1"]
-needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM is not importable")
 
 
 def search(tmp_path: Path, engine: str, *extra: str, broken: str | None = None) -> tuple[Path, str]:
@@ -86,14 +84,14 @@ def test_hf_canary_catches_a_copy_of_the_parameters_through_the_cli(tmp_path):
 
 
 @pytest.mark.vllm
-@needs_vllm
 def test_vllm_canary_passes_bit_for_bit_and_is_in_result_and_card(tmp_path):
+    require_vllm()
     run_dir, out = search(tmp_path, "vllm")
     assert_passed_everywhere(run_dir, out)
 
 
 @pytest.mark.vllm
-@needs_vllm
 def test_vllm_canary_catches_a_copy_of_the_parameters_through_the_cli(tmp_path):
+    require_vllm()
     run_dir, out = search(tmp_path, "vllm", "search.fixed=[[0.5,0.5]]", broken="copy-params")
     assert_caught(run_dir, out)

@@ -17,17 +17,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import SMALL_LAB, cli_env, free_port, run_cli, wait_until_serving
+from helpers import SMALL_LAB, cli_env, free_port, require_module, run_cli, wait_until_serving
 
 pytestmark = pytest.mark.slow
 
 
 def need(module: str) -> None:
-    """Skip without `module` (the test extra installs mlflow and wandb); with `CI` set, fail instead."""
-    if os.environ.get("CI"):
-        __import__(module)
-    else:
-        pytest.importorskip(module)
+    """`module` importable (the test extra installs mlflow and wandb), else skipped — failed in CI."""
+    require_module(module)
 
 
 # seed 1 with pruning after every query: trials 2 and 3 are pruned by the bound on the machines this
