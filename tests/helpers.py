@@ -291,3 +291,18 @@ def run_together(commands: Sequence[Sequence[str]], timeout: float = 600) -> lis
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * len(procs), outs
     return outs
+
+
+# --- studies -----------------------------------------------------------------------------
+
+
+def add_perfect_trial(storage: Any, name: str) -> None:
+    """A complete trial at C = 1, PPL = 1 in the study the CLI will open: it dominates every
+    λ the tiny models can score, so pruning must stop each new trial after its first block."""
+    import optuna
+
+    study = optuna.create_study(storage=storage, study_name=name, directions=["maximize", "minimize"])
+    dist = {n: optuna.distributions.FloatDistribution(0.0, 2.0) for n in ("lambda_sft", "lambda_rlvr")}
+    study.add_trial(
+        optuna.trial.create_trial(params={"lambda_sft": 1.0, "lambda_rlvr": 1.0}, distributions=dist, values=[1.0, 1.0])
+    )

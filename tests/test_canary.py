@@ -61,12 +61,18 @@ def assert_passed_everywhere(run_dir: Path, out: str) -> None:
     assert f"| swap canary | {cell} |" in (run_dir / "model" / "README.md").read_text()
 
 
-def assert_caught(run_dir: Path, out: str) -> None:
+# the first line of each of the canary's three checks (dots.engines.canary.check_swaps)
+AT_ZERO = "λ=0 differs from the freshly loaded θ0"
+UNCHANGED = "λ=0.5 leaves the log-probs of θ0 unchanged"
+PUBLIC_DIFFERS = "λ=0.5 through the public loading path differs from the fast one"
+
+
+def assert_caught(run_dir: Path, out: str, check: str) -> None:
+    """The canary caught the broken swap by `check` first, fell back to the public path (where
+    every check passes) and the run went on."""
     canary = canary_of(run_dir)
     assert canary["verdict"] == "fell back" and canary["path"] == "public", canary
-    # HF: nothing reaches the model; vLLM: the parameters rebuilt after the write still do, so
-    # λ = 0.5 moves the log-probs, but not to where the public path puts them
-    assert any(why in canary["failures"][0] for why in ("unchanged", "public loading path differs")), canary
+    assert canary["failures"] and canary["failures"][0].startswith(check), canary
     switched = [line for line in out.splitlines() if "the fast swap failed" in line]
     assert len(switched) == 1 and "switching to the public loading path" in switched[0]
     assert "swap canary: fell back, path public" in out
@@ -79,8 +85,21 @@ def test_hf_canary_passes_bit_for_bit_and_is_in_result_and_card(tmp_path):
 
 
 def test_hf_canary_catches_a_copy_of_the_parameters_through_the_cli(tmp_path):
+    """A write into a copy of the parameters: nothing reaches the model, so λ = 0.5 leaves θ0's
+    log-probs as they were (check 2)."""
     run_dir, out = search(tmp_path, "hf", "search.fixed=[[0.5,0.5]]", broken="copy-params")
-    assert_caught(run_dir, out)
+    assert_caught(run_dir, out, UNCHANGED)
+
+
+def test_hf_canary_runs_again_after_the_engine_restarts(tmp_path):
+    """A resumed run starts its engine again, and that start is checked too: the first run's
+    canary passed; the swap broken before the second start is caught by the second canary."""
+    run_dir, out = search(tmp_path, "hf")
+    assert canary_of(run_dir)["verdict"] == "passed" and out.count("swap canary:") == 1
+    run_dir, out = search(tmp_path, "hf", "search.n_trials=2", broken="copy-params")
+    trials = (run_dir / "trials.csv").read_text().splitlines()
+    assert len(trials) == 1 + 2  # the second trial ran, on the restarted engine
+    assert_caught(run_dir, out, UNCHANGED)
 
 
 @pytest.mark.vllm
@@ -92,6 +111,17 @@ def test_vllm_canary_passes_bit_for_bit_and_is_in_result_and_card(tmp_path):
 
 @pytest.mark.vllm
 def test_vllm_canary_catches_a_copy_of_the_parameters_through_the_cli(tmp_path):
+    """vLLM rebuilds its packed weights from the parameters after each write, so the copy's values
+    still move the log-probs at λ = 0.5 — but not to where the public path puts them (check 3)."""
     require_vllm()
     run_dir, out = search(tmp_path, "vllm", "search.fixed=[[0.5,0.5]]", broken="copy-params")
-    assert_caught(run_dir, out)
+    assert_caught(run_dir, out, PUBLIC_DIFFERS)
+
+
+@pytest.mark.vllm
+def test_vllm_canary_catches_a_skipped_repack_through_the_cli(tmp_path):
+    """The write reaches the parameters but vLLM's post-load processing (the packed GEMM weights
+    the forward pass reads on CPU) is skipped: the model computes with θ0 still (check 2)."""
+    require_vllm()
+    run_dir, out = search(tmp_path, "vllm", "search.fixed=[[0.5,0.5]]", broken="skip-repack")
+    assert_caught(run_dir, out, UNCHANGED)
