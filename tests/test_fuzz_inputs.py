@@ -4,16 +4,20 @@ Hypothesis generates malformed inputs (JSONL and parquet pools, config.json file
 safetensors headers, safetensors index files, and option values of `dots.search`,
 `dots.merge` and `dots.evaluate`), each bad by construction, and every example asserts what
 a user must see: exit code 2, exactly one stderr line starting `error:` that names the file
-(and the line or row) or the option, no traceback, and nothing created, changed or removed
-anywhere (inputs, working directory, DOTS_OUTPUTS, HF_HOME, XDG_CACHE_HOME, TMPDIR and the
-output's parent all live in one snapshotted tree).
+(and the line or row) or the option by its whole path, no traceback, and nothing created,
+changed or removed anywhere (inputs, working directory, HOME, DOTS_OUTPUTS, HF_HOME,
+XDG_CACHE_HOME, TMPDIR and the output's parent all live in one snapshotted tree).
 
 The commands run as `python -m dots.<verb>` would, in children forked from one warm runner
 (tests/cli_runner.py explains why that is the same thing), so an example costs the command's
-own work, not an import of torch. Profiles (`DOTS_FUZZ`): `ci` (default: derandomized, a few
-examples per target plus the explicit `@example`s, no example database) and `long`
-(thousands of examples, random; no per-test timeout). The issue's inputs and the defects found
-on main are kept as explicit `@example`s (a defect a long run finds joins them).
+own work, not an import of torch. Profiles (`DOTS_FUZZ`): `ci` (default: a few examples per
+target, and every option of every command once, plus the explicit `@example`s, drawn from a
+seed that is the commit's hash — another set at each commit, the same on a rerun of one;
+`DOTS_FUZZ_SEED` sets it) and `long` (thousands of examples; no per-test timeout). Before
+any bad input, each command runs once on its good input in the same harness and must exit 0
+(the positive control: a harness that refused everything would fail there). The issue's inputs
+and the defects found on main are kept as explicit `@example`s (a defect a long run finds
+joins them).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
@@ -42,14 +46,26 @@ REPO = Path(__file__).resolve().parent.parent
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "dots-hypothesis")
 PROFILE = os.environ.get("DOTS_FUZZ", "ci")
 LONG = PROFILE == "long"
+
+
+def commit_seed() -> int:
+    """The examples' seed: `DOTS_FUZZ_SEED` when set (to reproduce a failure), else the checked-out
+    commit's hash — so each commit draws other examples, and a failure reproduces on its commit."""
+    if os.environ.get("DOTS_FUZZ_SEED"):
+        return int(os.environ["DOTS_FUZZ_SEED"])
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return int(head.stdout.strip()[:12] or "0", 16)
+
+
+SEED = commit_seed()
 FUZZ = settings(
-    max_examples=int(os.environ.get("DOTS_FUZZ_EXAMPLES", 600 if LONG else 4)),
-    derandomize=not LONG,
+    max_examples=int(os.environ.get("DOTS_FUZZ_EXAMPLES", 600 if LONG else 6)),
     database=None,
     deadline=None,
-    print_blob=False,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
 )
+OPTION_FUZZ = settings(FUZZ, max_examples=int(os.environ.get("DOTS_FUZZ_EXAMPLES", 600 if LONG else 1)))
 if LONG:
     pytestmark = pytest.mark.timeout(0)
 COUNTS: dict[str, int] = {}  # examples run per target (the long run's record)
@@ -77,7 +93,14 @@ class Sandbox:
         self.work = root / "work"
         self.work.mkdir()
         env = {k: v for k, v in os.environ.items() if k not in ("DOTS_CACHE", "HF_HUB_CACHE", "TRANSFORMERS_CACHE")}
-        for name, sub in (("DOTS_OUTPUTS", "outputs"), ("HF_HOME", "hf"), ("XDG_CACHE_HOME", "xdg"), ("TMPDIR", "tmp")):
+        subs = (
+            ("HOME", "home"),
+            ("DOTS_OUTPUTS", "outputs"),
+            ("HF_HOME", "hf"),
+            ("XDG_CACHE_HOME", "xdg"),
+            ("TMPDIR", "tmp"),
+        )
+        for name, sub in subs:
             (root / sub).mkdir()
             env[name] = str(root / sub)
         io_dir = root.parent / (root.name + "-runner-io")  # the runner's own files: outside the snapshot
@@ -167,7 +190,7 @@ def refused(box: Sandbox, target: str, module: str, argv: list[str], names: list
 def search_argv(
     box: Sandbox, *extra: str, sources: dict[str, Path] | None = None, pool: tuple[str, ...] | None = None
 ) -> list[str]:
-    """A cheap search on the tiny family (it would run, were its input good)."""
+    """A cheap search on the tiny family, which runs to the end on good input (`test_good_inputs_run`)."""
     sources = sources or {"sft": box.sft, "rlvr": box.rlvr}
     return [
         "engine=hf",
@@ -178,6 +201,7 @@ def search_argv(
         "backbone.max_tokens=4",
         *[f"+backbone.sources.{k}={v}" for k, v in sources.items()],
         *(pool or ("pool=jsonl", f"pool.path={box.pool}")),
+        "selection.strategy=random",  # (balanced filters out every query the tiny models all fail)
         "selection.n=2",
         "selection.m=2",
         "search.n_trials=2",
@@ -219,6 +243,53 @@ def fresh(box: Sandbox, name: str) -> Path:
         path.unlink()
     path.parent.mkdir(exist_ok=True)
     return path
+
+
+# --- the positive control: each command's good input runs ----------------------------------------
+
+
+def good_parquet(box: Sandbox) -> Path:
+    """A parquet pool `pool=parquet` reads (verl's layout: chat messages under `prompt`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = box.inputs / "good.parquet"
+    if not path.exists():
+        prompts = [[{"role": "user", "content": f"{i}+{i}="}] for i in range(6)]
+        pq.write_table(pa.table({"prompt": prompts, "answer": [str(2 * i) for i in range(6)]}), path)
+    return path
+
+
+GOOD = {  # target → (module, argv on good input, the option naming its output)
+    "search (jsonl pool, options, checkpoints)": lambda box: ("dots.search", search_argv(box), "run_dir"),
+    "search (parquet pool)": lambda box: (
+        "dots.search",
+        search_argv(box, pool=("pool=parquet", f"pool.path={good_parquet(box)}")),
+        "run_dir",
+    ),
+    "merge (options, checkpoints)": lambda box: (
+        "dots.merge",
+        merge_argv(box, "method=ties", sources={"sft": box.sharded, "rlvr": box.rlvr}),
+        "output",
+    ),
+    "evaluate (options, checkpoints)": lambda box: ("dots.evaluate", evaluate_argv(box), "output_dir"),
+}
+
+
+@pytest.mark.parametrize("target", list(GOOD))
+def test_good_inputs_run(box, target):
+    """The harness and the argv every bad example is built from run to the end on good input:
+    exit 0, no error line, the output made. (Were every input refused, the fuzzer's targets
+    would pass; this one would not.)"""
+    module, argv, output_option = GOOD[target](box)
+    out = box.root / "good" / target.split()[0]
+    argv = with_option(argv, output_option, str(out))
+    reply = box.run(module, argv, timeout=900)
+    assert not reply["timed_out"], f"hung: {module} {argv}"
+    assert reply["rc"] == 0, (target, reply["stderr"][-3000:])
+    assert "Traceback" not in reply["stderr"] and "error:" not in reply["stderr"], reply["stderr"][-3000:]
+    assert out.is_dir() and any(out.iterdir()), out
+    shutil.rmtree(out)  # the examples' snapshots start without it
 
 
 # --- pools -------------------------------------------------------------------------------------------
@@ -274,6 +345,7 @@ def bad_jsonl_lines(draw) -> bytes:
 
 
 @FUZZ
+@seed(SEED)
 @given(
     before=st.integers(0, 3), blanks=st.lists(st.booleans(), max_size=4), bad=bad_jsonl_lines(), after=st.integers(0, 2)
 )
@@ -330,6 +402,7 @@ def bad_parquet(draw, path: Path) -> list[str]:
 
 
 @FUZZ
+@seed(SEED)
 @given(data=st.data())
 @example(data=None)  # the issue's parquet pool without the configured question column
 def test_parquet_pool(box, data):
@@ -381,6 +454,7 @@ def bad_configs(draw) -> bytes:
 
 
 @FUZZ
+@seed(SEED)
 @given(verb=VERBS, content=bad_configs())
 @example(verb="dots.search", content=json.dumps({"__field__": ["hidden_size", "64"]}).encode())  # main ran
 @example(verb="dots.merge", content=b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")  # RecursionError on main
@@ -508,6 +582,7 @@ def bad_headers(draw, file: Path) -> None:
 
 
 @FUZZ
+@seed(SEED)
 @given(verb=VERBS, data=st.data())
 def test_safetensors_header(box, verb, data):
     model = fresh(box, "model")
@@ -554,6 +629,7 @@ def bad_indexes(draw, model: Path) -> None:
 
 
 @FUZZ
+@seed(SEED)
 @given(verb=VERBS, data=st.data())
 def test_index_json(box, verb, data):
     model = fresh(box, "model")
@@ -713,56 +789,82 @@ def bad_values(draw, domain: tuple) -> str:
     return draw(st.one_of(nonfinite, wrong_type, outside))
 
 
-def leaf(option: str) -> str:
-    return option.rsplit(".", 1)[-1]
-
-
 def with_option(argv: list[str], option: str, value: str) -> list[str]:
     """`argv` with `option=value` in place of any value it gave the option."""
     return [a for a in argv if a.split("=", 1)[0] != option] + [f"{option}={value}"]
 
 
-@FUZZ
+# the issue's cases and the defects found on main, kept: (option, value)
+SEARCH_CASES = [
+    ("search.range", "[0,nan]"),  # the issue's: ran 5 minutes and left a run directory
+    ("search.range", "[0,inf]"),
+    ("search.n_trials", "inf"),
+    ("search.temperature", "inf"),  # accepted on main: the search ran
+    ("search.fixed", "[abc]"),  # a traceback on main
+    ("pool.limit", "nan"),  # a traceback on main
+]
+MERGE_CASES = [
+    ("ties", "method.scale", "nan"),  # main wrote a NaN model, exit 0
+    ("task_arithmetic", "method.weights", "abc"),  # a traceback on main
+    ("sar", "method.fisher_dtype", "abc"),  # a traceback on main, mid-merge
+]
+EVALUATE_CASES = [
+    ("seed", "abc"),  # a traceback on main, after the evaluation directory was written
+    ("max_tokens", "inf"),  # a traceback on main
+]
+
+
+def refused_search_option(box: Sandbox, option: str, value: str) -> None:
+    refused(box, "search options", "dots.search", with_option(search_argv(box), option, value), [option])
+
+
+def refused_merge_option(box: Sandbox, method: str, option: str, value: str) -> None:
+    argv = merge_argv(box, f"method={method}", f"{option}={value}", sources={"sft": box.sft, "rlvr": box.rlvr})
+    refused(box, "merge options", "dots.merge", argv, [option])
+
+
+def refused_evaluate_option(box: Sandbox, option: str, value: str) -> None:
+    refused(box, "evaluate options", "dots.evaluate", with_option(evaluate_argv(box), option, value), [option])
+
+
+@pytest.mark.parametrize("option", sorted(SEARCH_OPTIONS))
+@OPTION_FUZZ
+@seed(SEED)
 @given(data=st.data())
-@example(data="search.range=[0,nan]")  # the issue's: ran 5 minutes and left a run directory
-@example(data="search.range=[0,inf]")
-@example(data="search.n_trials=inf")
-@example(data="search.temperature=inf")  # accepted on main: the search ran
-@example(data="search.fixed=[abc]")  # a traceback on main
-@example(data="pool.limit=nan")  # a traceback on main
-def test_search_options(box, data):
-    if isinstance(data, str):
-        option, value = data.split("=", 1)
-    else:
-        option = data.draw(st.sampled_from(sorted(SEARCH_OPTIONS)), label="option")
-        value = data.draw(bad_values(SEARCH_OPTIONS[option]), label="value")
-    refused(box, "search options", "dots.search", with_option(search_argv(box), option, value), [leaf(option)])
+def test_search_options(box, option, data):
+    """Every option of `dots.search` at least once per run: a bad value is refused naming it."""
+    refused_search_option(box, option, data.draw(bad_values(SEARCH_OPTIONS[option]), label="value"))
 
 
-@FUZZ
+@pytest.mark.parametrize("case", SEARCH_CASES, ids="=".join)
+def test_search_option_cases(box, case):
+    refused_search_option(box, *case)
+
+
+@pytest.mark.parametrize("method_option", sorted(MERGE_OPTIONS), ids=":".join)
+@OPTION_FUZZ
+@seed(SEED)
 @given(data=st.data())
-@example(data=("ties", "method.scale", "nan"))  # main wrote a NaN model, exit 0
-@example(data=("task_arithmetic", "method.weights", "abc"))  # a traceback on main
-@example(data=("sar", "method.fisher_dtype", "abc"))  # a traceback on main, mid-merge
-def test_merge_options(box, data):
-    if isinstance(data, tuple):
-        method, option, value = data
-    else:
-        method, option = data.draw(st.sampled_from(sorted(MERGE_OPTIONS)), label="option")
-        value = data.draw(bad_values(MERGE_OPTIONS[(method, option)]), label="value")
-    extra = [f"method={method}", f"{option}={value}"]
-    sources = {"sft": box.sft, "rlvr": box.rlvr}
-    refused(box, "merge options", "dots.merge", merge_argv(box, *extra, sources=sources), [leaf(option)])
+def test_merge_options(box, method_option, data):
+    """Every option of `dots.merge` (per method) at least once per run, refused naming it."""
+    value = data.draw(bad_values(MERGE_OPTIONS[method_option]), label="value")
+    refused_merge_option(box, *method_option, value)
 
 
-@FUZZ
+@pytest.mark.parametrize("case", MERGE_CASES, ids=":".join)
+def test_merge_option_cases(box, case):
+    refused_merge_option(box, *case)
+
+
+@pytest.mark.parametrize("option", sorted(EVALUATE_OPTIONS))
+@OPTION_FUZZ
+@seed(SEED)
 @given(data=st.data())
-@example(data="seed=abc")  # a traceback on main, after the evaluation directory was written
-@example(data="max_tokens=inf")  # a traceback on main
-def test_evaluate_options(box, data):
-    if isinstance(data, str):
-        option, value = data.split("=", 1)
-    else:
-        option = data.draw(st.sampled_from(sorted(EVALUATE_OPTIONS)), label="option")
-        value = data.draw(bad_values(EVALUATE_OPTIONS[option]), label="value")
-    refused(box, "evaluate options", "dots.evaluate", with_option(evaluate_argv(box), option, value), [leaf(option)])
+def test_evaluate_options(box, option, data):
+    """Every option of `dots.evaluate` at least once per run, refused naming it."""
+    refused_evaluate_option(box, option, data.draw(bad_values(EVALUATE_OPTIONS[option]), label="value"))
+
+
+@pytest.mark.parametrize("case", EVALUATE_CASES, ids="=".join)
+def test_evaluate_option_cases(box, case):
+    refused_evaluate_option(box, *case)

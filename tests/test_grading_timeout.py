@@ -1,9 +1,10 @@
 """Equivalence never hangs: each comparison has a time limit, enforced in a helper
 process (dots/scoring/worker.py). sympy runs for minutes on adversarial LaTeX such as
-9^{9^{9^{9}}}; exact timings are in benchmarks/graders_vs_peers.py, not here."""
+9^{9^{9^{9}}}. These tests assert what happened — the limit fired (the helper's alarm, or the
+caller's hard deadline killing it) and the answer was judged not equivalent — never seconds;
+the timings are in benchmarks/graders_vs_peers.py."""
 
 import threading
-import time
 
 from dots.scoring import answers_equivalent, consistency, is_correct
 from dots.scoring.equivalence import helper
@@ -12,31 +13,30 @@ from dots.scoring.worker import COMPARE_TIMEOUT_S
 ADVERSARIAL = ("9^{9^{9^{9}}}", "9^{9^{9^{8}}}")
 
 
-def test_adversarial_comparison_returns_within_its_timeout():
-    answers_equivalent("x+1", "1+x")  # start the helper outside the timed part
-    start = time.monotonic()
+def test_adversarial_comparison_stops_at_its_time_limit():
+    answers_equivalent("x+1", "1+x")  # the helper is up
+    timeouts, kills = helper.timeouts, helper.kills
     assert not answers_equivalent(*ADVERSARIAL)
-    assert time.monotonic() - start < 30
+    assert helper.timeouts == timeouts + 1  # the helper's own alarm stopped it
+    assert helper.kills == kills  # without killing the helper
     assert COMPARE_TIMEOUT_S <= 10
     # the next comparison is unaffected
     assert answers_equivalent("\\frac{x^2-1}{x-1}", "x+1")
 
 
 def test_adversarial_completion_in_a_consistency_batch():
-    start = time.monotonic()
+    timeouts = helper.timeouts
     outs = ["\\boxed{(10^{9})!}", "\\boxed{x+1}", "\\boxed{1+x}", "\\boxed{2^{2^{32}} \\cdot 3}"]
     assert consistency(outs) == 0.5
     assert not is_correct("\\boxed{\\binom{10^{9}}{5 \\cdot 10^{8}}}", "1")
-    assert time.monotonic() - start < 60
+    assert helper.timeouts > timeouts  # the adversarial ones were stopped by the limit, judged unequal
 
 
 def test_hard_deadline_kills_a_stuck_helper_and_restarts_it():
-    kills = helper.kills
-    start = time.monotonic()
+    kills, timeouts = helper.kills, helper.timeouts
     # no soft alarm (timeout 0): only the caller's hard deadline can stop this one
     assert helper.equal("(10^{9})!", "2", timeout=0, hard_timeout=3) is False
-    assert time.monotonic() - start < 30
-    assert helper.kills == kills + 1
+    assert helper.kills == kills + 1 and helper.timeouts == timeouts
     assert helper.equal("x+2", "2+x") is True  # a fresh helper
 
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import itertools
 import random
 import re
-from typing import Any
 
 import optuna
 import pytest
 import yaml
-from helpers import compose, overrides, run_cli, run_together
+from helpers import add_perfect_trial, compose, overrides, run_cli, run_together
 from test_parallel import load, worker_cmd
 
 from dots.search.pick.pareto import Point, pareto_front, pick
@@ -113,16 +112,6 @@ def test_the_stop_rule_waits_for_two_windows_fires_on_no_gain_and_is_kept():
     assert stuck.user_attrs[STOPPED]["trials"] == 6
     assert stop_reason(stuck, rule) == reason  # kept: a resume or another worker stops too
     assert stop_reason(stuck, StopRule("none")) is None  # rule none: the study goes on
-
-
-def add_perfect_trial(storage: Any, name: str) -> None:
-    """A complete trial at C = 1, PPL = 1 in the study the CLI will open: it dominates every
-    λ the tiny models can score, so pruning must stop each new trial after its first block."""
-    study = optuna.create_study(storage=storage, study_name=name, directions=["maximize", "minimize"])
-    dist = {n: optuna.distributions.FloatDistribution(0.0, 2.0) for n in ("lambda_sft", "lambda_rlvr")}
-    study.add_trial(
-        optuna.trial.create_trial(params={"lambda_sft": 1.0, "lambda_rlvr": 1.0}, distributions=dist, values=[1.0, 1.0])
-    )
 
 
 def test_pruned_trials_through_the_cli_are_recorded_counted_and_never_picked(tiny, tmp_path):

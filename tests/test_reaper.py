@@ -42,4 +42,3 @@ def test_kill_9_of_the_owner_ends_its_descendants():
     while any(alive(p, s) for p, s in pids.items()) and time.monotonic() - start < 30:
         time.sleep(0.2)
     assert not any(alive(p, s) for p, s in pids.items()), [p for p, s in pids.items() if alive(p, s)]
-    assert time.monotonic() - start < 10

@@ -73,12 +73,12 @@ def test_rerun_skips_finished_stages_and_more_trials_extend(tiny, tmp_path):
     run(overrides(tiny, tmp_path / "run", trials=5))
     after = sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall()
     assert after[:3] == before and len(after) == 5
-    # selection cached: the first new trial starts the engine, outside its swap time
+    # selection cached: the first new trial starts the engine (its own column: how long is a benchmark's
+    # question, benchmarks/search_vs_restart.py), the next ones find it running
     import csv
 
     rows = list(csv.DictReader((tmp_path / "run" / "trials.csv").read_text().splitlines()))
     assert float(rows[3]["time_engine_start"]) > 0 and float(rows[4]["time_engine_start"]) == 0.0
-    assert float(rows[3]["time_swap"]) < float(rows[3]["time_engine_start"])
 
 
 def test_three_sources_get_one_coefficient_each(tiny, tmp_path):

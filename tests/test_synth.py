@@ -98,11 +98,32 @@ def test_blocked_accumulation_gives_the_bits_of_whole_tensor_arithmetic(cache, m
         assert torch.equal(got[name], ref), name
 
 
-def test_is_lazy(cache):
-    _, tv = cache
-    stream = synthesize(tv, {"sft": 1.0, "rl": 1.0}, device="cpu")
+def test_is_lazy(cache, monkeypatch):
+    """The stream reads a tensor's θ0 and τ̃ when it is asked for that tensor, not before: after the
+    first item, only the first tensor was read; after all, each tensor exactly once."""
+    base, tv = cache
+    read_theta0: list[str] = []
+    read_tau: list[tuple[str, str]] = []
+    get, compact = Checkpoint.get, type(tv).compact
+
+    def get_counted(self: Checkpoint, name: str) -> torch.Tensor:
+        if self is base:  # (the τ̃ cache is read through Checkpoints too: counted by `compact`)
+            read_theta0.append(name)
+        return get(self, name)
+
+    monkeypatch.setattr(Checkpoint, "get", get_counted)
+    monkeypatch.setattr(
+        type(tv), "compact", lambda self, key, name: read_tau.append((key, name)) or compact(self, key, name)
+    )
+    stream = synthesize(tv, {"sft": 1.0, "rl": 1.0}, device="cpu", base=base)
+    assert read_theta0 == [] and read_tau == []  # nothing read before the first item is asked for
     name, tensor = next(stream)
-    assert isinstance(name, str) and isinstance(tensor, torch.Tensor)
+    assert name == base.names[0] and isinstance(tensor, torch.Tensor)
+    assert read_theta0 == [name]
+    assert {n for _, n in read_tau} <= {name}
+    rest = [n for n, _ in stream]
+    assert [name, *rest] == base.names and read_theta0 == base.names
+    assert sorted(read_tau) == sorted((k, n) for n in tv.names for k in ("sft", "rl"))
 
 
 @pytest.mark.parametrize("coefs", [{"sft": 1.0}, {"sft": 1.0, "rl": 1.0, "dpo": 1.0}, {"sft": float("nan"), "rl": 1.0}])
@@ -112,11 +133,38 @@ def test_bad_coefficients_are_user_errors(cache, coefs):
         next(synthesize(tv, coefs))
 
 
+# The stated tolerance of a synthesis on another device (or path) than the reference: float32 sums
+# may round in another order (one float32 ulp of the sum), which a bf16 cast can move by one bf16 ulp.
+ULP = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-7}
+
+
+def assert_within_one_ulp(got: torch.Tensor, ref: torch.Tensor) -> None:
+    """`got` equals `ref` in dtype and shape, and each entry within one ulp of its dtype (relative to
+    the larger magnitude), a tolerance that a synthesis gone wrong (a missing τ̃, a wrong λ) exceeds."""
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    torch.testing.assert_close(got.float(), ref.float(), rtol=ULP[ref.dtype], atol=1e-30)
+
+
+def test_the_device_comparison_catches_a_wrong_synthesis(cache):
+    """The comparison the CUDA test makes, through the CPU path: it passes on the same synthesis and
+    fails on one with a slightly different λ, in both dtypes (so the CUDA test can fail)."""
+    base, tv = cache
+    lam = {"sft": 0.5, "rl": 1.5}
+    ref = synthesize_dict(tv, lam, "cpu")
+    for name, t in synthesize(tv, lam, "cpu"):
+        assert_within_one_ulp(t, ref[name])
+    wrong = synthesize_dict(tv, {"sft": 0.5, "rl": 1.6}, "cpu")
+    with pytest.raises(AssertionError):
+        for name in tv.names:
+            assert_within_one_ulp(wrong[name], ref[name])
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_cuda_matches_cpu(cache):
+    """Every tensor synthesized on CUDA equals the CPU's within one ulp of its dtype (bf16 included)."""
     _, tv = cache
     lam = {"sft": 0.5, "rl": 1.5}
     cpu = synthesize_dict(tv, lam, "cpu")
     for name, t in synthesize(tv, lam, "cuda"):
         assert t.device.type == "cuda"
-        torch.testing.assert_close(t.cpu(), cpu[name], rtol=0, atol=0) if t.dtype == torch.float32 else None
+        assert_within_one_ulp(t.cpu(), cpu[name])

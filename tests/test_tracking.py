@@ -17,22 +17,28 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import SMALL_LAB, cli_env, free_port, run_cli, wait_until_serving
+from helpers import SMALL_LAB, add_perfect_trial, cli_env, free_port, require_module, run_cli, wait_until_serving
 
 pytestmark = pytest.mark.slow
 
 
 def need(module: str) -> None:
-    """Skip without `module` (the test extra installs mlflow and wandb); with `CI` set, fail instead."""
-    if os.environ.get("CI"):
-        __import__(module)
-    else:
-        pytest.importorskip(module)
+    """`module` importable (the test extra installs mlflow and wandb), else skipped — failed in CI."""
+    require_module(module)
 
 
-# seed 1 with pruning after every query: trials 2 and 3 are pruned by the bound on the machines this
-# ran on (tests/test_pruning.py proves the bound; here it only gives the trackers pruned trials to log)
-PRUNING = ["seed=1", "search.prune=true", "search.batch=1"]
+# pruning after every query, in a study that holds a perfect trial (C = 1, PPL = 1) before the search:
+# every trial the search adds is dominated by it, so each is pruned after its first query on any
+# machine (tests/test_pruning.py proves the bound; here it gives the trackers pruned trials to log)
+PRUNING = ["search.prune=true", "search.batch=1"]
+
+
+def pruning_study(run_dir: Path) -> list[str]:
+    """The options of a search whose study (beside `run_dir`) holds a perfect trial already."""
+    storage = f"sqlite:///{run_dir.parent / 'study.db'}"
+    if not (run_dir.parent / "study.db").exists():
+        add_perfect_trial(storage, "pruned")
+    return [*PRUNING, f"search.storage={storage}", "search.study_name=pruned"]
 
 
 def search(run_dir: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -85,16 +91,17 @@ def mlflow_server(tmp_path_factory):
             server.wait()
 
 
-def mlflow_options(uri: str) -> list[str]:
-    """The search's options for the test server: experiment `lab`, pruning on (`PRUNING`)."""
-    return ["tracking=mlflow", f"tracking.uri={uri}", "tracking.experiment=lab", *PRUNING]
+def mlflow_options(uri: str, run_dir: Path) -> list[str]:
+    """The search's options for the test server: experiment `lab`, every new trial pruned
+    (`pruning_study`)."""
+    return ["tracking=mlflow", f"tracking.uri={uri}", "tracking.experiment=lab", *pruning_study(run_dir)]
 
 
 @pytest.fixture(scope="module")
 def mlflow_run(mlflow_server, tmp_path_factory):
     """A lab search logged to the server: (run directory, URI)."""
     run_dir = tmp_path_factory.mktemp("mlflow-search") / "run"
-    done = search(run_dir, *mlflow_options(mlflow_server))
+    done = search(run_dir, *mlflow_options(mlflow_server, run_dir))
     assert done.returncode == 0, done.stderr[-3000:]
     return run_dir, mlflow_server
 
@@ -110,8 +117,11 @@ def the_run(uri: str):
 
 
 def check_trials(client, run, run_dir: Path) -> None:
-    """Each value of trials.csv's scored trials is a metric with one step per trial: its number."""
+    """Each value of trials.csv's scored trials is a metric with one step per trial: its number;
+    the trials the search added were pruned, and are logged as such."""
     rows = scored_rows(run_dir)
+    added = [r for r in rows if r["number"] > 0]  # trial 0: the perfect one, there before the search
+    assert added and all(r["pruned"] == 1.0 for r in added), rows
     keys = set().union(*rows) - {"number"}
     assert {"lambda_sft", "lambda_rlvr", "consistency", "perplexity", "tokens_generated", "time_generate"} <= keys
     for key in keys:
@@ -152,7 +162,7 @@ def test_mlflow_run_holds_the_config_every_trial_the_pick_and_the_files(mlflow_r
 
 def test_mlflow_resumed_search_logs_only_the_new_trial(mlflow_run):
     run_dir, uri = mlflow_run
-    done = search(run_dir, *mlflow_options(uri), "search.n_trials=4")
+    done = search(run_dir, *mlflow_options(uri, run_dir), "search.n_trials=4")
     assert done.returncode == 0, done.stderr[-3000:]
     client, run = the_run(uri)  # the same MLflow run, reopened
     assert len(scored_rows(run_dir)) == 4

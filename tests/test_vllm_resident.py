@@ -13,6 +13,8 @@ parameters and writes θ0 + Σλτ̃ straight into them. Checked on vLLM-CPU at 
 Two or three engines start here, one at a time (~1 min each on CPU).
 """
 
+import time
+
 import pytest
 import torch
 from helpers import greedy, require_vllm, save_merged
@@ -86,8 +88,16 @@ def check_engine(eng, models, reference) -> list[dict]:
     assert greedy(eng, PROMPTS) == reference["base"]
     eng.swap_coefficients(LAMBDA)
     assert greedy(eng, PROMPTS) == reference["merged"]
-    for rank in eng.resident_info():  # each worker timed its last swap: writing, then vLLM's post-load step
-        assert rank["last_swap"]["write_s"] > 0 and rank["last_swap"]["after_load_s"] >= 0, rank
+    # each worker times its own last swap (writing, then vLLM's post-load step): figures of this swap,
+    # not of an earlier one, and inside the caller's own interval around it
+    before = [rank["last_swap"] for rank in eng.resident_info()]
+    started = time.perf_counter()
+    eng.swap_coefficients(OTHERS[0])
+    outer = time.perf_counter() - started
+    for old, rank in zip(before, eng.resident_info()):
+        split = rank["last_swap"]
+        assert split != old and min(split["write_s"], split["after_load_s"]) >= 0, (old, split)
+        assert split["write_s"] + split["after_load_s"] <= outer, (split, outer)
         assert rank["torch_threads"] >= 1
     return info
 

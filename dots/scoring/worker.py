@@ -22,7 +22,8 @@ the same symbols that differ clearly at a rational point are unequal without sym
 relations, sets and tuples, the only objects on which math-verify is not symmetric.
 
 Protocol: one JSON line per request on stdin, `[a, b, timeout_s]` (LaTeX strings), one
-line `1` / `0` per reply on the original stdout; `ready` once math-verify is imported.
+line `1` / `0` per reply on the original stdout (`t`: stopped by the time limit, not equivalent);
+`ready` once math-verify is imported.
 """
 
 from __future__ import annotations
@@ -127,13 +128,16 @@ def _serve() -> None:  # pragma: no cover - runs in the helper process
         a, b, timeout = json.loads(line)
         if timeout > 0:  # repeats, in case some code swallows one alarm
             signal.setitimer(signal.ITIMER_REAL, float(timeout), 0.25)
+        reply = "0"
         try:
-            result = equal(a, b)
-        except BaseException:  # _Alarm, MemoryError, RecursionError, sympy's own errors
-            result = False
+            reply = "1" if equal(a, b) else "0"
+        except _Alarm:  # the time limit: not equivalent, and the caller counts it
+            reply = "t"
+        except BaseException:  # MemoryError, RecursionError, sympy's own errors
+            reply = "0"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        out.write("1\n" if result else "0\n")
+        out.write(reply + "\n")
 
 
 # --- in the caller ------------------------------------------------------------------------
@@ -147,7 +151,8 @@ class Helper:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._pid = os.getpid()
-        self.kills = 0
+        self.kills = 0  # comparisons stopped by killing the helper (past the hard deadline)
+        self.timeouts = 0  # comparisons stopped by the helper's own alarm
 
     def _start(self) -> subprocess.Popen:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -212,6 +217,10 @@ class Helper:
                 reply = None
             if reply in ("0", "1"):
                 return reply == "1"
+            if reply == "t":
+                self.timeouts += 1
+                log.info("math-verify comparison past its %.1f s limit; not equivalent: %.80r vs %.80r", timeout, a, b)
+                return False
             self.kills += 1
             self._kill(proc)
             self._proc = None
