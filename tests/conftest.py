@@ -107,16 +107,18 @@ class Family:
         from dots.vectors.sparsify import SparsifyConfig
 
         sources = {k: Checkpoint(p) for k, p in self.sources.items()}
-        cache = self.base.parent / ("cache-" + "-".join(p.name for p in self.sources.values()))
-        return build_task_vectors(Checkpoint(self.base), sources, SparsifyConfig(), cache)
+        return build_task_vectors(Checkpoint(self.base), sources, SparsifyConfig(), self._beside("cache"))
 
     @cached_property
     def merged(self) -> Path:
         """θ0 + Σ LAMBDA·τ̃ saved as a checkpoint (engine_args.LAMBDA names the sources sft and rl)."""
         from dots.io.checkpoint import Checkpoint
 
-        out = self.base.parent / ("merged-" + "-".join(p.name for p in self.sources.values()))
-        return save_merged(self.tv, LAMBDA, Checkpoint(self.base), out)
+        return save_merged(self.tv, LAMBDA, Checkpoint(self.base), self._beside("merged"))
+
+    def _beside(self, what: str) -> Path:
+        """A directory beside the base named after `what` and these sources (key=directory)."""
+        return self.base.parent / "-".join([what, *(f"{k}={p.name}" for k, p in self.sources.items())])
 
 
 def _key(args: Mapping[str, Any]) -> str:
