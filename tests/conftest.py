@@ -9,6 +9,7 @@ see shared, unique and unchanged entries. Families are built once per session.
 from __future__ import annotations
 
 import atexit
+import inspect
 import json
 import os
 import shutil
@@ -121,8 +122,10 @@ class Family:
         return self.base.parent / "-".join([what, *(f"{k}={p.name}" for k, p in self.sources.items())])
 
 
-def _key(args: Mapping[str, Any]) -> str:
-    return repr(sorted(args.items()))
+def _key(builder: Callable[..., Path], args: Mapping[str, Any]) -> str:
+    """The arguments that differ from the builder's defaults, in order: equal models, one key."""
+    defaults = {k: p.default for k, p in inspect.signature(builder).parameters.items()}
+    return repr(sorted((k, v) for k, v in args.items() if defaults.get(k, inspect.Parameter.empty) != v))
 
 
 @pytest.fixture(scope="session")
@@ -138,7 +141,7 @@ def checkpoints(tmp_path_factory) -> Callable[..., Family]:
     families: dict[str, Family] = {}
 
     def source(base_args: Mapping[str, Any], key: str, args: Mapping[str, Any]) -> Path:
-        ident = (_key(base_args), _key(args))
+        ident = (_key(make_tiny_model, base_args), _key(make_finetuned, args))
         if ident not in sources:
             base = bases[ident[0]]
             out = base.parent / key
@@ -149,12 +152,13 @@ def checkpoints(tmp_path_factory) -> Callable[..., Family]:
 
     def get(base_args: Mapping[str, Any] | None = None, **source_args: Mapping[str, Any]) -> Family:
         base_args = dict(base_args or {})
-        name = _key(base_args) + _key(source_args)
+        base_key = _key(make_tiny_model, base_args)
+        name = base_key + repr([(k, _key(make_finetuned, args)) for k, args in source_args.items()])
         if name not in families:
-            if _key(base_args) not in bases:
-                bases[_key(base_args)] = make_tiny_model(tmp_path_factory.mktemp("family") / "base", **base_args)
+            if base_key not in bases:
+                bases[base_key] = make_tiny_model(tmp_path_factory.mktemp("family") / "base", **base_args)
             built = {k: source(base_args, k, args) for k, args in source_args.items()}
-            families[name] = Family(bases[_key(base_args)], built, base_args)
+            families[name] = Family(bases[base_key], built, base_args)
         return families[name]
 
     return get
@@ -166,6 +170,8 @@ SFT, RLVR = {"seed": 1, "scale": 0.02}, {"seed": 2, "scale": 0.01, "density": 0.
 SHARDED = {"max_shard_bytes": 40_000}
 FAMILIES: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
     "qwen_bf16": (BF16, {"sft": SFT, "rlvr": RLVR}),
+    # and a third source in 40 KB shards (the bad-input tests delete one)
+    "qwen_bf16_and_sharded": (BF16, {"sft": SFT, "rlvr": RLVR, "sharded": {"seed": 3, "scale": 0.01, **SHARDED}}),
     "llama_fp32_tied_sharded": (
         {"arch": "llama", "tie_word_embeddings": True, "max_shard_size": "40KB"},
         {"sft": {**SFT, **SHARDED}, "rlvr": {**RLVR, **SHARDED}},
