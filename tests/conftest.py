@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import pytest
 import torch
@@ -128,17 +128,28 @@ def _key(builder: Callable[..., Path], args: Mapping[str, Any]) -> str:
     return repr(sorted((k, v) for k, v in args.items() if defaults.get(k, inspect.Parameter.empty) != v))
 
 
+def _files(model: Path) -> dict[str, tuple[int, int]]:
+    """Each file under `model`: (size, mtime)."""
+    return {str(p.relative_to(model)): (p.stat().st_size, p.stat().st_mtime_ns) for p in model.rglob("*")}
+
+
 @pytest.fixture(scope="session")
-def checkpoints(tmp_path_factory) -> Callable[..., Family]:
+def checkpoints(tmp_path_factory) -> Iterator[Callable[..., Family]]:
     """Factory: checkpoints(base_args, key=source_args, ...) → Family, where base_args are
     dots.testing.make_tiny_model's keywords and each source's make_finetuned's (seed, scale,
     density, dtype, max_shard_bytes). Each base and each source is built once per session
-    (per xdist worker) however many modules ask; a built family is read-only for tests."""
+    (per xdist worker) however many modules ask. The models are read-only for tests (one that
+    writes beside a model copies it first): the session fails at its end if one changed."""
     from dots.testing import make_finetuned, make_tiny_model
 
     bases: dict[str, Path] = {}
     sources: dict[tuple[str, str], Path] = {}
     families: dict[str, Family] = {}
+    as_built: dict[Path, dict[str, tuple[int, int]]] = {}
+
+    def made(model: Path) -> Path:
+        as_built[model] = _files(model)
+        return model
 
     def source(base_args: Mapping[str, Any], key: str, args: Mapping[str, Any]) -> Path:
         ident = (_key(make_tiny_model, base_args), _key(make_finetuned, args))
@@ -147,7 +158,7 @@ def checkpoints(tmp_path_factory) -> Callable[..., Family]:
             out = base.parent / key
             if out.exists():  # this key with other noise on the same base
                 out = base.parent / f"{key}-{len(sources)}"
-            sources[ident] = make_finetuned(base, out, **args)
+            sources[ident] = made(make_finetuned(base, out, **args))
         return sources[ident]
 
     def get(base_args: Mapping[str, Any] | None = None, **source_args: Mapping[str, Any]) -> Family:
@@ -156,12 +167,15 @@ def checkpoints(tmp_path_factory) -> Callable[..., Family]:
         name = base_key + repr([(k, _key(make_finetuned, args)) for k, args in source_args.items()])
         if name not in families:
             if base_key not in bases:
-                bases[base_key] = make_tiny_model(tmp_path_factory.mktemp("family") / "base", **base_args)
+                bases[base_key] = made(make_tiny_model(tmp_path_factory.mktemp("family") / "base", **base_args))
             built = {k: source(base_args, k, args) for k, args in source_args.items()}
             families[name] = Family(bases[base_key], built, base_args)
         return families[name]
 
-    return get
+    yield get
+    # shared models are read-only: a test that wrote into one would change what later tests read
+    changed = [str(model) for model, files in as_built.items() if _files(model) != files]
+    assert not changed, f"a test wrote into the session's models: {changed}"
 
 
 # The named families of the merge tests: (base's arguments, each source's)
