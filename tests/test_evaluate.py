@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -231,8 +232,9 @@ def tiny(trio, checkpoints, tmp_path_factory):
     """The trio's base and sft, a base of other weights and one of another architecture, a benchmark."""
     root = tmp_path_factory.mktemp("eval")
     base, sft = trio.base, trio.sources["sft"]
-    other = checkpoints({"seed": 3}).base  # same shapes, different weights
-    llama = checkpoints({"arch": "llama", "seed": 4}).base  # another architecture
+    # copies named as the engine log (_counting_factory) names a model: by its directory
+    other = Path(shutil.copytree(checkpoints({"seed": 3}).base, root / "other"))  # same shapes, other weights
+    llama = Path(shutil.copytree(checkpoints({"arch": "llama", "seed": 4}).base, root / "llama"))  # another arch
     data = _write_jsonl(
         root / "tiny.jsonl",
         [
