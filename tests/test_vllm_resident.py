@@ -100,7 +100,7 @@ def tp1(wide, reference):
         eng.close()
 
 
-def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, wide):
+def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, wide, kept):
     (info,) = tp1
     tv = wide.tv
     assert info["kept"] == [kept[k] for k in tv.sources]  # every kept entry, once
@@ -117,7 +117,7 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, wide):
 
 
 @pytest.mark.slow
-def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, wide, reference):
+def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, wide, kept, reference):
     eng = VLLMEngine(
         wide.base,
         task_vectors=wide.tv,
