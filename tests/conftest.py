@@ -9,15 +9,23 @@ see shared, unique and unchanged entries. Families are built once per session.
 from __future__ import annotations
 
 import atexit
+import inspect
 import json
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import pytest
 import torch
+from engine_args import LAMBDA, TRIO_SOURCES
+from helpers import save_merged
+
+if TYPE_CHECKING:
+    from dots.vectors.cache import TaskVectors
 
 os.environ.setdefault("DOTS_PROGRESS", "0")  # no progress bars in test logs
 # The suite never writes the user's cache (~/.cache/dots): the session's fixtures and every
@@ -81,36 +89,111 @@ def pytest_configure(config):
 
 @dataclass
 class Family:
-    """A base checkpoint directory and its sources (key → directory)."""
+    """A base checkpoint directory and its sources (key → directory), made by `checkpoints`.
+    Shared by the whole session: a test that writes beside them copies them first."""
 
     base: Path
-    sources: dict[str, Path] = field(default_factory=dict)
-    arch: str = "qwen2"
-    dtype: torch.dtype = torch.float32
-    tied: bool = False
-    sharded: bool = False
+    sources: dict[str, Path]
+    base_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tied(self) -> bool:
+        return bool(self.base_args.get("tie_word_embeddings", False))
+
+    @cached_property
+    def tv(self) -> TaskVectors:
+        """The sources' τ̃ cache (default sparsification), built on first use."""
+        from dots.io.checkpoint import Checkpoint
+        from dots.vectors.cache import build_task_vectors
+        from dots.vectors.sparsify import SparsifyConfig
+
+        sources = {k: Checkpoint(p) for k, p in self.sources.items()}
+        return build_task_vectors(Checkpoint(self.base), sources, SparsifyConfig(), self._beside("cache"))
+
+    @cached_property
+    def merged(self) -> Path:
+        """θ0 + Σ LAMBDA·τ̃ saved as a checkpoint (engine_args.LAMBDA names the sources sft and rl)."""
+        from dots.io.checkpoint import Checkpoint
+
+        return save_merged(self.tv, LAMBDA, Checkpoint(self.base), self._beside("merged"))
+
+    def _beside(self, what: str) -> Path:
+        """A directory beside the base named after `what` and these sources (key=directory)."""
+        return self.base.parent / "-".join([what, *(f"{k}={p.name}" for k, p in self.sources.items())])
 
 
-def _build_family(
-    root: Path, arch: str, dtype: torch.dtype, tied: bool, sharded: bool, source_dtype: torch.dtype | None = None
-) -> Family:
+def _key(builder: Callable[..., Path], args: Mapping[str, Any]) -> str:
+    """The arguments that differ from the builder's defaults, in order: equal models, one key."""
+    defaults = {k: p.default for k, p in inspect.signature(builder).parameters.items()}
+    return repr(sorted((k, v) for k, v in args.items() if defaults.get(k, inspect.Parameter.empty) != v))
+
+
+def _files(model: Path) -> dict[str, tuple[int, int]]:
+    """Each file under `model`: (size, mtime)."""
+    return {str(p.relative_to(model)): (p.stat().st_size, p.stat().st_mtime_ns) for p in model.rglob("*")}
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory) -> Iterator[Callable[..., Family]]:
+    """Factory: checkpoints(base_args, key=source_args, ...) → Family, where base_args are
+    dots.testing.make_tiny_model's keywords and each source's make_finetuned's (seed, scale,
+    density, dtype, max_shard_bytes). Each base and each source is built once per session
+    (per xdist worker) however many modules ask. The models are read-only for tests (one that
+    writes beside a model copies it first): the session fails at its end if one changed."""
     from dots.testing import make_finetuned, make_tiny_model
 
-    shard = {"max_shard_size": "40KB"} if sharded else {}
-    shard_bytes = 40_000 if sharded else 5 * 2**30
-    base = make_tiny_model(root / "base", arch=arch, dtype=dtype, tie_word_embeddings=tied, **shard)
-    sft = make_finetuned(base, root / "sft", seed=1, scale=0.02, dtype=source_dtype, max_shard_bytes=shard_bytes)
-    rlvr = make_finetuned(
-        base, root / "rlvr", seed=2, scale=0.01, density=0.3, dtype=source_dtype, max_shard_bytes=shard_bytes
-    )
-    return Family(base, {"sft": sft, "rlvr": rlvr}, arch, dtype, tied, sharded)
+    bases: dict[str, Path] = {}
+    sources: dict[tuple[str, str], Path] = {}
+    families: dict[str, Family] = {}
+    as_built: dict[Path, dict[str, tuple[int, int]]] = {}
+
+    def made(model: Path) -> Path:
+        as_built[model] = _files(model)
+        return model
+
+    def source(base_args: Mapping[str, Any], key: str, args: Mapping[str, Any]) -> Path:
+        ident = (_key(make_tiny_model, base_args), _key(make_finetuned, args))
+        if ident not in sources:
+            base = bases[ident[0]]
+            out = base.parent / key
+            if out.exists():  # this key with other noise on the same base
+                out = base.parent / f"{key}-{len(sources)}"
+            sources[ident] = made(make_finetuned(base, out, **args))
+        return sources[ident]
+
+    def get(base_args: Mapping[str, Any] | None = None, **source_args: Mapping[str, Any]) -> Family:
+        base_args = dict(base_args or {})
+        base_key = _key(make_tiny_model, base_args)
+        name = base_key + repr([(k, _key(make_finetuned, args)) for k, args in source_args.items()])
+        if name not in families:
+            if base_key not in bases:
+                bases[base_key] = made(make_tiny_model(tmp_path_factory.mktemp("family") / "base", **base_args))
+            built = {k: source(base_args, k, args) for k, args in source_args.items()}
+            families[name] = Family(bases[base_key], built, base_args)
+        return families[name]
+
+    yield get
+    # shared models are read-only: a test that wrote into one would change what later tests read
+    changed = [str(model) for model, files in as_built.items() if _files(model) != files]
+    assert not changed, f"a test wrote into the session's models: {changed}"
 
 
-FAMILIES = {
-    # name: (arch, base dtype, tied, sharded, source dtype)
-    "qwen_bf16": ("qwen2", torch.bfloat16, False, False, None),
-    "llama_fp32_tied_sharded": ("llama", torch.float32, True, True, None),
-    "qwen_fp32_bf16_sources": ("qwen2", torch.float32, False, True, torch.bfloat16),
+# The named families of the merge tests: (base's arguments, each source's)
+BF16 = {"dtype": torch.bfloat16}
+SFT, RLVR = {"seed": 1, "scale": 0.02}, {"seed": 2, "scale": 0.01, "density": 0.3}
+SHARDED = {"max_shard_bytes": 40_000}
+FAMILIES: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
+    "qwen_bf16": (BF16, {"sft": SFT, "rlvr": RLVR}),
+    # and a third source in 40 KB shards (the bad-input tests delete one)
+    "qwen_bf16_and_sharded": (BF16, {"sft": SFT, "rlvr": RLVR, "sharded": {"seed": 3, "scale": 0.01, **SHARDED}}),
+    "llama_fp32_tied_sharded": (
+        {"arch": "llama", "tie_word_embeddings": True, "max_shard_size": "40KB"},
+        {"sft": {**SFT, **SHARDED}, "rlvr": {**RLVR, **SHARDED}},
+    ),
+    "qwen_fp32_bf16_sources": (
+        {"max_shard_size": "40KB"},
+        {"sft": {**SFT, **SHARDED, **BF16}, "rlvr": {**RLVR, **SHARDED, **BF16}},
+    ),
 }
 
 
@@ -124,17 +207,19 @@ def own_dots_cache(tmp_path_factory, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_family(tmp_path_factory):
-    """Factory: tiny_family(name) → Family, built once per session per name."""
-    built: dict[str, Family] = {}
+def tiny_family(checkpoints) -> Callable[[str], Family]:
+    """Factory: tiny_family(name) → the named Family of FAMILIES."""
+    return lambda name: checkpoints(FAMILIES[name][0], **FAMILIES[name][1])
 
-    def get(name: str) -> Family:
-        if name not in built:
-            arch, dtype, tied, sharded, source_dtype = FAMILIES[name]
-            built[name] = _build_family(tmp_path_factory.mktemp(name), arch, dtype, tied, sharded, source_dtype)
-        return built[name]
 
-    return get
+@pytest.fixture(scope="session")
+def trio(checkpoints) -> Family:
+    """The engines' trio: a float32 Qwen2 (hidden 64, 2 heads: head_dim 32, the vLLM-CPU minimum),
+    a dense SFT (`sft`) and a sparse RLVR (`rl`) source, their τ̃ cache (`tv`) and the model
+    merged at engine_args.LAMBDA (`merged`)."""
+    family = checkpoints(**TRIO_SOURCES)
+    assert family.merged.is_dir()
+    return family
 
 
 @pytest.fixture(scope="session")
@@ -156,17 +241,11 @@ def qwen_fp32_bf16_sources(tiny_family) -> Family:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(checkpoints, tmp_path_factory):
     """The search family (helpers.overrides): a bf16 Qwen2 base, sources sft / rlvr / third,
-    and a pool of 10 sums; (root, base, {key: source}, pool)."""
-    from dots.testing import make_finetuned, make_tiny_model
-
+    and a pool of 10 sums; (root, base, {key: source}, pool). The root is the module's own."""
     root = tmp_path_factory.mktemp("search")
-    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
-    srcs = {
-        k: make_finetuned(base, root / k, seed=i + 1, scale=s)
-        for i, (k, s) in enumerate([("sft", 0.02), ("rlvr", 0.005), ("third", 0.01)])
-    }
+    family = checkpoints(BF16, sft=SFT, rlvr={"seed": 2, "scale": 0.005}, third={"seed": 3, "scale": 0.01})
     pool = root / "pool.jsonl"
     pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(10)))
-    return root, base, srcs, pool
+    return root, family.base, family.sources, pool

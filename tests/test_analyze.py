@@ -20,7 +20,6 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.modules import layer_index, module_class, module_kind
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.masks import TopKMask
 from dots.vectors.topk import RadixSelect, magnitude_bits
 
@@ -404,18 +403,20 @@ def test_relative_threshold_sparsity(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def bf16_trio(tmp_path_factory):
-    d = tmp_path_factory.mktemp("bf16")
-    make_tiny_model(d / "base", dtype=torch.bfloat16, num_layers=2)
-    make_finetuned(d / "base", d / "sft", seed=1, scale=0.01, density=0.7, dtype=torch.bfloat16)
-    make_finetuned(d / "base", d / "rlvr", seed=2, scale=0.002, density=0.3, dtype=torch.bfloat16)
-    make_finetuned(d / "base", d / "other", seed=3, scale=0.004, density=0.5, dtype=torch.bfloat16)
-    return d
+def bf16_trio(checkpoints) -> dict[str, Path]:
+    """A bf16 base and three bf16 sources of other densities: {"base", "sft", "rlvr", "other": directory}."""
+    family = checkpoints(
+        {"dtype": torch.bfloat16},
+        sft={"seed": 1, "scale": 0.01, "density": 0.7, "dtype": torch.bfloat16},
+        rlvr={"seed": 2, "scale": 0.002, "density": 0.3, "dtype": torch.bfloat16},
+        other={"seed": 3, "scale": 0.004, "density": 0.5, "dtype": torch.bfloat16},
+    )
+    return {"base": family.base, **family.sources}
 
 
-def dense_reference(d: Path, keys: list[str], cfg: AnalyzeConfig) -> dict:
-    base = Checkpoint(d / "base")
-    sources = {k: Checkpoint(d / k) for k in keys}
+def dense_reference(d: dict[str, Path], keys: list[str], cfg: AnalyzeConfig) -> dict:
+    base = Checkpoint(d["base"])
+    sources = {k: Checkpoint(d[k]) for k in keys}
     names = align(base, sources).merged
     flat = {k: torch.cat([(sources[k].get(n).float() - base.get(n).float()).reshape(-1) for n in names]) for k in keys}
     classes = sorted({module_class(n) for n in names})
@@ -447,7 +448,7 @@ def test_matches_dense_reference_on_bf16_ties(bf16_trio, chunk_entries):
     d = bf16_trio
     keys = ["sft", "rlvr", "other"]
     cfg = AnalyzeConfig(chunk_entries=chunk_entries, **QUICK)
-    report = analyze(d / "base", {k: d / k for k in keys}, None, cfg)
+    report = analyze(d["base"], {k: d[k] for k in keys}, None, cfg)
     ref = dense_reference(d, keys, cfg)
     flat, n = ref["flat"], ref["n"]
     assert report["numel"] == n
@@ -499,18 +500,18 @@ def test_writes_json_and_figures_and_reuses_them(bf16_trio, tmp_path, monkeypatc
     figures = capture_figures(monkeypatch)
     d = bf16_trio
     out = tmp_path / "out"
-    sources = {"sft": d / "sft", "rlvr": d / "rlvr"}
-    report = analyze(d / "base", sources, out, AnalyzeConfig(relative_eps=0.01))
+    sources = {"sft": d["sft"], "rlvr": d["rlvr"]}
+    report = analyze(d["base"], sources, out, AnalyzeConfig(relative_eps=0.01))
     assert json.loads((out / "analysis.json").read_text())["summary"] == report["summary"]
     names = ["norms_per_layer", "sign_interference", "module_activation", "sparsity", "overlap", "regions"]
     assert sorted(figures) == sorted(f"{n}.png" for n in names) and all((out / f).exists() for f in figures)
     check_figures_draw_the_report(figures, report)
     stamp = (out / "analysis.json").stat().st_mtime_ns
     (out / "regions.png").unlink()
-    again = analyze(d / "base", sources, out, AnalyzeConfig(relative_eps=0.01, chunk_entries=999))
+    again = analyze(d["base"], sources, out, AnalyzeConfig(relative_eps=0.01, chunk_entries=999))
     assert (out / "analysis.json").stat().st_mtime_ns == stamp  # reused, not recomputed
     assert again["input_key"] == report["input_key"] and (out / "regions.png").exists()
-    analyze(d / "base", sources, out, AnalyzeConfig(relative_eps=0.02))
+    analyze(d["base"], sources, out, AnalyzeConfig(relative_eps=0.02))
     assert json.loads((out / "analysis.json").read_text())["options"]["relative_eps"] == 0.02
 
 
@@ -526,10 +527,10 @@ def test_writes_json_and_figures_and_reuses_them(bf16_trio, tmp_path, monkeypatc
 )
 def test_bad_input_is_one_line_error_and_writes_nothing(bf16_trio, tmp_path, sources, cfg, message):
     d = bf16_trio
-    paths = {k: str(d / v.lower()) if v != "MISSING" else str(tmp_path / "nope") for k, v in sources.items()}
+    paths = {k: str(d[v.lower()]) if v != "MISSING" else str(tmp_path / "nope") for k, v in sources.items()}
     out = tmp_path / "out"
     with pytest.raises(DotsError, match=message):
-        analyze(d / "base", paths, out, cfg)
+        analyze(d["base"], paths, out, cfg)
     assert not out.exists()
 
 
@@ -553,9 +554,9 @@ def test_cli_writes_analysis(bf16_trio, tmp_path):
         "dots.analyze",
         "~backbone",
         "+backbone.name=t",
-        f"+backbone.base={d / 'base'}",
-        f"+backbone.sources.sft={d / 'sft'}",
-        f"+backbone.sources.rlvr={d / 'rlvr'}",
+        f"+backbone.base={d['base']}",
+        f"+backbone.sources.sft={d['sft']}",
+        f"+backbone.sources.rlvr={d['rlvr']}",
         f"output={out}",
         "figures=false",
         "top_fraction=0.2",
@@ -564,7 +565,7 @@ def test_cli_writes_analysis(bf16_trio, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "analysis.json").read_text())
     assert report["options"]["top_fraction"] == 0.2 and report["sources"] == ["sft", "rlvr"]
-    assert report["config"]["backbone"]["base"] == str(d / "base")
+    assert report["config"]["backbone"]["base"] == str(d["base"])
     bad = subprocess.run(
         cmd[:-3] + [f"output={tmp_path / 'bad'}", "roles.sft=nope"],
         cwd=REPO,

@@ -22,23 +22,21 @@ import pytest
 import torch
 from helpers import REPO, require_vllm, unavailable
 
-from dots.testing import make_finetuned, make_tiny_model
-
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> dict[str, Path]:
-    """Good and broken checkpoints and pools (built once; the snapshot covers them too)."""
+def inputs(tiny_family, checkpoints, tmp_path_factory) -> dict[str, Path]:
+    """Good and broken checkpoints and pools (copied or built once; the snapshot covers them too)."""
     root = tmp_path_factory.mktemp("bad_inputs")
-    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
-    m = {
-        "root": root,
-        "base": base,
-        "sft": make_finetuned(base, root / "sft", seed=1, scale=0.02),
-        "rlvr": make_finetuned(base, root / "rlvr", seed=2, scale=0.01, density=0.3),
-        "wider": make_tiny_model(root / "wider", dtype=torch.bfloat16, hidden_size=96, num_heads=2),
-        "llama": make_tiny_model(root / "llama", arch="llama", dtype=torch.bfloat16),
+    family = tiny_family("qwen_bf16_and_sharded")
+    made = {
+        "base": family.base,
+        "sft": family.sources["sft"],
+        "rlvr": family.sources["rlvr"],
+        "wider": checkpoints({"dtype": torch.bfloat16, "hidden_size": 96, "num_heads": 2}).base,
+        "llama": checkpoints({"arch": "llama", "dtype": torch.bfloat16}).base,
     }
-    sharded = make_finetuned(base, root / "missing_shard", seed=3, scale=0.01, max_shard_bytes=40_000)
+    m = {"root": root, **{k: Path(shutil.copytree(p, root / k)) for k, p in made.items()}}
+    sharded = Path(shutil.copytree(family.sources["sharded"], root / "missing_shard"))
     shards = sorted(sharded.glob("model-*.safetensors"))
     assert len(shards) > 1
     shards[-1].unlink()

@@ -11,13 +11,12 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.convert import convert_bin_to_safetensors
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.testing import make_tiny_model
 from dots.vectors.deltas import all_finite
 
 
 @pytest.fixture(scope="module")
-def sharded(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("m") / "sharded", dtype=torch.bfloat16, max_shard_size="20KB")
+def sharded(checkpoints):
+    return checkpoints({"dtype": torch.bfloat16, "max_shard_size": "20KB"}).base
 
 
 def test_reader_sees_every_shard_lazily(sharded):

@@ -24,8 +24,7 @@ from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.testing import make_finetuned, make_tiny_model
-from dots.vectors.cache import TaskVectors, build_task_vectors, cache_key
+from dots.vectors.cache import CACHE_VERSION, TaskVectors, build_task_vectors, cache_key
 from dots.vectors.compact import CompactTensor, encode, form_bytes, has_negative_zero
 from dots.vectors.entry import CACHE_VERSION
 from dots.vectors.forms import BY_SPEED
@@ -112,26 +111,25 @@ def check_bit_identity(
 # --- trios -------------------------------------------------------------------------------
 
 
-def _trio(root: Path, dtype: torch.dtype, source_dtype: torch.dtype | None = None) -> tuple[Path, dict[str, Path]]:
-    if not (root / "b" / "config.json").exists():
-        make_tiny_model(root / "base", dtype=dtype)
-        make_finetuned(root / "base", root / "a", seed=1, scale=0.02, dtype=source_dtype)
-        make_finetuned(root / "base", root / "b", seed=2, scale=0.004, density=0.3, dtype=source_dtype)
-    return root / "base", {"a": root / "a", "b": root / "b"}
-
-
 @pytest.fixture(scope="module")
-def trios(tmp_path_factory):
-    root = tmp_path_factory.mktemp("compact")
+def trios(checkpoints):
+    """The shipped lab trio and generated ones (a dense source `a`, a sparse `b`) in each dtype mix."""
     from dots.lab import ensure_trio
+
+    def made(dtype: torch.dtype, source_dtype: torch.dtype | None = None) -> tuple[Path, dict[str, Path]]:
+        a = {"seed": 1, "scale": 0.02, "dtype": source_dtype}
+        family = checkpoints(
+            {"dtype": dtype}, a=a, b={"seed": 2, "scale": 0.004, "density": 0.3, "dtype": source_dtype}
+        )
+        return family.base, family.sources
 
     lab = ensure_trio()
     return {
         "lab": (lab["base"], {"a": lab["sft"], "b": lab["rlvr"]}),
-        "bf16": _trio(root / "bf16", torch.bfloat16),
-        "fp32": _trio(root / "fp32", torch.float32),
-        "bf16_base_fp32_sources": _trio(root / "mixed", torch.bfloat16, torch.float32),
-        "fp32_base_bf16_sources": _trio(root / "mixed2", torch.float32, torch.bfloat16),
+        "bf16": made(torch.bfloat16),
+        "fp32": made(torch.float32),
+        "bf16_base_fp32_sources": made(torch.bfloat16, torch.float32),
+        "fp32_base_bf16_sources": made(torch.float32, torch.bfloat16),
     }
 
 
@@ -175,13 +173,11 @@ def test_small_blocks_are_bit_identical(trios, tmp_path, monkeypatch):
         check_bit_identity(*trios["bf16"], SparsifyConfig(density=density), tmp_path / str(density), LAMBDAS[:2])
 
 
-def test_negative_zeros_of_the_base_keep_the_dense_bits(tmp_path):
+def test_negative_zeros_of_the_base_keep_the_dense_bits(trios, tmp_path):
     """θ0 = −0.0 where the sources are tiny negatives (masked out: the dense τ̃ holds −0.0
     there), −0.0 or +0.0, and θ0 = +0.0 where a source is −0.0: the merged sign of zero is the
     dense path's for every sign of λ (acc = −0 + λ·(±0) keeps −0 only if the term is −0)."""
-    base = make_tiny_model(tmp_path / "base0", dtype=torch.bfloat16)
-    make_finetuned(base, tmp_path / "a0", seed=1, scale=0.02)
-    make_finetuned(base, tmp_path / "b0", seed=2, scale=0.004, density=0.3)
+    base, made = trios["bf16"]  # rewritten below
     ckpt = Checkpoint(base)
     gen = torch.Generator().manual_seed(3)
     shapes = {n: ckpt.info(n).shape for n in ckpt.names}
@@ -202,7 +198,7 @@ def test_negative_zeros_of_the_base_keep_the_dense_bits(tmp_path):
 
     rewrite(base, tmp_path / "base", lambda n, t: put(put(t, neg[n], -0.0), pos[n], 0.0))
     rewrite(
-        tmp_path / "a0",
+        made["a"],
         tmp_path / "a",
         lambda n, t: put(
             put(
@@ -214,7 +210,7 @@ def test_negative_zeros_of_the_base_keep_the_dense_bits(tmp_path):
             -0.0,
         ),
     )
-    rewrite(tmp_path / "b0", tmp_path / "b", lambda n, t: put(t, neg[n] & (v[n] < 0.4), -1e-30))
+    rewrite(made["b"], tmp_path / "b", lambda n, t: put(t, neg[n] & (v[n] < 0.4), -1e-30))
     lambdas = LAMBDAS + [{"a": 1.0, "b": 0.0}, {"a": -1.0, "b": -1.0}, {"a": -1.0, "b": 1.0}]
     for cfg in (SparsifyConfig(), SparsifyConfig(density=0.02, scope="global"), SparsifyConfig(density=1.0)):
         tv = check_bit_identity(
@@ -230,12 +226,10 @@ def test_negative_zeros_of_the_base_keep_the_dense_bits(tmp_path):
             assert any(bool((torch.signbit(t) & (t == 0)).any()) for t in merged.values())  # −0.0 survives
 
 
-def test_added_vocabulary_rows_are_bit_identical(tmp_path):
+def test_added_vocabulary_rows_are_bit_identical(trios, tmp_path):
     """A source with 3 more embedding / lm_head rows: merged base rows, its rows appended."""
-    base = make_tiny_model(tmp_path / "base", dtype=torch.bfloat16)
-    make_finetuned(base, tmp_path / "a0", seed=1, scale=0.02)
-    make_finetuned(base, tmp_path / "b", seed=2, scale=0.004, density=0.3)
-    plain = Checkpoint(tmp_path / "a0")
+    base, made = trios["bf16"]
+    plain = Checkpoint(made["a"])
     plan = {n: plain.info(n) for n in plain.names}
     for n in VOCAB:
         s = plain.info(n).shape
@@ -248,7 +242,7 @@ def test_added_vocabulary_rows_are_bit_identical(tmp_path):
             writer.write(name, tensor)
         writer.commit(copy_from=plain)
     for cfg in (SparsifyConfig(), SparsifyConfig(density=0.02, scope="global", rescale="tensor")):
-        tv = check_bit_identity(base, {"a": tmp_path / "a", "b": tmp_path / "b"}, cfg, tmp_path / f"c{cfg.density}")
+        tv = check_bit_identity(base, {"a": tmp_path / "a", "b": made["b"]}, cfg, tmp_path / f"c{cfg.density}")
         rows = Checkpoint(base).info("lm_head.weight").shape[0]
         for name in VOCAB:
             assert torch.equal(tv.extra_rows(name), Checkpoint(tmp_path / "a").get(name)[rows:])

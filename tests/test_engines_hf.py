@@ -4,7 +4,8 @@ import math
 
 import pytest
 import torch
-from helpers import greedy, save_merged
+from engine_args import LAMBDA, TRIO_SOURCES
+from helpers import greedy
 
 from dots.engines import Engine
 from dots.engines.factory import build_engine, resolve_engine_name
@@ -15,34 +16,14 @@ from dots.options.engine import EngineOptions
 from dots.paths import CONF_DIR
 from dots.scoring import perplexity
 from dots.scoring.perplexity import perplexity
-from dots.testing import make_finetuned, make_tiny_model
-from dots.vectors.cache import build_task_vectors
-from dots.vectors.sparsify import SparsifyConfig
 from dots.vectors.synth import synthesize
 
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "The answer is \\boxed{"]
-LAMBDA = {"sft": 0.8, "rl": 1.6}
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hf")
-    make_tiny_model(d / "base")
-    make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
-    make_finetuned(d / "base", d / "rl", seed=2, scale=0.01, density=0.3)
-    base = Checkpoint(d / "base")
-    tv = build_task_vectors(
-        base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
-    )
-    merged = save_merged(tv, LAMBDA, base, d / "merged")
-    return {"dir": d, "base": d / "base", "sft": d / "sft", "merged": merged, "tv": tv}
-
-
-@pytest.fixture(scope="module")
-def engine(models):
-    eng = HFEngine(
-        models["base"], EngineOptions(device="cpu", batch_size=3, synth_cache="disk"), task_vectors=models["tv"]
-    )
+def engine(trio):
+    eng = HFEngine(trio.base, EngineOptions(device="cpu", batch_size=3, synth_cache="disk"), task_vectors=trio.tv)
     yield eng
     eng.close()
 
@@ -82,9 +63,9 @@ def test_prompt_nll_matches_a_plain_forward_pass(engine):
     assert perplexity(engine.prompt_nll(PROMPTS)) == pytest.approx(ppl)
 
 
-def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, models):
+def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, trio):
     before, nll_before = greedy(engine, PROMPTS), engine.prompt_nll(PROMPTS)
-    fresh = HFEngine(models["merged"], EngineOptions(device="cpu"))
+    fresh = HFEngine(trio.merged, EngineOptions(device="cpu"))
     expected, nll_expected = greedy(fresh, PROMPTS), fresh.prompt_nll(PROMPTS)
     fresh_state = fresh.state_dict()
     fresh.close()
@@ -101,51 +82,51 @@ def test_swap_equals_fresh_engine_on_saved_merge_and_swaps_back(engine, models):
     assert [r.nll for r in engine.prompt_nll(PROMPTS)] == [r.nll for r in nll_before]
 
 
-def test_memory_synth_cache_swaps_to_the_same_model(engine, models):
+def test_memory_synth_cache_swaps_to_the_same_model(engine, trio):
     engine.swap_coefficients(LAMBDA)
     expected = engine.state_dict()
-    resident = HFEngine(models["base"], EngineOptions(device="cpu", synth_cache="memory"), task_vectors=models["tv"])
+    resident = HFEngine(trio.base, EngineOptions(device="cpu", synth_cache="memory"), task_vectors=trio.tv)
     resident.swap_coefficients({"sft": 2.0, "rl": 0.1})
     resident.swap_coefficients(LAMBDA)
     got = resident.state_dict()
     assert all(torch.equal(got[k], expected[k]) for k in expected)
     assert greedy(resident, PROMPTS) == greedy(engine, PROMPTS)
     resident.close()
-    engine.swap_checkpoint(models["base"])
+    engine.swap_checkpoint(trio.base)
     with pytest.raises(DotsError, match="synth_cache"):
-        HFEngine(models["base"], EngineOptions(device="cpu", synth_cache="gpu"))
+        HFEngine(trio.base, EngineOptions(device="cpu", synth_cache="gpu"))
 
 
-def test_swap_checkpoint_and_weights(engine, models):
+def test_swap_checkpoint_and_weights(engine, trio):
     before = greedy(engine, PROMPTS)
-    engine.swap_checkpoint(models["merged"])
+    engine.swap_checkpoint(trio.merged)
     merged = greedy(engine, PROMPTS)
     assert merged != before
-    engine.swap_weights(Checkpoint(models["base"]).tensors())
+    engine.swap_weights(Checkpoint(trio.base).tensors())
     assert greedy(engine, PROMPTS) == before
-    engine.swap_weights(synthesize(models["tv"], LAMBDA, device="cpu"))
+    engine.swap_weights(synthesize(trio.tv, LAMBDA, device="cpu"))
     assert greedy(engine, PROMPTS) == merged
-    engine.swap_checkpoint(models["base"])
+    engine.swap_checkpoint(trio.base)
     assert greedy(engine, PROMPTS) == before
 
 
-def test_bad_swaps_are_user_errors(engine, models, tmp_path):
+def test_bad_swaps_are_user_errors(engine, trio, checkpoints):
     with pytest.raises(DotsError, match="not a tensor"):
         engine.swap_weights([("model.nope.weight", torch.zeros(2))])
     with pytest.raises(DotsError, match="shape"):
         engine.swap_weights([("lm_head.weight", torch.zeros(3, 3))])
-    other = make_tiny_model(tmp_path / "wider", hidden_size=96, num_heads=3)
+    other = checkpoints({"hidden_size": 96, "num_heads": 3}).base
     with pytest.raises(DotsError, match="cannot swap"):
         engine.swap_checkpoint(other)
     with pytest.raises(DotsError, match="coefficients"):
         engine.swap_coefficients({"sft": 1.0})
     with pytest.raises(DotsError, match="task vectors"):
-        HFEngine(models["base"], EngineOptions(device="cpu")).swap_coefficients(LAMBDA)
+        HFEngine(trio.base, EngineOptions(device="cpu")).swap_coefficients(LAMBDA)
 
 
-def test_tied_embeddings_swap(tmp_path):
-    base = make_tiny_model(tmp_path / "tied", tie_word_embeddings=True)
-    ft = make_finetuned(base, tmp_path / "tied_ft", seed=4, scale=0.05)
+def test_tied_embeddings_swap(checkpoints):
+    tied = checkpoints({"tie_word_embeddings": True}, ft={"seed": 4, "scale": 0.05})
+    base, ft = tied.base, tied.sources["ft"]
     eng = HFEngine(base, EngineOptions(device="cpu"))
     before = greedy(eng, PROMPTS)
     eng.swap_checkpoint(ft)
@@ -156,17 +137,15 @@ def test_tied_embeddings_swap(tmp_path):
     assert greedy(eng, PROMPTS) == before
 
 
-def test_factory_builds_hf_and_rejects_typos(models):
-    eng = build_engine(
-        {"name": "hf", "device": "cpu", "batch_size": 2, "dtype": "float32"}, models["base"], models["tv"]
-    )
+def test_factory_builds_hf_and_rejects_typos(trio):
+    eng = build_engine({"name": "hf", "device": "cpu", "batch_size": 2, "dtype": "float32"}, trio.base, trio.tv)
     assert isinstance(eng, HFEngine) and eng.batch_size == 2
     eng.swap_coefficients(LAMBDA)
     eng.close()
     with pytest.raises(DotsError, match="unknown engine option"):
-        build_engine({"name": "hf", "batch_sizes": 2}, models["base"])
+        build_engine({"name": "hf", "batch_sizes": 2}, trio.base)
     with pytest.raises(DotsError, match="unknown engine"):
-        build_engine({"name": "tgi"}, models["base"])
+        build_engine({"name": "tgi"}, trio.base)
     try:
         import vllm  # noqa: F401
 
@@ -176,7 +155,7 @@ def test_factory_builds_hf_and_rejects_typos(models):
     assert resolve_engine_name("auto") == expected
 
 
-def test_engine_config_files_build(models):
+def test_engine_config_files_build(trio):
 
     from omegaconf import OmegaConf
 
@@ -186,23 +165,19 @@ def test_engine_config_files_build(models):
         assert cfg.name == name
     cfg = OmegaConf.load(conf / "hf.yaml")
     cfg.device = "cpu"
-    eng = build_engine(cfg, models["base"])
+    eng = build_engine(cfg, trio.base)
     assert isinstance(eng, HFEngine)
     eng.close()
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_every_resident_form_gives_the_streamed_bytes_in_the_live_parameters(tmp_path, dtype):
+def test_every_resident_form_gives_the_streamed_bytes_in_the_live_parameters(checkpoints, dtype):
     """A bf16 model with tied embeddings, τ̃ held dense, sparse, index and bitmask in turn: after each
     swap every parameter holds the streamed synthesis' bytes (θ0 + Σλτ̃ cast to bf16; then to
     the engine's float32). In the checkpoint's dtype the swap writes straight into the live
     parameters (same storage, no output buffers); in float32 it goes through outputs and a cast."""
-    make_tiny_model(tmp_path / "base", dtype=torch.bfloat16, tie_word_embeddings=True)
-    make_finetuned(tmp_path / "base", tmp_path / "sft", seed=1, scale=0.05)
-    make_finetuned(tmp_path / "base", tmp_path / "rl", seed=2, scale=0.01, density=0.3)
-    base = Checkpoint(tmp_path / "base")
-    sources = {"sft": Checkpoint(tmp_path / "sft"), "rl": Checkpoint(tmp_path / "rl")}
-    tv = build_task_vectors(base, sources, SparsifyConfig(), tmp_path / "cache")
+    family = checkpoints({"dtype": torch.bfloat16, "tie_word_embeddings": True}, **TRIO_SOURCES)
+    base, tv = Checkpoint(family.base), family.tv
     engine = HFEngine(base.path, EngineOptions(device="cpu", dtype=dtype, synth_cache="memory"), task_vectors=tv)
     try:
         live = {n: t.data_ptr() for n, t in engine._targets.items()}

@@ -9,7 +9,8 @@ import os
 
 import pytest
 import torch
-from helpers import greedy, require_vllm, save_merged
+from engine_args import ENGINE_ARGS, LAMBDA, TRIO_SOURCES
+from helpers import greedy, require_vllm
 
 require_vllm(module=True)
 
@@ -21,49 +22,22 @@ from dots.errors import DotsError  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.options.engine import EngineOptions  # noqa: E402
 from dots.scoring.perplexity import perplexity  # noqa: E402
-from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
-from dots.vectors.cache import build_task_vectors  # noqa: E402
-from dots.vectors.sparsify import SparsifyConfig  # noqa: E402
 from dots.vectors.synth import synthesize  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
 # the last prompt spans several 32-token KV blocks, so the prefix cache holds it after a call
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "The answer is \\boxed{", "Q: " + "31+42=73; " * 10 + "17+25="]
-LAMBDA = {"sft": 0.8, "rl": 1.6}
 MAX_TOKENS = 24
 # vLLM and transformers both run in float32 here; their kernels differ, so prompt NLLs
 # agree to rounding: |ΔNLL| <= NLL_TOL per token.
 NLL_TOL = 1e-4
-ENGINE_ARGS = dict(
-    dtype="float32",
-    gpu_memory_utilization=0.15,
-    max_model_len=256,
-    enforce_eager=True,
-    seed=0,
-    enable_prefix_caching=True,
-    extra_args={"block_size": 32},
-)
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("vllm")
-    make_tiny_model(d / "base")  # hidden 64, 2 heads: head_dim 32, the vLLM-CPU minimum
-    make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
-    make_finetuned(d / "base", d / "rl", seed=2, scale=0.01, density=0.3)
-    base = Checkpoint(d / "base")
-    tv = build_task_vectors(
-        base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
-    )
-    merged = save_merged(tv, LAMBDA, base, d / "merged")
-    return {"base": d / "base", "merged": merged, "tv": tv}
-
-
-@pytest.fixture(scope="module")
-def reference(models):
+def reference(trio):
     """Outputs of a fresh vLLM engine started on the saved merged copy (then shut down)."""
-    fresh = VLLMEngine(models["merged"], EngineOptions(**ENGINE_ARGS))
+    fresh = VLLMEngine(trio.merged, EngineOptions(**ENGINE_ARGS))
     try:
         return {"greedy": greedy(fresh, PROMPTS), "nll": fresh.prompt_nll(PROMPTS)}
     finally:
@@ -71,30 +45,26 @@ def reference(models):
 
 
 @pytest.fixture(scope="module")
-def engine(models, reference):
-    eng = build_engine(
-        {"name": "vllm", "synth_cache": "disk", **ENGINE_ARGS}, models["base"], task_vectors=models["tv"]
-    )
+def engine(trio, reference):
+    eng = build_engine({"name": "vllm", "synth_cache": "disk", **ENGINE_ARGS}, trio.base, task_vectors=trio.tv)
     yield eng
     eng.close()
 
 
 @pytest.fixture(scope="module")
-def hf_base(models):
-    eng = HFEngine(models["base"], EngineOptions(device="cpu", dtype="float32"))
+def hf_base(trio):
+    eng = HFEngine(trio.base, EngineOptions(device="cpu", dtype="float32"))
     yield eng
     eng.close()
 
 
 @pytest.mark.slow
-def test_tensor_parallel_swap(models, reference):
+def test_tensor_parallel_swap(trio, reference):
     """TP = 2: every worker builds θ(λ) itself from τ̃ (held in memory here); its loader shards it.
 
     Runs first, before the module's TP = 1 engine starts, so only one engine is alive."""
     eng = VLLMEngine(
-        models["base"],
-        EngineOptions(tensor_parallel_size=2, synth_cache="memory", **ENGINE_ARGS),
-        task_vectors=models["tv"],
+        trio.base, EngineOptions(tensor_parallel_size=2, synth_cache="memory", **ENGINE_ARGS), task_vectors=trio.tv
     )
     try:
         workers = eng.worker_info()
@@ -145,27 +115,27 @@ def test_swap_equals_fresh_engine_and_never_serves_cached_answers(engine, refere
     assert engine.parameter_checksum() == sums_before
 
 
-def test_swap_checkpoint_and_weights(engine, models, reference):
-    engine.swap_checkpoint(models["merged"])
+def test_swap_checkpoint_and_weights(engine, trio, reference):
+    engine.swap_checkpoint(trio.merged)
     assert greedy(engine, PROMPTS) == reference["greedy"]
-    engine.swap_weights(Checkpoint(models["base"]).tensors())
+    engine.swap_weights(Checkpoint(trio.base).tensors())
     base_out = greedy(engine, PROMPTS)
-    engine.swap_weights(synthesize(models["tv"], LAMBDA, device="cpu"))
+    engine.swap_weights(synthesize(trio.tv, LAMBDA, device="cpu"))
     assert greedy(engine, PROMPTS) == reference["greedy"]
-    engine.swap_checkpoint(models["base"])
+    engine.swap_checkpoint(trio.base)
     assert greedy(engine, PROMPTS) == base_out
 
 
-def test_bad_swaps_leave_the_weights_alone(engine, models, tmp_path):
-    engine.swap_checkpoint(models["base"])
+def test_bad_swaps_leave_the_weights_alone(engine, trio, checkpoints):
+    engine.swap_checkpoint(trio.base)
     before = greedy(engine, PROMPTS)
-    partial = [(n, t) for n, t in Checkpoint(models["merged"]).tensors()][:3]
+    partial = [(n, t) for n, t in Checkpoint(trio.merged).tensors()][:3]
     with pytest.raises(DotsError, match="every tensor"):
         engine.swap_weights(partial)
     with pytest.raises(DotsError, match="not a tensor"):
         engine.swap_weights([("model.nope.weight", torch.zeros(2))])
     with pytest.raises(DotsError, match="cannot swap"):
-        engine.swap_checkpoint(make_tiny_model(tmp_path / "wider", hidden_size=96, num_heads=3))
+        engine.swap_checkpoint(checkpoints({"hidden_size": 96, "num_heads": 3}).base)
     with pytest.raises(DotsError, match="coefficients"):
         engine.swap_coefficients({"sft": 1.0, "dpo": 1.0})
     assert greedy(engine, PROMPTS) == before
@@ -208,7 +178,7 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_sigterm_mid_generation_closes_the_engine_core(models, tmp_path):
+def test_sigterm_mid_generation_closes_the_engine_core(trio, tmp_path):
     """`kill`/scancel while generating: exit 143 after the engine closed, no orphaned engine core."""
     import signal
     import subprocess
@@ -218,7 +188,7 @@ def test_sigterm_mid_generation_closes_the_engine_core(models, tmp_path):
     script = tmp_path / "serve.py"
     script.write_text(SERVE_UNTIL_TERMINATED.replace("**ENGINE_ARGS", f"**{ENGINE_ARGS!r}"))
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(models["base"])], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        [sys.executable, str(script), str(trio.base)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     try:
         line = ""
@@ -240,31 +210,25 @@ def test_sigterm_mid_generation_closes_the_engine_core(models, tmp_path):
             proc.kill()
 
 
-def test_swap_updates_a_tied_lm_head(tmp_path):
+def test_swap_updates_a_tied_lm_head(checkpoints):
     """Tied embeddings (as in Qwen2.5-0.5B/1.5B/3B), bf16: the lm_head receives no tensor of its
     own when vLLM reloads, yet after a swap its logits must come from the new embedding. vLLM-CPU
     packs the lm_head's GEMM weight at load time on AVX-512-BF16 machines, so without a rebuild it
     kept multiplying by the first weights there: greedy text and prompt NLL must equal a fresh
     engine's on the saved merge exactly (same kernels, same weights), after swapping away and back."""
-    make_tiny_model(
-        tmp_path / "base",
-        dtype=torch.bfloat16,
-        tie_word_embeddings=True,
-        hidden_size=128,
-        num_heads=4,
-        intermediate_size=256,
+    tied = checkpoints(
+        {
+            "dtype": torch.bfloat16,
+            "tie_word_embeddings": True,
+            "hidden_size": 128,
+            "num_heads": 4,
+            "intermediate_size": 256,
+        },
+        sft=TRIO_SOURCES["sft"],
+        rl={"seed": 2, "scale": 0.02, "density": 0.3},
     )
-    make_finetuned(tmp_path / "base", tmp_path / "sft", seed=1, scale=0.05)
-    make_finetuned(tmp_path / "base", tmp_path / "rl", seed=2, scale=0.02, density=0.3)
-    base = Checkpoint(tmp_path / "base")
+    base, tv, merged = Checkpoint(tied.base), tied.tv, tied.merged
     assert "lm_head.weight" not in base.names  # tied: one matrix in the checkpoint
-    tv = build_task_vectors(
-        base,
-        {"sft": Checkpoint(tmp_path / "sft"), "rl": Checkpoint(tmp_path / "rl")},
-        SparsifyConfig(),
-        tmp_path / "cache",
-    )
-    merged = save_merged(tv, LAMBDA, base, tmp_path / "merged")
     args = {**ENGINE_ARGS, "dtype": "bfloat16"}
     fresh = VLLMEngine(merged, EngineOptions(**args))
     try:

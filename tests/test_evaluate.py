@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -227,14 +228,13 @@ def test_bad_benchmark_input_is_a_dots_error(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from dots.testing import make_finetuned, make_tiny_model
-
+def tiny(trio, checkpoints, tmp_path_factory):
+    """The trio's base and sft, a base of other weights and one of another architecture, a benchmark."""
     root = tmp_path_factory.mktemp("eval")
-    base = make_tiny_model(root / "base", seed=0)
-    sft = make_finetuned(base, root / "sft", seed=1, scale=0.05)
-    other = make_tiny_model(root / "other", seed=3)  # same shapes, different weights
-    llama = make_tiny_model(root / "llama", arch="llama", seed=4)  # another architecture
+    base, sft = trio.base, trio.sources["sft"]
+    # copies named as the engine log (_counting_factory) names a model: by its directory
+    other = Path(shutil.copytree(checkpoints({"seed": 3}).base, root / "other"))  # same shapes, other weights
+    llama = Path(shutil.copytree(checkpoints({"arch": "llama", "seed": 4}).base, root / "llama"))  # another arch
     data = _write_jsonl(
         root / "tiny.jsonl",
         [

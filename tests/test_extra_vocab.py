@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from engine_args import SMALL_VLLM
 from helpers import greedy, require_vllm, run
 from helpers import overrides as search_overrides
 
@@ -23,7 +24,6 @@ from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.options.engine import EngineOptions
 from dots.paths import CONF_DIR
-from dots.testing import make_finetuned, make_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 ADDED = ["<x1>", "<x2>", "<x3>"]
@@ -67,17 +67,16 @@ def grow(src: Path, out: Path, copy_rows: list[int], seed: int = 5) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """base, a dense fine-tune that adds 3 tokens ("sft"), a sparse one that adds none ("rlvr")."""
+def tiny(checkpoints, tmp_path_factory):
+    """base, a dense fine-tune that adds 3 tokens ("sft", grown here), a sparse one that adds none ("rlvr")."""
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("extra_vocab")
-    base = make_tiny_model(root / "base")
-    make_finetuned(base, root / "sft_plain", seed=1, scale=0.02)
+    family = checkpoints(sft_plain={"seed": 1, "scale": 0.02}, rlvr={"seed": 2, "scale": 0.01, "density": 0.3})
+    base, rlvr = family.base, family.sources["rlvr"]
     tok = AutoTokenizer.from_pretrained(base)
     frequent = [tok.convert_tokens_to_ids(c) for c in ("1", "a", " ")]
-    sft = grow(root / "sft_plain", root / "sft", frequent)
-    rlvr = make_finetuned(base, root / "rlvr", seed=2, scale=0.01, density=0.3)
+    sft = grow(family.sources["sft_plain"], root / "sft", frequent)
     pool = root / "pool.jsonl"
     pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(10)))
     return root, base, {"sft": sft, "rlvr": rlvr}, pool
@@ -243,11 +242,7 @@ def test_vllm_engine_runs_the_output_vocabulary(aligned, tmp_path):
         padded = greedy(hf, PROMPTS, 12)
     with HFEngine(model, EngineOptions(device="cpu", dtype="float32")) as fresh:
         expected = greedy(fresh, PROMPTS, 12)
-    eng = VLLMEngine(
-        init,
-        EngineOptions(dtype="float32", gpu_memory_utilization=0.15, max_model_len=256, enforce_eager=True, seed=0),
-        task_vectors=tv,
-    )
+    eng = VLLMEngine(init, EngineOptions(**SMALL_VLLM), task_vectors=tv)
     try:
         swap_original(eng, al, tv, "rlvr")  # swap_weights through a temporary checkpoint
         assert greedy(eng, PROMPTS, 12) == padded

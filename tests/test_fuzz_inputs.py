@@ -30,15 +30,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
-import torch
 from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from dots.io.metadata import CONFIG_FIELDS
-from dots.testing import make_finetuned, make_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 # no example database (database=None below), and Hypothesis' other caches (constants, unicode
@@ -78,14 +77,13 @@ class Sandbox:
     """Inputs, working directories, outputs and caches under one root, and the runner whose
     environment points every output and cache there."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, family: Any):
         self.root = root
         self.inputs = root / "inputs"
-        base = make_tiny_model(self.inputs / "base", dtype=torch.bfloat16)
-        self.base = base
-        self.sft = make_finetuned(base, self.inputs / "sft", seed=1, scale=0.02)
-        self.rlvr = make_finetuned(base, self.inputs / "rlvr", seed=2, scale=0.01, density=0.3)
-        self.sharded = make_finetuned(base, self.inputs / "sharded", seed=3, scale=0.01, max_shard_bytes=40_000)
+        made = {"base": family.base, **family.sources}  # copied in: the snapshot covers them
+        self.base, self.sft, self.rlvr, self.sharded = (
+            Path(shutil.copytree(made[k], self.inputs / k)) for k in ("base", "sft", "rlvr", "sharded")
+        )
         self.pool = self.inputs / "pool.jsonl"
         self.pool.write_text(
             "".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(6))
@@ -140,8 +138,8 @@ class Sandbox:
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory):
-    sandbox = Sandbox(tmp_path_factory.mktemp("fuzz"))
+def box(tiny_family, tmp_path_factory):
+    sandbox = Sandbox(tmp_path_factory.mktemp("fuzz"), tiny_family("qwen_bf16_and_sharded"))
     yield sandbox
     sandbox.close()
     if COUNTS:

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 import yaml
+from engine_args import SMALL_VLLM, TRIO_SOURCES
 from helpers import compose, overrides, require_vllm, run
 
 from dots.errors import DotsError
@@ -141,32 +142,16 @@ def test_hf_engine_swaps_coefficients_per_group(qwen_bf16, tmp_path, synth_cache
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_vllm_engine_swaps_coefficients_per_group_from_disk_and_memory(tmp_path):
+def test_vllm_engine_swaps_coefficients_per_group_from_disk_and_memory(checkpoints):
     """The worker extension builds θ(λ per group) itself, from the τ̃ cache on disk and from its
     resident copy: the same weights as the synthesis streamed into the engine."""
     require_vllm()
     from dots.engines.vllm.engine import VLLMEngine
-    from dots.testing import make_finetuned, make_tiny_model
     from dots.vectors.synth import synthesize
 
-    make_tiny_model(tmp_path / "base")  # head_dim 32, the vLLM-CPU minimum
-    make_finetuned(tmp_path / "base", tmp_path / "sft", seed=1, scale=0.05)
-    make_finetuned(tmp_path / "base", tmp_path / "rlvr", seed=2, scale=0.01, density=0.3)
-    base = Checkpoint(tmp_path / "base")
-    sources = {k: Checkpoint(tmp_path / k) for k in ("sft", "rlvr")}
-    tv = build_task_vectors(base, sources, SparsifyConfig(), tmp_path / "cache")
-    engine = VLLMEngine(
-        tmp_path / "base",
-        EngineOptions(
-            synth_cache="disk",
-            dtype="float32",
-            gpu_memory_utilization=0.15,
-            max_model_len=256,
-            enforce_eager=True,
-            seed=0,
-        ),
-        task_vectors=tv,
-    )
+    family = checkpoints(sft=TRIO_SOURCES["sft"], rlvr=TRIO_SOURCES["rl"])  # the trio's, keyed rlvr
+    tv = family.tv
+    engine = VLLMEngine(family.base, EngineOptions(synth_cache="disk", **SMALL_VLLM), task_vectors=tv)
     try:
         engine.swap_weights(synthesize(tv, PER_GROUP, device="cpu"))
         expected = engine.parameter_checksum()

@@ -14,7 +14,7 @@ import yaml
 from helpers import run_cli
 
 from dots.options.compose import compose
-from dots.testing import make_finetuned, make_tiny_model, put_in_hub_cache
+from dots.testing import put_in_hub_cache
 
 HUB_BACKBONES = ["qwen7b", "qwen7b_exgrpo_relift", "qwen1.5b", "llama8b"]
 # the search's limits lowered on the command line (the rest is backbone=qwen7b as shipped)
@@ -49,13 +49,14 @@ def tree(root: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def hub_cache(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+def hub_cache(checkpoints, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A tiny bf16 trio in a Hub cache under the real ids of backbone=qwen7b; returns the
     cache and each repo's commit (its refs/main)."""
     tmp = tmp_path_factory.mktemp("hub")
-    base = make_tiny_model(tmp / "src" / "base", dtype=torch.bfloat16)
-    dirs = {"base": base, "sft": make_finetuned(base, tmp / "src" / "sft", seed=1, scale=0.02)}
-    dirs["rlvr"] = make_finetuned(base, tmp / "src" / "rlvr", seed=2, scale=0.02, density=0.1)
+    family = checkpoints(
+        {"dtype": torch.bfloat16}, sft={"seed": 1, "scale": 0.02}, rlvr={"seed": 2, "scale": 0.02, "density": 0.1}
+    )
+    dirs = {"base": family.base, **family.sources}
     ids = hub_ids("qwen7b")
     assert set(ids) == set(dirs)
     commits = {role: put_in_hub_cache(dirs[role], ids[role], tmp / "cache").name for role in ids}

@@ -425,13 +425,11 @@ def _copy_with(src: Path, out: Path, drop: str | None = None, poison: str | None
 
 
 @pytest.fixture(scope="module")
-def bad_inputs(tmp_path_factory, qwen_bf16, llama_fp32_tied):
-    from dots.testing import make_tiny_model
-
+def bad_inputs(tmp_path_factory, checkpoints, qwen_bf16, llama_fp32_tied):
     root = tmp_path_factory.mktemp("bad")
     (root / "not_a_model").mkdir()
     (root / "not_a_model" / "notes.txt").write_text("hello")
-    wider = make_tiny_model(root / "wider", arch="qwen2", dtype=torch.bfloat16, hidden_size=96, num_heads=2)
+    wider = checkpoints({"dtype": torch.bfloat16, "hidden_size": 96, "num_heads": 2}).base
     last = Checkpoint(qwen_bf16.base).names[-1]
     return {
         "not_a_model": root / "not_a_model",

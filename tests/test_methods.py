@@ -436,7 +436,7 @@ def test_fisher_with_gold_answers(qwen_bf16):
     assert all(float(t.sum()) > 0 for t in fisher.values())
 
 
-def test_fisher_never_holds_every_gradient(tmp_path):
+def test_fisher_never_holds_every_gradient(checkpoints):
     """The Fisher pass holds the weights and the float32 accumulator, and each parameter's
     gradient only until it is squared into the accumulator: never the whole model's gradients
     at once (≈ 4 bytes per parameter more: 6 GB at a 2-layer 7B shape, where the bf16 Fisher
@@ -445,9 +445,9 @@ def test_fisher_never_holds_every_gradient(tmp_path):
 
     from dots.merge.calibration import builtin_calibration
     from dots.merge.fisher import compute_fisher
-    from dots.testing import make_tiny_model, peak_cpu_alloc_bytes
+    from dots.testing import peak_cpu_alloc_bytes
 
-    path = make_tiny_model(tmp_path / "m", hidden_size=256, intermediate_size=1024)
+    path = checkpoints({"hidden_size": 256, "intermediate_size": 1024}).base
     weights = sum(t.numel() * 4 for t in load_file(str(path / "model.safetensors")).values())
     peak = peak_cpu_alloc_bytes(lambda: compute_fisher(path, builtin_calibration(2, 0)))
     # weights + accumulator + activations and one gradient; all gradients at once: ≈ 3 × weights

@@ -18,23 +18,18 @@ from dots.io.checkpoint import Checkpoint
 from dots.scoring.grade import consistency_of_labels
 from dots.scoring.perplexity import PromptNLL, perplexity
 from dots.search.selection import SelectionConfig, choose
-from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def bf16_trio(tmp_path_factory):
+def bf16_trio(checkpoints):
     """A bf16 base and two bf16 fine-tunes: their differences take few distinct values, so
     many entries tie at any cut."""
-    root = tmp_path_factory.mktemp("official")
-    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
-    sources = {
-        key: make_finetuned(base, root / key, seed=seed, scale=0.01, dtype=torch.bfloat16)
-        for key, seed in (("sft", 1), ("rlvr", 2))
-    }
-    return Checkpoint(base), {k: Checkpoint(v) for k, v in sources.items()}
+    bf16 = {"dtype": torch.bfloat16}
+    family = checkpoints(bf16, sft={"seed": 1, **bf16}, rlvr={"seed": 2, **bf16})
+    return Checkpoint(family.base), {k: Checkpoint(v) for k, v in family.sources.items()}
 
 
 def official_cut(tau: np.ndarray, density: float) -> np.ndarray:
@@ -164,19 +159,13 @@ def test_the_preset_resolves_to_the_official_rules():
 
 
 @pytest.mark.slow
-def test_a_search_with_the_preset_through_the_cli(tmp_path):
+def test_a_search_with_the_preset_through_the_cli(tiny, tmp_path):
     import subprocess
 
     from helpers import overrides
 
+    _, base, srcs, pool = tiny  # its sft and rlvr, its pool
     root = tmp_path
-    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
-    srcs = {
-        k: make_finetuned(base, root / k, seed=i + 1, scale=s)
-        for i, (k, s) in enumerate([("sft", 0.02), ("rlvr", 0.005)])
-    }
-    pool = root / "pool.jsonl"
-    pool.write_text("\n".join(f'{{"question": "{i}+{i}=", "answer": "{2 * i}"}}' for i in range(10)))
     run_dir = root / "run"
     ovr = overrides((root, base, srcs, pool), run_dir, trials=4)
     ovr += ["preset=official", "selection.threshold=1.0", "selection.n=4", "search.k=2", "search.n_trials=4"]

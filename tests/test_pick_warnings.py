@@ -50,17 +50,12 @@ def test_agreement_compares_answers_by_mathematical_equivalence():
 
 
 @pytest.mark.slow
-def test_a_search_forced_next_to_the_base_says_so_at_the_end_in_result_and_card(tmp_path):
+def test_a_search_forced_next_to_the_base_says_so_at_the_end_in_result_and_card(checkpoints, tmp_path):
     from helpers import overrides
 
-    from dots.testing import make_finetuned, make_tiny_model
-
     root = tmp_path
-    base = make_tiny_model(root / "base")
-    srcs = {
-        k: make_finetuned(base, root / k, seed=i + 1, scale=s)
-        for i, (k, s) in enumerate([("sft", 0.02), ("rlvr", 0.005)])
-    }
+    family = checkpoints(sft={"seed": 1, "scale": 0.02}, rlvr={"seed": 2, "scale": 0.005})
+    base, srcs = family.base, family.sources
     pool = root / "pool.jsonl"
     pool.write_text("\n".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(10)))
     run_dir = root / "run"

@@ -5,23 +5,15 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
-from dots.testing import make_finetuned, make_tiny_model
-from dots.vectors.cache import build_task_vectors
-from dots.vectors.sparsify import SparsifyConfig
 from dots.vectors.synth import ResidentSynthesizer, synthesize, synthesize_dict
 
 
 @pytest.fixture(scope="module", params=[torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def cache(request, tmp_path_factory):
-    d = tmp_path_factory.mktemp("synth")
-    make_tiny_model(d / "base", dtype=request.param)
-    make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
-    make_finetuned(d / "base", d / "rl", seed=2, scale=0.005, density=0.2)
-    base = Checkpoint(d / "base")
-    tv = build_task_vectors(
-        base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
+def cache(request, checkpoints):
+    family = checkpoints(
+        {"dtype": request.param}, sft={"seed": 1, "scale": 0.05}, rl={"seed": 2, "scale": 0.005, "density": 0.2}
     )
-    return base, tv
+    return Checkpoint(family.base), family.tv
 
 
 def test_matches_eq6_in_base_dtype(cache):

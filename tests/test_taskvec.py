@@ -10,7 +10,6 @@ from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.cache import build_task_vectors
 from dots.vectors.masks import topk_mask
 from dots.vectors.sparsify import SparsifyConfig
@@ -18,12 +17,12 @@ from dots.vectors.topk import global_kth_largest
 
 
 @pytest.fixture(scope="module")
-def trio(tmp_path_factory):
-    d = tmp_path_factory.mktemp("trio")
-    make_tiny_model(d / "base", dtype=torch.bfloat16)
-    make_finetuned(d / "base", d / "a", seed=1, dtype=torch.float32)  # fp32 source of a bf16 base
-    make_finetuned(d / "base", d / "b", seed=2, scale=0.002)  # bf16: many exact ties
-    return d, Checkpoint(d / "base"), {"a": Checkpoint(d / "a"), "b": Checkpoint(d / "b")}
+def mixed(checkpoints):
+    """A bf16 base, an fp32 source `a` and a bf16 source `b` (scale 0.002: many exact ties)."""
+    family = checkpoints(
+        {"dtype": torch.bfloat16}, a={"seed": 1, "dtype": torch.float32}, b={"seed": 2, "scale": 0.002}
+    )
+    return Checkpoint(family.base), {k: Checkpoint(p) for k, p in family.sources.items()}
 
 
 def reference(base, source, names, cfg):
@@ -60,8 +59,8 @@ def reference(base, source, names, cfg):
         SparsifyConfig(density=1.0, rescale="none"),
     ],
 )
-def test_sparsified_vectors_match_dense_formula(trio, tmp_path, cfg):
-    _, base, sources = trio
+def test_sparsified_vectors_match_dense_formula(mixed, tmp_path, cfg):
+    base, sources = mixed
     tv = build_task_vectors(base, sources, cfg, tmp_path)
     for key, src in sources.items():
         ref = reference(base, src, tv.names, cfg)
@@ -73,8 +72,8 @@ def test_sparsified_vectors_match_dense_formula(trio, tmp_path, cfg):
             torch.testing.assert_close(tv.get(key, n), ref[n], rtol=1e-5, atol=1e-7)
 
 
-def test_global_rescale_preserves_norm(trio, tmp_path):
-    _, base, sources = trio
+def test_global_rescale_preserves_norm(mixed, tmp_path):
+    base, sources = mixed
     tv = build_task_vectors(base, sources, SparsifyConfig(density=0.2), tmp_path)
     for key, src in sources.items():
         dense = torch.cat([(src.get(n).float() - base.get(n).float()).reshape(-1) for n in tv.names]).norm()
@@ -82,8 +81,8 @@ def test_global_rescale_preserves_norm(trio, tmp_path):
         assert abs(float(sparse) / float(dense) - 1) < 1e-4
 
 
-def test_cache_is_reused_and_keyed_by_options(trio, tmp_path):
-    _, base, sources = trio
+def test_cache_is_reused_and_keyed_by_options(mixed, tmp_path):
+    base, sources = mixed
     tv1 = build_task_vectors(base, sources, SparsifyConfig(), tmp_path)
     stamp = {k: (v.path / "taskvec.json").stat().st_mtime_ns for k, v in tv1.entries.items()}
     tv2 = build_task_vectors(base, sources, SparsifyConfig(), tmp_path)
@@ -151,12 +150,12 @@ def test_bad_density_is_rejected():
             SparsifyConfig(density=d)
 
 
-def test_alignment_rules(tmp_path):
-    base = make_tiny_model(tmp_path / "base", tie_word_embeddings=False)
-    llama = make_tiny_model(tmp_path / "llama", arch="llama")
+def test_alignment_rules(checkpoints, tmp_path):
+    base = checkpoints({"tie_word_embeddings": False}).base
+    llama = checkpoints({"arch": "llama"}).base
     with pytest.raises(DotsError, match="architectures differ"):
         align(Checkpoint(base), {"x": Checkpoint(llama)})
-    wide = make_tiny_model(tmp_path / "wide", hidden_size=96, num_heads=3)
+    wide = checkpoints({"hidden_size": 96, "num_heads": 3}).base
     with pytest.raises(DotsError, match="shapes differ"):
         align(Checkpoint(base), {"x": Checkpoint(wide)})
     # a source missing a tensor

@@ -17,55 +17,44 @@ import time
 
 import pytest
 import torch
-from helpers import greedy, require_vllm, save_merged
+from engine_args import ENGINE_ARGS, LAMBDA, TRIO_SOURCES
+from helpers import greedy, require_vllm
 
 require_vllm(module=True)
 
 from dots.engines.vllm.engine import VLLMEngine  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.options.engine import EngineOptions  # noqa: E402
-from dots.testing import make_finetuned, make_tiny_model  # noqa: E402
 from dots.vectors.cache import build_task_vectors  # noqa: E402
 from dots.vectors.sparsify import SparsifyConfig  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "Q: " + "31+42=73; " * 10 + "17+25="]
-LAMBDA = {"sft": 0.8, "rl": 1.6}
 OTHERS = [{"sft": 1.3, "rl": -0.4}, {"sft": 0.0, "rl": 2.0}]
-ENGINE_ARGS = dict(
-    dtype="float32",
-    gpu_memory_utilization=0.15,
-    max_model_len=256,
-    enforce_eager=True,
-    seed=0,
-    enable_prefix_caching=True,
-    extra_args={"block_size": 32},
-)
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """A fp32 Qwen2 (4 heads of 32, 2 KV heads: q/k/v and gate/up shard over 2 ranks)."""
-    d = tmp_path_factory.mktemp("resident")
-    make_tiny_model(d / "base", hidden_size=128, num_heads=4, num_kv_heads=2, intermediate_size=256)
-    make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
-    make_finetuned(d / "base", d / "rl", seed=2, scale=0.01, density=0.3)
-    base = Checkpoint(d / "base")
-    tv = build_task_vectors(
-        base, {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}, SparsifyConfig(), d / "cache"
+def wide(checkpoints):
+    """A fp32 Qwen2 (4 heads of 32, 2 KV heads: q/k/v and gate/up shard over 2 ranks) with the
+    trio's sources, their τ̃ cache and the merged model."""
+    return checkpoints(
+        {"hidden_size": 128, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256}, **TRIO_SOURCES
     )
-    merged = save_merged(tv, LAMBDA, base, d / "merged")
-    kept = {k: sum(int((tv.get(k, n) != 0).sum()) for n in tv.names) for k in tv.sources}
-    return {"base": d / "base", "merged": merged, "tv": tv, "kept": kept}
 
 
 @pytest.fixture(scope="module")
-def reference(models):
+def kept(wide) -> dict[str, int]:
+    """Each source's kept (nonzero) τ̃ entries."""
+    return {k: sum(int((wide.tv.get(k, n) != 0).sum()) for n in wide.tv.names) for k in wide.tv.sources}
+
+
+@pytest.fixture(scope="module")
+def reference(wide):
     """Greedy outputs of fresh engines on the saved merged model and on the base."""
     out = {}
     for key in ("merged", "base"):
-        fresh = VLLMEngine(models[key], EngineOptions(**ENGINE_ARGS))
+        fresh = VLLMEngine(getattr(wide, key), EngineOptions(**ENGINE_ARGS))
         try:
             out[key] = greedy(fresh, PROMPTS)
         finally:
@@ -74,7 +63,7 @@ def reference(models):
     return out
 
 
-def check_engine(eng, models, reference) -> list[dict]:
+def check_engine(eng, wide, reference) -> list[dict]:
     info = eng.resident_info()
     assert [i["layout"] for i in info] == ["parameters"] * len(info), info
     for lam in [LAMBDA, *OTHERS]:  # the written values == vLLM's loader on the streamed synthesis
@@ -103,20 +92,18 @@ def check_engine(eng, models, reference) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def tp1(models, reference):
+def tp1(wide, reference):
     """The TP=1 engine with τ̃ held as bitmask, then (same engine: one start) dense, sparse and index."""
     eng = VLLMEngine(
-        models["base"],
-        EngineOptions(synth_cache="memory", resident_form="bitmask", **ENGINE_ARGS),
-        task_vectors=models["tv"],
+        wide.base, EngineOptions(synth_cache="memory", resident_form="bitmask", **ENGINE_ARGS), task_vectors=wide.tv
     )
     try:
-        info = check_engine(eng, models, reference)
+        info = check_engine(eng, wide, reference)
         assert [i["form"] for i in info] == ["bitmask"]
         held = {"bitmask": info[0]["nbytes"]}
         for form in ("dense", "sparse", "index"):
-            eng.set_task_vectors(models["tv"], resident_form=form)
-            (now,) = check_engine(eng, models, reference)
+            eng.set_task_vectors(wide.tv, resident_form=form)
+            (now,) = check_engine(eng, wide, reference)
             assert now["form"] == form and now["kept"] == info[0]["kept"]
             held[form] = now["nbytes"]
         # float32 values at int32 positions: index holds what sparse does here (less only below 4-byte dtypes)
@@ -126,11 +113,11 @@ def tp1(models, reference):
         eng.close()
 
 
-def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
+def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, wide, kept):
     (info,) = tp1
-    tv = models["tv"]
-    assert info["kept"] == [models["kept"][k] for k in tv.sources]  # every kept entry, once
-    base = Checkpoint(models["base"])
+    tv = wide.tv
+    assert info["kept"] == [kept[k] for k in tv.sources]  # every kept entry, once
+    base = Checkpoint(wide.base)
     theta0 = sum(base.info(n).nbytes for n in base.names)
     compact = sum(e.tau_bytes(tv.names) for e in tv.entries.values())
     # θ0 (fp32 here) + compact τ̃ + scratch; no second copy of the model for the outputs
@@ -143,14 +130,14 @@ def test_resident_in_the_parameters_tp1_equals_a_fresh_engine(tp1, models):
 
 
 @pytest.mark.slow
-def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, models, reference):
+def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, wide, kept, reference):
     eng = VLLMEngine(
-        models["base"],
+        wide.base,
         EngineOptions(synth_cache="memory", resident_form="bitmask", tensor_parallel_size=2, **ENGINE_ARGS),
-        task_vectors=models["tv"],
+        task_vectors=wide.tv,
     )
     try:
-        info = check_engine(eng, models, reference)
+        info = check_engine(eng, wide, reference)
     finally:
         eng.close()
     assert sorted(i["rank"] for i in info) == [0, 1]
@@ -158,28 +145,28 @@ def test_resident_in_the_parameters_tp2_holds_half_per_rank(tp1, models, referen
     for rank in info:
         assert 0.4 < rank["nbytes"] / one["nbytes"] < 0.6, (rank["nbytes"], one["nbytes"])
     # each kept entry lives on one rank, except in the replicated norms
-    for i, key in enumerate(models["tv"].sources):
+    for i, key in enumerate(wide.tv.sources):
         total = sum(r["kept"][i] for r in info)
-        assert models["kept"][key] <= total < 1.05 * models["kept"][key]
+        assert kept[key] <= total < 1.05 * kept[key]
 
 
-def test_disk_and_checkpoint_swaps_still_work_beside_it(models, reference, tmp_path):
+def test_disk_and_checkpoint_swaps_still_work_beside_it(wide, reference, tmp_path):
     """synth_cache=disk reloads through the checkpoint layout as before; switching an engine
     from a checkpoint swap to resident swaps restores θ0 where the resident swap does not write;
     a cache outside the parameters' layout (rescale=tensor: a fused qkv would mix three γ) is
     held whole-model as before, and the worker says why."""
-    eng = VLLMEngine(models["base"], EngineOptions(synth_cache="disk", **ENGINE_ARGS), task_vectors=models["tv"])
+    eng = VLLMEngine(wide.base, EngineOptions(synth_cache="disk", **ENGINE_ARGS), task_vectors=wide.tv)
     try:
         assert [i["layout"] for i in eng.resident_info()] == [None]
         eng.swap_coefficients(LAMBDA)
         assert greedy(eng, PROMPTS) == reference["merged"]
-        eng.swap_checkpoint(models["merged"])
-        eng.set_task_vectors(models["tv"], synth_cache="memory")
+        eng.swap_checkpoint(wide.merged)
+        eng.set_task_vectors(wide.tv, synth_cache="memory")
         assert [i["layout"] for i in eng.resident_info()] == ["parameters"]
         eng.swap_coefficients({"sft": 0.0, "rl": 0.0})
         assert greedy(eng, PROMPTS) == reference["base"]
-        base = Checkpoint(models["base"])
-        sources = {k: Checkpoint(models["base"].parent / k) for k in ("sft", "rl")}
+        base = Checkpoint(wide.base)
+        sources = {k: Checkpoint(wide.sources[k]) for k in ("sft", "rl")}
         per_tensor = build_task_vectors(base, sources, SparsifyConfig(rescale="tensor"), tmp_path / "cache")
         eng.swap_coefficients(LAMBDA)
         eng.set_task_vectors(per_tensor, synth_cache="memory")
@@ -214,13 +201,13 @@ def test_param_compact_keeps_exactly_the_differing_entries(monkeypatch, block):
     assert param_compact(theta0, theta0.clone(), 1.0, torch.bfloat16) == (None, 0)
 
 
-def test_layouts_it_does_not_cover_are_named(models):
+def test_layouts_it_does_not_cover_are_named(wide):
     """A parameter narrower than the checkpoint's dtype would round θ_i − θ0 away; a cache with
     rescale=tensor would need several γ in one fused parameter: both are refused with a reason
     (the worker then holds the whole model as before)."""
     from dots.engines.vllm.resident import Unit, unsupported
 
-    tv, base = models["tv"], Checkpoint(models["base"])  # float32 checkpoint
+    tv, base = wide.tv, Checkpoint(wide.base)  # float32 checkpoint
 
     def unit(dtype):
         kernel = torch.zeros(4, dtype=dtype)
