@@ -79,6 +79,7 @@ from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.keys import name_seed  # noqa: E402
 from dots.runtime.allocator import return_freed_memory, reuse_freed_memory  # noqa: E402
+from dots.runtime.timing import DeviceTimer, device_of  # noqa: E402
 from dots.vectors.residency import tau_bytes_per_form  # noqa: E402
 
 PROMPT = "Question: what is 12 + 30? Answer:"
@@ -265,14 +266,14 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
         if cache == "disk":
             engine.set_task_vectors(tv, synth_cache="disk")  # frees the resident copy
         for lam in lambdas(args.warmup, seed=1):  # first touches of fresh buffers: once per run, not per trial
-            t = time.perf_counter()
-            engine.swap_coefficients(lam)
-            out[f"warmup_{cache}"].append(time.perf_counter() - t)
+            with DeviceTimer(device_of(engine)) as t:
+                engine.swap_coefficients(lam)
+            out[f"warmup_{cache}"].append(t.seconds)
             print(f"[{kind}] warm-up swap ({cache}) {lam}: {out[f'warmup_{cache}'][-1]:.3f} s", flush=True)
         for i, lam in enumerate(lams):
-            t = time.perf_counter()
-            engine.swap_coefficients(lam)
-            out[f"swap_{cache}"].append(time.perf_counter() - t)
+            with DeviceTimer(device_of(engine)) as t:
+                engine.swap_coefficients(lam)
+            out[f"swap_{cache}"].append(t.seconds)
             text = greedy(engine)
             if cache == "memory":
                 swapped.append(text)
@@ -326,9 +327,9 @@ def measure_tp2(base: Path, tv, lams, expected: list[str], args) -> dict:
         for lam in lambdas(args.warmup, seed=1):
             engine.swap_coefficients(lam)
         for lam, want in zip(lams, expected):
-            t = time.perf_counter()
-            engine.swap_coefficients(lam)
-            out["swap"].append(time.perf_counter() - t)
+            with DeviceTimer(device_of(engine)) as t:
+                engine.swap_coefficients(lam)
+            out["swap"].append(t.seconds)
             out["match"].append(greedy(engine) == want)
             print(f"[vllm TP=2] swap {lam}: {out['swap'][-1]:.3f} s, output == TP=1: {out['match'][-1]}", flush=True)
     finally:
@@ -342,12 +343,10 @@ def measure_synthesis(tv, lams, device: str, resident: bool = False) -> list[flo
     make = ResidentSynthesizer(tv, device=device) if resident else (lambda lam: synthesize(tv, lam, device=device))
     times = []
     for lam in lams:
-        t = time.perf_counter()
-        for _, tensor in make(lam):
-            del tensor
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+        with DeviceTimer(device) as t:
+            for _, tensor in make(lam):
+                del tensor
+        times.append(t.seconds)
     return times
 
 
@@ -398,9 +397,9 @@ FORMS = ("dense", "sparse", "index", "bitmask")
 
 def classes_of_synthesis(tv, lams, forms) -> dict[str, dict[str, float]]:
     """Seconds of θ0 + Σλτ̃ written into live-like tensors, per resident form and tensor class
-    (attention, mlp, embed_head, norm): medians over λ of `_combine_into` per tensor, summed."""
+    (attention, mlp, embed_head, norm): medians over λ of `combine_into` per tensor, summed."""
     from dots.io.modules import module_group
-    from dots.vectors.synth import ResidentSynthesizer, _combine_into
+    from dots.vectors.synth import ResidentSynthesizer, combine_into
 
     out: dict[str, dict[str, float]] = {}
     for form in forms:
@@ -411,10 +410,10 @@ def classes_of_synthesis(tv, lams, forms) -> dict[str, dict[str, float]]:
             spent: dict[str, float] = {}
             for name in rs.taus:
                 taus = [(rs.taus[name][k], v) for k, v in lam.items() if v != 0.0]
-                t = time.perf_counter()
-                _combine_into(targets[name], rs.theta0[name], taus, rs._scratch)
+                with DeviceTimer(rs.device) as t:
+                    combine_into(targets[name], rs.theta0[name], taus, rs._scratch, rs._fused)
                 group = module_group(name)
-                spent[group] = spent.get(group, 0.0) + time.perf_counter() - t
+                spent[group] = spent.get(group, 0.0) + t.seconds
             for group, seconds in spent.items():
                 per.setdefault(group, []).append(seconds)
         out[form] = {g: statistics.median(v) for g, v in per.items()}
@@ -471,9 +470,9 @@ def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
                 engine.swap_coefficients(lam)
             times, split = [], []
             for lam in lams:
-                t = time.perf_counter()
-                engine.swap_coefficients(lam)
-                times.append(time.perf_counter() - t)
+                with DeviceTimer(device_of(engine)) as t:
+                    engine.swap_coefficients(lam)
+                times.append(t.seconds)
                 if kind == "vllm":  # the worker's own split: writing the parameters, post-load processing
                     split.append(engine.resident_info()[0].get("last_swap", {}))
             row = {"engine": kind, "form": form, "swap": times, "held": held}

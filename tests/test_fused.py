@@ -71,3 +71,18 @@ def test_a_fused_pass_that_differs_is_turned_off_and_the_swap_stays_right(tv, mo
     want = {name: t.clone() for name, t in streaming(lam)}
     for name, tensor in fused(lam):
         assert torch.equal(raw(tensor), raw(want[name])), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("form", BY_SPEED)
+def test_fused_pass_on_cuda_gives_the_streaming_bytes(tv, form):
+    """The production path on a GPU (Triton kernels from inductor): the streaming path's bytes on
+    the same device, with and without each source, and the check at start left it on."""
+    streaming = ResidentSynthesizer(tv, device="cuda", form=form, fused=False)
+    fused = ResidentSynthesizer(tv, device="cuda", form=form)  # the default on CUDA
+    assert fused.fused["fused"]
+    for lam in LAMBDAS:
+        want = {name: t.clone() for name, t in streaming(lam)}
+        for name, tensor in fused(lam):
+            assert torch.equal(raw(tensor), raw(want[name])), (form, name, lam)
+    assert fused.fused["fused"]

@@ -17,7 +17,10 @@ a source added rows gets those rows appended (they are the source's own values).
 (no disk reads, no allocation per call), τ̃ in one of the resident forms of
 `dots.vectors.forms` (dense, sparse, index or the compact bitmask: the same bits), and can write
 them straight into the live parameters a block at a time: the engines use it with
-`synth_cache: memory`, or `auto` when the memory plan (`dots.plan`) finds room.
+`synth_cache: memory`, or `auto` when the memory plan (`dots.plan`) finds room. Its swaps take
+the fused pass of `dots.vectors.fused` (one compiled pass per block, the same bytes) on CUDA, and
+on the CPU in the forms and at the sizes where that measured faster; the streaming combine
+otherwise.
 """
 
 from __future__ import annotations
@@ -174,7 +177,9 @@ class ResidentSynthesizer:
     yields only the others. Memory: θ0 in its dtype, the K τ̃ in their form (for bf16 at
     density 0.3, per parameter and source: dense 4, sparse 2.4, index 1.8, bitmask 0.725
     bytes), a float32 scratch of 4 blocks (2^20 entries each on
-    CPU, up to 2^26 on CUDA), and the outputs used; `nbytes` says how much.
+    CPU, up to 2^26 on CUDA), and the outputs used; `nbytes` says how much. `fused`: swaps
+    through the fused pass (compiled and checked here), or not; None: where it is faster
+    (`dots.vectors.fused.fused_wanted`).
     """
 
     def __init__(
