@@ -73,6 +73,21 @@ def test_a_fused_pass_that_differs_is_turned_off_and_the_swap_stays_right(tv, mo
         assert torch.equal(raw(tensor), raw(want[name])), name
 
 
+def test_a_fused_pass_that_fails_to_compile_leaves_the_streaming_path(tv, monkeypatch):
+    """No C++ compiler, a backend error: the engine starts, its swaps stream, the same bytes."""
+
+    def fails(self, *args):
+        raise RuntimeError("InvalidCxxCompiler: no working C++ compiler found")
+
+    monkeypatch.setattr(FusedCombine, "_pass", fails)
+    fused = ResidentSynthesizer(tv, device="cpu", form="index", fused=True)
+    assert not fused.fused["fused"]
+    streaming = ResidentSynthesizer(tv, device="cpu", form="index", fused=False)
+    want = {name: t.clone() for name, t in streaming(LAMBDAS[0])}
+    for name, tensor in fused(LAMBDAS[0]):
+        assert torch.equal(raw(tensor), raw(want[name])), name
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 @pytest.mark.parametrize("form", BY_SPEED)
 def test_fused_pass_on_cuda_gives_the_streaming_bytes(tv, form):

@@ -159,7 +159,7 @@ class FusedCombine:
         compared with `streaming()` (the streaming combine into `out`): a difference turns the
         fused pass off for good (logged); the seconds go to `compile_s`."""
         n = theta0.numel()
-        if not self.enabled or not taus or n < 2 or theta0.device != self.device:
+        if not self.enabled or not taus or n < 2 or theta0.device.type != self.device.type:
             return False
         if any(getattr(tau, "negzero", None) is not None for tau, _ in taus):
             return False
@@ -174,7 +174,12 @@ class FusedCombine:
             return True
         began = time.perf_counter()
         spare = torch.empty_like(out)
-        self._pass(spare, theta0, taus, step, bounds)
+        try:
+            self._pass(spare, theta0, taus, step, bounds)
+        except Exception as exc:  # inductor's many failures (no compiler, a backend error): stream
+            self.enabled = False
+            log.warning("the fused swap failed to compile (%s): swaps take the streaming path", exc)
+            return False
         streaming()
         self.checked.add(key)
         if not torch.equal(spare.view(torch.uint8), out.view(torch.uint8)):  # bytes: −0.0 ≠ +0.0
