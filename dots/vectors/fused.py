@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 # (benchmarks/fused_swap.py, benchmarks/RESULTS.md), and only for models of at least
 # CPU_MIN_ENTRIES merged entries, where the compile (5-15 s per combination of forms on 2
 # cores) pays for itself within a search; below, a swap takes milliseconds either way.
-CPU_FORMS = ("dense", "sparse", "index")
+CPU_FORMS = ("dense",)  # at 0.5B shapes index and bitmask streamed faster (RESULTS.md, 2026-11-28)
 CPU_MIN_ENTRIES = 2**26
 RECOMPILE_LIMIT = 64  # combinations of (forms, dtypes) one process may compile
 _SHIFTS = torch.arange(8, dtype=torch.uint8)
