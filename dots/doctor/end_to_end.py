@@ -15,6 +15,7 @@ from dots.doctor.checks import Row
 from dots.errors import DotsError
 from dots.options.engine import EngineOptions
 from dots.options.search import PlanOptions
+from dots.runtime.timing import DeviceTimer, device_of
 
 if TYPE_CHECKING:
     from dots.engines.base import Engine
@@ -124,7 +125,7 @@ def end_to_end(options: PlanOptions, config: dict, shape: str, layers: int, work
     try:
         tp = engine_options.tensor_parallel_size
         start = f"{type(engine).__name__} in {time.perf_counter() - began:.1f} s" + (f", TP={tp}" if tp > 1 else "")
-        rows.append(Row("engine start", "ok", start))
+        rows.append(Row("engine start", "ok", start + _compiled(engine)))
         rows += _canary_and_swaps(engine, keys, workdir, run_canary)
     finally:
         engine.close()
@@ -151,9 +152,9 @@ def _canary_and_swaps(engine: Engine, keys: list[str], workdir: Path, run_canary
         )
     times = []
     for value in SWAPS:
-        t0 = time.perf_counter()
-        engine.swap_coefficients(dict.fromkeys(keys, value))
-        times.append((time.perf_counter() - t0) * 1e3)
+        with DeviceTimer(device_of(engine)) as swap:  # until the device has finished it
+            engine.swap_coefficients(dict.fromkeys(keys, value))
+        times.append(swap.seconds * 1e3)
     path = engine.swap_path
     rows.append(Row("swap path", "ok" if path == "fast" else "warn", f"swap path: {path}{_layout(engine)}"))
     rows.append(Row("swaps", "ok", "swaps " + "/".join(f"{t:.0f}" for t in times) + f" ms (λ = {SWAPS})"))
@@ -174,6 +175,15 @@ def _layout(engine: Engine) -> str:
     note = next((w["note"] for w in held if w.get("note")), "")
     form = f", {'/'.join(forms)} form" if forms else ""
     return f" (τ̃ resident in the {'/'.join(layouts)} layout{form}{': ' + note if note else ''})"
+
+
+def _compiled(engine: Any) -> str:
+    """ ", fused swap pass compiled in 12.3 s" where the start compiled it (#38), else nothing."""
+    info = getattr(engine, "resident_info", None)
+    held = info() if callable(info) else {}
+    workers = held if isinstance(held, list) else [held]
+    seconds = max((float(w.get("compile_s") or 0.0) for w in workers if w.get("fused")), default=0.0)
+    return f", fused swap pass compiled in {seconds:.1f} s" if seconds else ""
 
 
 def _todo(options: EngineOptions) -> str:

@@ -219,12 +219,17 @@ class HFEngine:
 
             held = form if form != "auto" else "bitmask"
             self._resident = ResidentSynthesizer(task_vectors, device=self.device, form=held)
+            if self._resident.fused["fused"]:  # its compilation is part of this start (#38)
+                print(
+                    f"swap: fused pass compiled and checked in {self._resident.fused['compile_s']:.1f} s ({held} form)"
+                )
 
     def resident_info(self) -> dict:
-        """What the engine holds for swaps: the resident form (None: τ̃ read from the cache) and bytes."""
+        """What the engine holds for swaps: the resident form (None: τ̃ read from the cache), bytes,
+        whether swaps take the fused pass and the seconds its compilation added to the start."""
         if self._resident is None:
-            return {"form": None, "nbytes": 0}
-        return {"form": self._resident.form, "nbytes": self._resident.nbytes}
+            return {"form": None, "nbytes": 0, "fused": False, "compile_s": 0.0}
+        return {"form": self._resident.form, "nbytes": self._resident.nbytes, **self._resident.fused}
 
     @torch.no_grad()
     def swap_coefficients(self, coefficients: Coefficients) -> None:

@@ -14,9 +14,10 @@ every swap. Where memory allows, a swap is faster from a form that needs less wo
 Every form is built from the compact one block by block with the compact form's own
 arithmetic (`TauBlocks.fill`: float32(θ_i) − float32(θ0), γ, zeros, the stored −0.0s), and
 hands the synthesis the very float32 block that form rebuilds — same values, same signs of
-zero — so θ0 + Σ λ_i τ̃_i (`dots.vectors.synth._combine_into`) has the same bits whichever
-form is held. Speed: dense > sparse > index > bitmask; the memory plan (`dots.plan`) picks the
-fastest that fits beside the engine (`engine.resident_form`, docs/performance.md).
+zero — so θ0 + Σ λ_i τ̃_i (`dots.vectors.synth.combine_into`) has the same bits whichever
+form is held. Speed: dense > sparse > index > bitmask (measured on an H200 and on CPU, streaming
+and fused, `benchmarks/fused_swap.py`); the memory plan (`dots.plan`) picks the fastest that
+fits beside the engine (`engine.resident_form`, docs/performance.md).
 """
 
 from __future__ import annotations

@@ -17,11 +17,15 @@ a source added rows gets those rows appended (they are the source's own values).
 (no disk reads, no allocation per call), τ̃ in one of the resident forms of
 `dots.vectors.forms` (dense, sparse, index or the compact bitmask: the same bits), and can write
 them straight into the live parameters a block at a time: the engines use it with
-`synth_cache: memory`, or `auto` when the memory plan (`dots.plan`) finds room.
+`synth_cache: memory`, or `auto` when the memory plan (`dots.plan`) finds room. Its swaps take
+the fused pass of `dots.vectors.fused` (one compiled pass per block, the same bytes) on CUDA, and
+on the CPU in the forms and at the sizes where that measured faster; the streaming combine
+otherwise.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterator, Mapping, Sequence
 
 import torch
@@ -32,6 +36,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import Coefficients, check_coefficients, tensor_lambdas
 from dots.vectors.forms import BY_SPEED, ResidentTau, to_form
+from dots.vectors.fused import FusedCombine, describe, prepare
 
 
 def default_device() -> torch.device:
@@ -55,19 +60,25 @@ def block_entries(device: torch.device, numel: int) -> int:
 
 
 def new_scratch(device: torch.device, numel: int) -> torch.Tensor:
-    """The float32 scratch `_combine_into` works in, for tensors of up to `numel` entries."""
+    """The float32 scratch `combine_into` works in, for tensors of up to `numel` entries."""
     return torch.empty(SCRATCH_BUFFERS * block_entries(device, numel), dtype=torch.float32, device=device)
 
 
-def _combine_into(
-    out: torch.Tensor, theta0: torch.Tensor, taus: Sequence[tuple[ResidentTau, float]], scratch: torch.Tensor
+def combine_into(
+    out: torch.Tensor,
+    theta0: torch.Tensor,
+    taus: Sequence[tuple[ResidentTau, float]],
+    scratch: torch.Tensor,
+    fused: FusedCombine | None = None,
 ) -> torch.Tensor:
     """out[:len(θ0)] = cast(θ0 + Σ λ_i τ̃_i), Eq. 6: float32 sums in source order, one block of
-    entries at a time, each τ̃_i's block rebuilt from its form (`dots.vectors.compact.TauBlocks`:
-    float32(θ_i) − float32(θ0) at the kept entries, γ, zeros elsewhere; or the same values held
-    dense or sparse, `dots.vectors.forms`) and added with `add_(τ̃, alpha=λ)` — the dense path's
-    operations on the dense path's values, so the same bits. The one arithmetic of both paths
-    below, so streaming and resident synthesis agree; elementwise, so any block size does too.
+    entries at a time — the one combine of every synthesis (streaming, resident, vLLM's workers).
+    Given `fused` (`dots.vectors.fused`), one compiled pass per block where it applies (the same
+    bits, checked the first time each combination of forms comes); otherwise the streaming path:
+    each τ̃_i's block rebuilt from its form (`dots.vectors.compact.TauBlocks`: float32(θ_i) −
+    float32(θ0) at the kept entries, γ, zeros elsewhere; or the same values held dense or sparse,
+    `dots.vectors.forms`) and added with `add_(τ̃, alpha=λ)` — the dense path's operations on the
+    dense path's values, so the same bits; elementwise, so any block size gives them too.
     `out` may be a live parameter: each block is cast and copied into it, no full-size temporary."""
     for ct, _ in taus:
         if tuple(ct.shape) != tuple(theta0.shape):
@@ -76,11 +87,25 @@ def _combine_into(
     flat_out = out.view(-1)[:n]  # rows a source added to an embedding come after θ0's rows
     flat_theta0 = theta0.reshape(-1)
     step = scratch.numel() // SCRATCH_BUFFERS
+    if fused is not None and fused.run(
+        flat_out, flat_theta0, taus, step, lambda: _stream(flat_out, flat_theta0, taus, scratch)
+    ):
+        return out
+    _stream(flat_out, flat_theta0, taus, scratch)
+    return out
+
+
+def _stream(
+    flat_out: torch.Tensor, flat_theta0: torch.Tensor, taus: Sequence[tuple[ResidentTau, float]], scratch: torch.Tensor
+) -> None:
+    """The streaming path of `combine_into` (flat tensors): one operation per pass over a block."""
+    n = flat_theta0.numel()
+    step = scratch.numel() // SCRATCH_BUFFERS
     acc_buf, base_buf, tau_buf, values_buf = scratch.view(SCRATCH_BUFFERS, step)
     readers = [(ct.blocks(), lam) for ct, lam in taus]
     if not readers:  # θ0 itself (float32 and back is exact)
         flat_out.copy_(flat_theta0)
-        return out
+        return
     for start in range(0, n, step):
         stop = min(start + step, n)
         base = flat_theta0[start:stop]
@@ -94,7 +119,6 @@ def _combine_into(
             else:
                 acc.add_(tau, alpha=lam)
         flat_out[start:stop].copy_(acc)
-    return out
 
 
 def synthesize(
@@ -131,7 +155,7 @@ def synthesize(
             need = SCRATCH_BUFFERS * block_entries(device, theta0.numel())
             if scratch.numel() < need:
                 scratch = new_scratch(device, theta0.numel())
-            out = _combine_into(torch.empty_like(theta0), theta0, taus, scratch)
+            out = combine_into(torch.empty_like(theta0), theta0, taus, scratch)
             del taus
         extra = task_vectors.extra_rows(name)
         if extra is not None:
@@ -153,7 +177,9 @@ class ResidentSynthesizer:
     yields only the others. Memory: θ0 in its dtype, the K τ̃ in their form (for bf16 at
     density 0.3, per parameter and source: dense 4, sparse 2.4, index 1.8, bitmask 0.725
     bytes), a float32 scratch of 4 blocks (2^20 entries each on
-    CPU, up to 2^26 on CUDA), and the outputs used; `nbytes` says how much.
+    CPU, up to 2^26 on CUDA), and the outputs used; `nbytes` says how much. `fused`: swaps
+    through the fused pass (compiled and checked here), or not; None: where it is faster
+    (`dots.vectors.fused.fused_wanted`).
     """
 
     def __init__(
@@ -162,6 +188,7 @@ class ResidentSynthesizer:
         device: str | torch.device | None = None,
         base: Checkpoint | None = None,
         form: str = "bitmask",
+        fused: bool | None = None,
     ):
         if form not in BY_SPEED:
             raise DotsError(f"resident form must be one of {', '.join(BY_SPEED)}, got {form!r}")
@@ -188,6 +215,13 @@ class ResidentSynthesizer:
                 self.extra[name] = extra.to(device=self.device, dtype=theta0.dtype)
             largest = max(largest, theta0.numel())
         self._scratch = new_scratch(self.device, largest)
+        params = [(self.theta0[name], list(per.values())) for name, per in self.taus.items()]
+        self._fused = prepare(self.device, form, params, partial(combine_into, scratch=self._scratch), fused)
+
+    @property
+    def fused(self) -> dict:
+        """Whether swaps take the fused pass (`dots.vectors.fused`) and the seconds compiling it took."""
+        return describe(self._fused)
 
     @property
     def nbytes(self) -> int:
@@ -236,7 +270,7 @@ class ResidentSynthesizer:
             out = target if target is not None else self._output(name)
             with record_function("dots.vectors.synth.combine"):
                 taus = [(self.taus[name][k], lam) for k, lam in tensor_lambdas(lambdas, name)]
-                _combine_into(out, theta0, taus, self._scratch)
+                combine_into(out, theta0, taus, self._scratch, self._fused)
             if target is None:
                 yield name, out
             elif name in self.extra:

@@ -15,7 +15,7 @@ only entries with θ_i ≠ θ0 — and their values are θ_i's. They are stored 
 `dots.vectors.compact.CompactTensor`s (bitmask or positions, θ_i's values in the checkpoint
 dtype, γ_i) — or, in the resident form asked for, as float32 τ̃ dense or at positions
 (`dots.vectors.forms`, built from them: the same values) — and a swap rebuilds τ̃ with the
-streaming synthesis' own arithmetic (`dots.vectors.synth._combine_into`): every element
+streaming synthesis' own combine (`dots.vectors.synth.combine_into`, fused where it applies): every element
 sees the same θ0, θ_i, γ and λ and the same float32 operations in the same order, then the
 cast to the checkpoint dtype and the loader's cast to the parameter's — the same bits as the checkpoint-layout path.
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterator
 
 import torch
@@ -49,11 +50,13 @@ from dots.engines.vllm import compat
 from dots.engines.vllm.compact import checkpoint_stream, param_compact
 from dots.io.checkpoint import Checkpoint
 from dots.runtime.allocator import freeing_as_it_goes
+from dots.runtime.timing import DeviceTimer
 from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import CheckedCoefficients, Coefficients, check_coefficients, tensor_lambdas
 from dots.vectors.compact import CompactTensor, has_negative_zero
 from dots.vectors.forms import ResidentTau, to_form
-from dots.vectors.synth import _combine_into, new_scratch
+from dots.vectors.fused import describe, prepare
+from dots.vectors.synth import combine_into, new_scratch
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +243,9 @@ class ShardedResident:
         largest = max((r.theta0.numel() for r in self.params), default=1)
         self._scratch = new_scratch(device, largest)
         step(f"{self.form} form")
+        combine = partial(combine_into, scratch=self._scratch)
+        self._fused = prepare(device, self.form, [(r.theta0, r.taus) for r in self.params], combine)
+        step("compile fused pass")  # 0 where swaps stream (#38)
 
     @property
     def nbytes(self) -> int:
@@ -248,13 +254,18 @@ class ShardedResident:
         taus = sum(ct.nbytes for r in self.params for ct in r.taus if ct is not None)
         return theta0 + taus + self._scratch.numel() * self._scratch.element_size()
 
+    @property
+    def fused(self) -> dict:
+        """Whether swaps take the fused pass and what compiling it took (`dots.vectors.fused.describe`)."""
+        return describe(self._fused)
+
     def _combine(self, r: Resident, lambdas: CheckedCoefficients, out: torch.Tensor) -> torch.Tensor:
         """θ0 + Σ λ_i τ̃_i of one parameter into `out` (the checkpoint dtype, its shape). A
         fused parameter joins tensors of one module group (q/k/v, gate/up), so its own name
         gives the group of per-module coefficients."""
         index = {k: i for i, k in enumerate(self.sources)}
         taus = [(ct, lam) for k, lam in tensor_lambdas(lambdas, r.unit.name) if (ct := r.taus[index[k]]) is not None]
-        return _combine_into(out, r.theta0, taus, self._scratch)
+        return combine_into(out, r.theta0, taus, self._scratch, self._fused)
 
     def _active(self, coefficients: Coefficients) -> CheckedCoefficients:
         return check_coefficients(self.tv, coefficients)
@@ -273,24 +284,24 @@ class ShardedResident:
         """Write θ0 + Σ λ_i τ̃_i into the live parameters, then redo the post-load processing."""
         active = self._active(coefficients)
         broken = broken_swap()  # tests only: a swap broken on purpose, which the canary must catch
-        started = time.perf_counter()
         loaded: dict[int, torch.Tensor] = {}  # load-time tensors of units whose kernel differs
-        for r in self.params:
-            unit = r.unit
-            kernel = unit.kernel.clone() if broken == "copy-params" else unit.kernel
-            in_place = unit.direct and kernel.dtype == self.dtype
-            out = self._combine(r, active, kernel if in_place else torch.empty_like(r.theta0))
-            if in_place:
-                continue
-            value = out if out.dtype == unit.meta.dtype else out.to(unit.meta.dtype)  # the loader's cast
-            if unit.direct:
-                kernel.copy_(value)
-            else:
-                loaded[id(unit.kernel)] = compat.dress_as_loaded(unit.meta, unit.meta_owner, value)
-        written = time.perf_counter()
-        if broken != "skip-repack":
-            self._after_write(loaded)
-        self.last_swap = {"write_s": written - started, "after_load_s": time.perf_counter() - written}
+        with DeviceTimer(self.device) as write:  # timed until the device has finished (#38)
+            for r in self.params:
+                unit = r.unit
+                kernel = unit.kernel.clone() if broken == "copy-params" else unit.kernel
+                in_place = unit.direct and kernel.dtype == self.dtype
+                out = self._combine(r, active, kernel if in_place else torch.empty_like(r.theta0))
+                if in_place:
+                    continue
+                value = out if out.dtype == unit.meta.dtype else out.to(unit.meta.dtype)  # the loader's cast
+                if unit.direct:
+                    kernel.copy_(value)
+                else:
+                    loaded[id(unit.kernel)] = compat.dress_as_loaded(unit.meta, unit.meta_owner, value)
+        with DeviceTimer(self.device) as after:
+            if broken != "skip-repack":
+                self._after_write(loaded)
+        self.last_swap = {"write_s": write.seconds, "after_load_s": after.seconds}
 
     def _after_write(self, loaded: dict[int, torch.Tensor]) -> None:
         """What vLLM runs after loading, for every module whose kernel derives from its weights:

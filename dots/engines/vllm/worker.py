@@ -128,9 +128,11 @@ class DotsWorkerExtension:
             import torch
 
             info.update(last_swap=sharded.last_swap, set_up_s=sharded.set_up_s, torch_threads=torch.get_num_threads())
+            info.update(sharded.fused)
         elif self._dots_resident is not None:
             resident = self._dots_resident
             info.update(layout="checkpoint", nbytes=resident.nbytes, note=self._dots_resident_note, form=resident.form)
+            info.update(resident.fused)
         return info
 
     def dots_check_resident_bits(self, coefficients: Mapping[str, float]) -> dict:
@@ -174,6 +176,9 @@ class DotsWorkerExtension:
         with record_function("dots.vllm.reload_weights"):  # includes the synthesis it consumes
             compat.reload_weights(self, tracked())
             self._dots_refresh_tied_cpu_gemms(loaded)
+        from dots.runtime.timing import wait_for
+
+        wait_for(self._dots_device())  # the seconds until the device has the weights (#38)
         return time.perf_counter() - start
 
     def _dots_refresh_tied_cpu_gemms(self, loaded: set[str]) -> list[str]:

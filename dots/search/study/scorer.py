@@ -11,6 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from dots.options.study import StudyOptions
+from dots.runtime.timing import DeviceTimer, device_of
 from dots.scoring.grade import answer_labels, consistency_and_majority
 from dots.scoring.perplexity import perplexity
 from dots.search.study.adaptive import sample_adaptively
@@ -71,9 +72,9 @@ class Scorer:
     def __call__(self, coefficients: Coefficients, seed: int) -> TrialResult:
         start = getattr(self.engine, "start", None)  # a LazyEngine: its start is not the trial's swap
         engine_start = start() if callable(start) else 0.0
-        t0 = time.perf_counter()
-        self.engine.swap_coefficients(dict(coefficients))
-        t1 = time.perf_counter()
+        with DeviceTimer(device_of(self.engine)) as swap:  # until the device has the new weights
+            self.engine.swap_coefficients(dict(coefficients))
+        t0, t1 = swap.started, swap.stopped
         ppl = perplexity(self.engine.prompt_nll(self.prompts), self.ppl_mean)
         t2 = time.perf_counter()
         outs: list[list[str]] = []
