@@ -38,6 +38,9 @@ def _options(cls) -> set[str]:
     return {p for p in inspect.signature(cls.__init__).parameters if p not in NOT_OPTIONS}
 
 
+ANNOUNCED: set[str] = set()  # the engines engine=auto has chosen in this process (and said so)
+
+
 def resolve_engine_name(name: str) -> str:
     if name not in ENGINES:
         raise DotsError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
@@ -46,7 +49,9 @@ def resolve_engine_name(name: str) -> str:
     from dots.engines.vllm.env import vllm_available
 
     chosen = "vllm" if vllm_available() else "hf"
-    log.info("engine=auto: using %s", chosen)
+    if chosen not in ANNOUNCED:  # the plan and the engine both resolve it: said once
+        ANNOUNCED.add(chosen)
+        log.info("engine=auto: using %s", chosen)
     return chosen
 
 

@@ -34,6 +34,7 @@ from dots.evaluate.report import average, markdown_table, plot_scores, write_jso
 from dots.evaluate.samples import read_samples, run_benchmark, samples_key, summarize
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
+from dots.io.inputs import check_checkpoint
 from dots.io.problems import Query
 from dots.paths import check_creatable, outputs_root
 from dots.plain import to_plain
@@ -236,7 +237,7 @@ def run_evaluate(cfg: DictConfig) -> dict:
     problems = {b.name: load_problems(b) for b in benchmarks}  # bad data fails before any model loads
     models = resolve_models(cfg)
     # a missing model path fails before the output directory is made
-    ckpts = [Checkpoint(path) for path in models.values()]
+    ckpts = [check_checkpoint(Checkpoint(path)) for path in models.values()]  # config, weights, tokenizer agree
     destination = claim(output_dir(cfg), "evaluate", inputs=input_paths(ckpts))
     out = check_creatable(output_dir(cfg), "evaluation directory")
     check_engine_config(cfg.engine)  # an unknown engine option fails before anything is written

@@ -23,6 +23,7 @@ from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import Destination, claim, input_paths
+from dots.io.inputs import check_checkpoint, check_distinct_destinations, check_sources_differ, taskvec_dir
 from dots.io.problems import load_pool
 from dots.paths import check_creatable
 from dots.plain import to_plain
@@ -102,7 +103,10 @@ def prepare(cfg: DictConfig) -> Run:
     backbone = cfg.backbone
     base = Checkpoint(str(backbone.base), backbone.get("revision"))
     sources = {str(k): Checkpoint(str(v), backbone.get("revision")) for k, v in backbone.sources.items()}
+    for ckpt in (base, *sources.values()):
+        check_checkpoint(ckpt)  # config.json against the weights, the tokenizer against config.json
     alignment = align(base, sources)
+    check_sources_differ(alignment)
     for field_name, values in config_differences(base, sources).items():
         log.warning(
             "config field %s differs: %s (the output takes config_from=%s)",
@@ -138,12 +142,22 @@ def check_destinations(run: Run) -> Destination:
     (`dots.io.destination`: dots deletes only what it wrote) and can be made
     (`paths.check_creatable`); the run directory's claim is returned, to create it."""
     from dots.export.model import export_destination
-    from dots.vectors.cache import default_cache_root
+    from dots.keys import stable_hash
 
+    cfg = run.cfg
+    exported = cfg.export.enabled and not run.fixed
+    check_distinct_destinations(
+        {
+            "run_dir": (run.run_dir, "grows"),
+            "cache_dir": (cfg.get("cache_dir"), "cache"),
+            "export.dir": (cfg.export.dir if exported else None, "whole"),
+        }
+    )
     inputs = input_paths([run.alignment.base, *run.alignment.sources.values()])
-    run_dir = claim(run.run_dir, "search-run", inputs=inputs)
+    replace = bool(cfg.get("replace_run", False))  # another search's results in run_dir: replaced
+    run_dir = claim(run.run_dir, "search-run", replace, inputs, identity=stable_hash(run.identity, 16))
     check_creatable(run.run_dir, "run directory")
-    cache = run.cfg.get("cache_dir") or default_cache_root()
+    cache = taskvec_dir(cfg.get("cache_dir"), inputs)
     claim(cache, "taskvec-cache", inputs=inputs)
     check_creatable(cache, "task-vector cache directory")
     if run.cfg.export.enabled and not run.fixed:

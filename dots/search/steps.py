@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from dots.errors import DotsError
+from dots.io.inputs import taskvec_dir
 from dots.io.problems import Query
 from dots.keys import stable_hash
 from dots.plain import to_plain
@@ -40,7 +41,7 @@ def build_vectors(run: Run) -> TaskVectors:
         al.base,
         al.sources,
         SparsifyConfig(**to_plain(run.cfg.sparsify)),
-        run.cfg.get("cache_dir") or None,
+        taskvec_dir(run.cfg.get("cache_dir")),
         alignment=al,
     )
 

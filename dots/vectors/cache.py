@@ -32,10 +32,10 @@ from dots.errors import DotsError
 from dots.io.align import Alignment, align
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, discard, input_paths
+from dots.io.inputs import taskvec_dir
 from dots.io.safetensors import AppendedFile, dtype_size
 from dots.io.writer import check_free_space, disk_write_error
 from dots.keys import stable_hash
-from dots.paths import cache_root
 from dots.runtime.locks import run_once_lock
 from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
@@ -48,8 +48,8 @@ WEIGHTS_FILE = "tau.safetensors"
 
 
 def default_cache_root() -> Path:
-    """Where task-vector entries live: <cache root>/taskvec."""
-    return cache_root() / "taskvec"
+    """Where task-vector entries live: <cache root>/taskvec (`dots.io.inputs.taskvec_dir`)."""
+    return taskvec_dir(None)
 
 
 # --- reading ----------------------------------------------------------------------------
