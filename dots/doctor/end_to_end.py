@@ -4,7 +4,6 @@ configured engine started on it, its swap canary run, and three swaps timed."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import torch
 
 from dots.doctor.checks import Row
 from dots.errors import DotsError
+from dots.io.metadata import check_config, read_json
 
 TINY = dict(hidden_size=64, num_heads=2, num_kv_heads=1, intermediate_size=128)  # head_dim 32: vLLM-CPU's least
 SWAPS = (0.3, 0.7, 1.0)  # λ of every source in the three timed swaps
@@ -37,10 +37,7 @@ def architecture(cfg: Any, shapes_file: str | None) -> dict:
             except Exception as exc:  # offline, unknown repo
                 first = str(exc).splitlines()[0]
                 raise DotsError(f"cannot read {base}'s config.json ({first}); give --shapes") from None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DotsError(f"cannot read {path}: {exc}") from None
+    return check_config(read_json(path, "config"), path)  # one line naming the file and the field
 
 
 def generate(config: dict, out: Path, shape: str, layers: int, sources: list[str]) -> tuple[Path, dict[str, Path]]:

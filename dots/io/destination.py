@@ -184,7 +184,7 @@ class Destination:
         edited = None if self.overwrite else edited_file(path, record)
         if edited:
             raise DotsError(
-                f"refusing to replace {path / edited}: it changed since dots wrote it (pass {option} to replace it)"
+                f"refusing to replace {path / edited}: it changed since dots wrote it (move it away, or pass {option})"
             )
         return record
 

