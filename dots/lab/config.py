@@ -84,6 +84,8 @@ def _check_types(cfg: DictConfig, update: DictConfig, prefix: str = "") -> None:
             and (isinstance(value, bool) or not isinstance(value, (int, float)))
         ):
             raise DotsError(f"lab config key {prefix}{key!s} must be a number, got {value!r}")
+        elif isinstance(old, int) and not isinstance(old, bool) and not isinstance(value, int):
+            raise DotsError(f"lab config key {prefix}{key!s} must be an integer, got {value!r}")
 
 
 def stage_key(cfg: DictConfig, stage: str) -> str:

@@ -104,9 +104,9 @@ def merge_checkpoints(
     if not isinstance(block_entries, int) or block_entries < 1:
         raise DotsError(f"block_entries must be a positive integer, got {block_entries!r}")
     # dots deletes only what it wrote: checked before opening anything large (a Hub id downloads)
-    check_distinct_destinations({"output": (output, "whole"), "cache_dir": (cache_dir, "cache")})
     local = [p for p in (base, *sources.values()) if Path(p).expanduser().exists()]
     claim(output, "merge", overwrite, local)
+    check_distinct_destinations({"output": (output, "whole"), "cache_dir": (cache_dir, "cache")})
     # the writer makes a sibling of the output and renames it into place: its parent must take it
     check_creatable(Path(output).expanduser().absolute().parent, "output's parent directory")
 

@@ -145,14 +145,6 @@ def check_destinations(run: Run) -> Destination:
     from dots.keys import stable_hash
 
     cfg = run.cfg
-    exported = cfg.export.enabled and not run.fixed
-    check_distinct_destinations(
-        {
-            "run_dir": (run.run_dir, "grows"),
-            "cache_dir": (cfg.get("cache_dir"), "cache"),
-            "export.dir": (cfg.export.dir if exported else None, "whole"),
-        }
-    )
     inputs = input_paths([run.alignment.base, *run.alignment.sources.values()])
     replace = bool(cfg.get("replace_run", False))  # another search's results in run_dir: replaced
     run_dir = claim(run.run_dir, "search-run", replace, inputs, identity=stable_hash(run.identity, 16))
@@ -160,10 +152,18 @@ def check_destinations(run: Run) -> Destination:
     cache = taskvec_dir(cfg.get("cache_dir"), inputs)
     claim(cache, "taskvec-cache", inputs=inputs)
     check_creatable(cache, "task-vector cache directory")
-    if run.cfg.export.enabled and not run.fixed:
-        export_destination(run.cfg, run.alignment, run.run_dir)
-        if run.cfg.export.dir:
+    exported = cfg.export.enabled and not run.fixed
+    if exported:
+        export_destination(cfg, run.alignment, run.run_dir)
+        if cfg.export.dir:
             check_creatable(Path(export_dir(run)).parent, "export directory's parent")
+    check_distinct_destinations(  # each claimed alone above; now against each other
+        {
+            "run_dir": (run.run_dir, "grows"),
+            "cache_dir": (cfg.get("cache_dir"), "cache"),
+            "export.dir": (cfg.export.dir if exported else None, "whole"),
+        }
+    )
     return run_dir
 
 
