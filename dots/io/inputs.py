@@ -34,7 +34,7 @@ ATTENTION_BIAS = re.compile(r"\.q_proj\.bias$")
 EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
 # model types whose attention projections carry biases (True) or not (False) when the config
 # has no `attention_bias` field
-BIASED = {"qwen2": True, "qwen2_moe": True, "mistral": False, "mixtral": False}
+BIASED = {"qwen2": True, "qwen2_moe": True, "llama": False, "mistral": False, "mixtral": False}
 COMPARE_ENTRIES = 1 << 22  # rows compared at a time when two checkpoints' weights are compared
 
 

@@ -20,9 +20,10 @@ def model_shapes(cfg: Any, shapes: str | None):
     if Path(base).expanduser().is_dir():
         from dots.io.align import align
         from dots.io.checkpoint import Checkpoint
+        from dots.io.inputs import check_checkpoint
 
-        sources = {str(k): Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()}
-        return ModelShapes.from_alignment(align(Checkpoint(base), sources))
+        sources = {str(k): check_checkpoint(Checkpoint(str(v))) for k, v in cfg.backbone.sources.items()}
+        return ModelShapes.from_alignment(align(check_checkpoint(Checkpoint(base)), sources))
     from huggingface_hub import hf_hub_download
 
     try:
