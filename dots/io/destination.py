@@ -195,7 +195,8 @@ class Destination:
             self.path.mkdir(parents=True, exist_ok=True)
             record = read_record(self.path)
             if record is None or (self.identity and record.get("identity") != self.identity):
-                _write_record(self.path, {**new_record(self.kind, None, self.run_dir), "identity": self.identity})
+                mine = {"identity": self.identity} if self.identity else {}
+                _write_record(self.path, {**new_record(self.kind, None, self.run_dir), **mine})
         except OSError as exc:  # a full or read-only disk: one line
             raise DotsError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         return self.path
