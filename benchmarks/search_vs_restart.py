@@ -265,8 +265,10 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
         import vllm  # noqa: F401  (imported once, as the official script does at its top)
     base = Checkpoint(str(cfg.backbone.base))
     sources = {str(k): Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()}
+    from dots.io.inputs import taskvec_dir  # the search's τ̃ entries: <cache_dir>/taskvec
+
     tv = build_task_vectors(
-        base, sources, SparsifyConfig(**plain(cfg.sparsify)), cfg.cache_dir, alignment=align(base, sources)
+        base, sources, SparsifyConfig(**plain(cfg.sparsify)), taskvec_dir(cfg.cache_dir), alignment=align(base, sources)
     )
     tokenizer = AutoTokenizer.from_pretrained(str(base.path))
     selection_file = run_dir / "selection.jsonl"
