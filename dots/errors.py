@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable, TypeVar
+from typing import Callable, NoReturn, TypeVar
 
 F = TypeVar("F", bound=Callable)
 
@@ -46,3 +46,9 @@ def cli_errors(fn: F) -> F:
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def argument_error(message: str) -> NoReturn:
+    """argparse's `error` as one `error:` line and exit code 2 (set `parser.error = argument_error`):
+    its own prints the usage over several lines."""
+    raise DotsError(message)

@@ -40,7 +40,7 @@ def test_cache_entry_missing_its_shard_is_rebuilt_and_said_once(tiny, tmp_path):
     cache = tmp_path / "cache"
     ovr = overrides(tiny, tmp_path / "run", extra=["export.enabled=false", f"cache_dir={cache}"])
     run(ovr)
-    shard = sorted(cache.glob("*/tau.safetensors"))[0]
+    shard = sorted((cache / "taskvec").glob("*/tau.safetensors"))[0]  # cache_dir is the root (docs/outputs.md)
     before = shard.read_bytes()
     shard.unlink()
     proc = cli(ovr[:-1] + [f"cache_dir={cache}", "search.n_trials=4"])

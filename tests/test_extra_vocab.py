@@ -115,7 +115,7 @@ def test_search_with_added_tokens_runs_and_exports_them(tiny, tmp_path):
 
     # the live engine of the search (its model, its τ̃) swapped to the pick == a fresh model of the export
     tv = build_task_vectors(
-        base_ckpt, {k: Checkpoint(v) for k, v in srcs.items()}, SparsifyConfig(**SPARSIFY), root / "cache"
+        base_ckpt, {k: Checkpoint(v) for k, v in srcs.items()}, SparsifyConfig(**SPARSIFY), root / "cache" / "taskvec"
     )
     with HFEngine(model, EngineOptions(device="cpu")) as fresh:
         expected, fresh_state = greedy(fresh, PROMPTS, 12), fresh.state_dict()
@@ -142,7 +142,7 @@ def aligned(tiny):
 
     root, base, srcs, _ = tiny
     al = align(Checkpoint(base), {k: Checkpoint(v) for k, v in srcs.items()})
-    tv = build_task_vectors(al.base, al.sources, SparsifyConfig(**SPARSIFY), root / "cache", alignment=al)
+    tv = build_task_vectors(al.base, al.sources, SparsifyConfig(**SPARSIFY), root / "cache" / "taskvec", alignment=al)
     return al, tv
 
 

@@ -866,3 +866,199 @@ def test_evaluate_options(box, option, data):
 @pytest.mark.parametrize("case", EVALUATE_CASES, ids="=".join)
 def test_evaluate_option_cases(box, case):
     refused_evaluate_option(box, *case)
+
+
+# --- inputs against each other (issue #39) -----------------------------------------------------------
+
+
+@st.composite
+def contradicting_files(draw, model: Path) -> Path:
+    """Rewrite one file of `model` (a copy of the sandbox's SFT checkpoint) so that it is well
+    formed alone but contradicts the others; the file the refusal must name."""
+    config_file, tokenizer = model / "config.json", model / "tokenizer.json"
+    config = json.loads(config_file.read_text())
+    kind = draw(
+        st.sampled_from(
+            ["hidden_size", "vocab_size", "layers", "bias", "llama", "tokenizer", "tokenizer_json", "tok_cfg"]
+        )
+    )
+    if kind in ("hidden_size", "vocab_size", "layers"):
+        key = {"layers": "num_hidden_layers"}.get(kind, kind)
+        config[key] = draw(st.integers(1, 10_000).filter(lambda n: n != config[key]))
+    elif kind == "bias":  # Qwen2 weights hold q/k/v biases
+        config["attention_bias"] = False
+    elif kind == "llama":
+        config.update(architectures=["LlamaForCausalLM"], model_type=draw(st.sampled_from(["llama", "mistral"])))
+        config.pop("attention_bias", None)
+    if kind in ("hidden_size", "vocab_size", "layers", "bias", "llama"):
+        config_file.write_text(json.dumps(config))
+        return config_file
+    if kind == "tokenizer":  # cut short, or bytes that are not a tokenizer
+        text = tokenizer.read_bytes()
+        tokenizer.write_bytes(draw(st.sampled_from([text[: draw(st.integers(0, len(text) - 2))], b"\xff\xfe"])))
+        return tokenizer
+    if kind == "tokenizer_json":  # JSON, but not a tokenizer
+        tokenizer.write_text(
+            json.dumps(draw(JSON_VALUES.filter(lambda v: not isinstance(v, dict) or "model" not in v)))
+        )
+        return tokenizer
+    file = model / "tokenizer_config.json"
+    text = file.read_bytes()
+    file.write_bytes(text[: draw(st.integers(0, len(text) - 2))])
+    return file
+
+
+@FUZZ
+@seed(SEED)
+@given(verb=VERBS, data=st.data())
+@example(verb="dots.merge", data="llama")  # the issue's: a Llama config.json on Qwen2 weights merged, exit 0
+@example(verb="dots.search", data="hidden_size")  # the issue's: a traceback after the run directory was made
+def test_contradicting_files(box, verb, data):
+    model = fresh(box, "model")
+    shutil.copytree(box.sft, model)
+    if isinstance(data, str):
+        file = model / "config.json"
+        config = json.loads(file.read_text())
+        if data == "llama":
+            config.update(architectures=["LlamaForCausalLM"], model_type="llama", attention_bias=False)
+        else:
+            config["hidden_size"] = 128
+        file.write_text(json.dumps(config))
+    else:
+        file = data.draw(contradicting_files(model))
+    refused(box, "contradicting files", verb, with_checkpoint(box, verb, model), [str(file)])
+
+
+def symlink_loop(box: Sandbox, links: int) -> Path:
+    """A loop of `links` symbolic links among the inputs (1: a link to itself); its first link."""
+    first = fresh(box, "loop0")
+    names = [first] + [fresh(box, f"loop{i}") for i in range(1, links)]
+    for name in names:  # a loop an earlier example left (`fresh` sees no file there)
+        if os.path.lexists(name):
+            os.unlink(name)
+    for i, name in enumerate(names):
+        os.symlink(names[(i + 1) % links], name)
+    return first
+
+
+DESTINATIONS = {  # writer -> (command, the option naming its destination)
+    "merge output": ("dots.merge", "output"),
+    "search run_dir": ("dots.search", "run_dir"),
+    "search export.dir": ("dots.search", "export.dir"),
+    "search cache_dir": ("dots.search", "cache_dir"),
+    "evaluate output_dir": ("dots.evaluate", "output_dir"),
+    "analyze output": ("dots.analyze", "output"),
+}
+
+
+def analyze_argv(box: Sandbox, *extra: str) -> list[str]:
+    return [
+        "backbone=custom",
+        f"backbone.base={box.base}",
+        f"+backbone.sources.sft={box.sft}",
+        f"+backbone.sources.rlvr={box.rlvr}",
+        f"output={box.work / 'analysis'}",
+        *extra,
+    ]
+
+
+def writer_argv(box: Sandbox, verb: str, *extra: str) -> list[str]:
+    build = {"dots.merge": merge_argv, "dots.search": search_argv, "dots.evaluate": evaluate_argv}
+    return build.get(verb, analyze_argv)(box, *extra)  # type: ignore[operator]
+
+
+@FUZZ
+@seed(SEED)
+@given(writer=st.sampled_from(sorted(DESTINATIONS)), links=st.integers(1, 3), below=st.booleans())
+@example(writer="merge output", links=2, below=False)  # the issue's: RuntimeError: Symlink loop, every writer
+def test_symlink_loop_destination(box, writer, links, below):
+    verb, option = DESTINATIONS[writer]
+    loop = symlink_loop(box, links)
+    where = loop / "out" if below else loop
+    argv = with_option(writer_argv(box, verb), option, str(where))
+    refused(box, "symlink loop", verb, argv, [str(loop), "loop of symbolic links"])
+
+
+SEARCH_PLACES = ("run_dir", "export.dir", "cache_dir")
+
+
+@FUZZ
+@seed(SEED)
+@given(data=st.data())
+@example(data=("export.dir", "run_dir", False))  # the issue's: the whole search ran, then refused
+@example(data=("cache_dir", "run_dir", False))  # the issue's: refused after making the run dir
+@example(data=("cache_dir", "output", False))  # the issue's: dots.merge merged, then blamed its .lock
+def test_equal_destinations(box, data):
+    if isinstance(data, tuple):
+        first, second, nested = data
+    else:
+        first, second = data.draw(
+            st.sampled_from(
+                [(a, b) for a in SEARCH_PLACES for b in SEARCH_PLACES if a != b] + [("cache_dir", "output")]
+            )
+        )
+        nested = data.draw(st.booleans()) and (second in ("export.dir", "cache_dir", "output"))
+    outer = box.work / "shared"
+    inner = outer / "inner" if nested else outer  # `first` inside `second` (whole or a cache), or the same
+    if second == "output" or first == "output":
+        argv = with_option(with_option(merge_argv(box), second, str(outer)), first, str(inner))
+        verb = "dots.merge"
+    else:
+        argv = with_option(with_option(search_argv(box), second, str(outer)), first, str(inner))
+        verb = "dots.search"
+    refused(box, "equal destinations", verb, argv, [str(outer)])
+
+
+PLAN_OPTIONS = {"--device-memory-gb": ("float", 0, INF, True, True)}
+DOCTOR_OPTIONS = {"--layers": ("int", 1)}
+
+
+def lab_options() -> dict[str, tuple]:
+    """Every number of conf/lab.yaml with its domain (dots.lab.config.check_ranges)."""
+    from omegaconf import OmegaConf
+
+    from dots.lab.config import CONF_PATH, FRACTIONS, MAY_BE_ZERO
+
+    out: dict[str, tuple] = {}
+
+    def walk(node, prefix: str) -> None:
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict):
+                walk(value, f"{name}.")
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                low, low_open = 0, key not in MAY_BE_ZERO
+                high = 1 if key in FRACTIONS else INF
+                out[name] = (
+                    ("int", 0 if not low_open else 1)
+                    if isinstance(value, int)
+                    else ("float", low, high, low_open, high == INF)
+                )
+
+    walk(OmegaConf.to_container(OmegaConf.load(CONF_PATH)), "")
+    return out
+
+
+LAB_OPTIONS = lab_options()
+
+
+@FUZZ
+@seed(SEED)
+@given(data=st.data())
+@example(data=("dots.plan", "--device-memory-gb", "nan"))  # the issue's: accepted
+@example(data=("dots.plan", "--device-memory-gb", "-8"))  # the issue's: accepted
+@example(data=("dots.doctor", "--layers", "-1"))  # the issue's: a traceback
+@example(data=("dots.lab", "base.steps", "0"))  # the issue's: ZeroDivisionError
+def test_plan_doctor_lab_numbers(box, data):
+    if isinstance(data, tuple):
+        verb, option, value = data
+    else:
+        verb = data.draw(st.sampled_from(["dots.plan", "dots.doctor", "dots.lab"]), label="verb")
+        table = {"dots.plan": PLAN_OPTIONS, "dots.doctor": DOCTOR_OPTIONS, "dots.lab": LAB_OPTIONS}[verb]
+        option = data.draw(st.sampled_from(sorted(table)), label="option")
+        value = data.draw(bad_values(table[option]), label="value")
+    if verb == "dots.lab":
+        argv = [f"{option}={value}", "eval.enabled=false"]
+    else:
+        argv = [f"{option}={value}", "backbone=custom", f"backbone.base={box.base}", f"+backbone.sources.sft={box.sft}"]
+    refused(box, f"{verb[5:]} numbers", verb, argv, [option])

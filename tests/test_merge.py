@@ -233,6 +233,8 @@ def test_extra_vocab_rows_come_from_the_source(qwen_bf16, tmp_path):
                 extra[n] = torch.randn(3, t.shape[1]).to(t.dtype)
                 t = torch.cat([t, extra[n]])
             writer.write(n, t)
+        grown = src.info("model.embed_tokens.weight").shape[0] + 3  # the config says so (vocab resized)
+        writer.add_file("config.json", json.dumps({**src.config, "vocab_size": grown}))
         writer.commit(copy_from=src)
     out = merge_checkpoints(
         qwen_bf16.base,
@@ -360,6 +362,8 @@ def test_row_blocked_merge_appends_extra_vocab_rows(qwen_bf16, tmp_path):
         for n in src.names:
             t = src.get(n)
             writer.write(n, torch.cat([t, torch.ones(2, t.shape[1], dtype=t.dtype)]) if plan[n].shape != t.shape else t)
+        grown = src.info("model.embed_tokens.weight").shape[0] + 2  # the config says so (vocab resized)
+        writer.add_file("config.json", json.dumps({**src.config, "vocab_size": grown}))
         writer.commit(copy_from=src)
     sources = {"sft": tmp_path / "grown", "rlvr": qwen_bf16.sources["rlvr"]}
     whole = load_state(merge_checkpoints(qwen_bf16.base, sources, tmp_path / "whole", method="ties"))

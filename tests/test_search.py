@@ -46,7 +46,10 @@ def test_pipeline_writes_every_stage_and_exports_the_pick(tiny, tmp_path):
 
     root, base, srcs, _ = tiny
     tv = build_task_vectors(
-        Checkpoint(base), {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")}, SparsifyConfig(), root / "cache"
+        Checkpoint(base),
+        {k: Checkpoint(srcs[k]) for k in ("sft", "rlvr")},
+        SparsifyConfig(),
+        root / "cache" / "taskvec",
     )
     expected = synthesize_dict(tv, result["coefficients"])
     exported = Checkpoint(run_dir / "model")

@@ -41,6 +41,7 @@ from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
+from dots.io.inputs import check_checkpoint
 from dots.keys import stable_hash
 from dots.options.analyze import AnalyzeConfig
 from dots.vectors.masks import TopKMask
@@ -148,6 +149,8 @@ def analyze(
     base_ckpt = _open(base, rev.get("base"))
     source_ckpts = {str(k): _open(v, rev.get(k)) for k, v in sources.items()}
     cfg.validate(list(source_ckpts))
+    for ckpt in (base_ckpt, *source_ckpts.values()):
+        check_checkpoint(ckpt)  # config.json against the weights, before the output is claimed
     key = _input_key(base_ckpt, source_ckpts, cfg)
     # new, empty or an analysis's (reused): never a folder of other files or a model's
     inputs = input_paths([base_ckpt, *source_ckpts.values()])

@@ -20,8 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from dots.checks import positive_int
 from dots.doctor.checks import Row, device_rows, library_rows, plan_row
-from dots.errors import cli_errors
+from dots.errors import argument_error, cli_errors
 
 MARK = {"ok": "ok", "warn": "warn", "info": "", "FAIL": "FAIL"}
 
@@ -36,9 +37,11 @@ def diagnose(argv: Sequence[str]) -> tuple[list[Row], str]:
     parser = argparse.ArgumentParser(prog="python -m dots.doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", help="a config.json giving the architecture (default: the backbone's base)")
     parser.add_argument("--shape", choices=["tiny", "real"], default="tiny", help="tiny widths or the model's own")
-    parser.add_argument("--layers", type=int, default=2, help="layers of the generated model")
+    parser.add_argument("--layers", default=2, help="layers of the generated model")
     parser.add_argument("--keep", action="store_true", help="keep the generated model and logs (printed)")
+    parser.error = argument_error  # type: ignore[method-assign]
     args, overrides = parser.parse_known_args(argv)
+    layers = positive_int(args.layers, "--layers")
     from dots.doctor.end_to_end import architecture, end_to_end
     from dots.options.compose import compose
     from dots.options.search import plan_options
@@ -51,7 +54,7 @@ def diagnose(argv: Sequence[str]) -> tuple[list[Row], str]:
     rows.append(plan_row(options, args.shapes))
     workdir = Path(tempfile.mkdtemp(prefix="dots-doctor-"))
     try:
-        rows += end_to_end(options, config, args.shape, args.layers, workdir)
+        rows += end_to_end(options, config, args.shape, layers, workdir)
     finally:
         if args.keep:
             print(f"kept: {workdir}")

@@ -4,7 +4,6 @@ configured engine started on it, its swap canary run, and three swaps timed."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,7 @@ import torch
 
 from dots.doctor.checks import Row
 from dots.errors import DotsError
+from dots.io.metadata import check_config, read_json
 from dots.options.engine import EngineOptions
 from dots.options.search import PlanOptions
 from dots.runtime.timing import DeviceTimer, device_of
@@ -43,10 +43,7 @@ def architecture(options: PlanOptions, shapes_file: str | None) -> dict:
             except Exception as exc:  # offline, unknown repo
                 first = str(exc).splitlines()[0]
                 raise DotsError(f"cannot read {base}'s config.json ({first}); give --shapes") from None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DotsError(f"cannot read {path}: {exc}") from None
+    return check_config(read_json(path, "config"), path)  # one line naming the file and the field
 
 
 def generate(config: dict, out: Path, shape: str, layers: int, sources: list[str]) -> tuple[Path, dict[str, Path]]:

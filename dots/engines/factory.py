@@ -38,6 +38,9 @@ def _hf() -> type[Engine]:
     return HFEngine
 
 
+ANNOUNCED: set[str] = set()  # the engines engine=auto has chosen in this process (and said so)
+
+
 def resolve_engine_name(name: str) -> str:
     """vllm or hf: `auto` is vLLM when it can be imported, else transformers."""
     if name not in ENGINE_NAMES:
@@ -47,7 +50,9 @@ def resolve_engine_name(name: str) -> str:
     from dots.engines.vllm.env import vllm_available
 
     chosen = "vllm" if vllm_available() else "hf"
-    log.info("engine=auto: using %s", chosen)
+    if chosen not in ANNOUNCED:  # the plan and the engine both resolve it: said once
+        ANNOUNCED.add(chosen)
+        log.info("engine=auto: using %s", chosen)
     return chosen
 
 

@@ -29,6 +29,7 @@ from dots.evaluate.report import average, markdown_table, plot_scores, write_jso
 from dots.evaluate.samples import read_samples, run_benchmark, samples_key, summarize
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
+from dots.io.inputs import check_checkpoint
 from dots.io.problems import Query
 from dots.options.engine import EngineOptions
 from dots.options.evaluate import EvaluateOptions, check_model_name
@@ -137,7 +138,7 @@ def run_evaluate(options: EvaluateOptions) -> dict:
     benchmarks = [benchmark_from_spec(spec) for spec in options.benchmarks]
     problems = {b.name: load_problems(b) for b in benchmarks}  # bad data fails before any model loads
     # a missing model path fails before the output directory is made
-    ckpts = [Checkpoint(path) for path in options.models.values()]
+    ckpts = [check_checkpoint(Checkpoint(path)) for path in options.models.values()]  # config, weights, tokenizer agree
     destination = claim(options.output_dir, "evaluate", inputs=input_paths(ckpts))
     check_creatable(options.output_dir, "evaluation directory")
     engine = resolve_engine(options.engine)  # auto resolved; vLLM's extra_args checked before anything is written

@@ -9,6 +9,7 @@ from pathlib import Path
 from dots.errors import DotsError, cli_errors
 from dots.export.hub import try_push
 from dots.io.checkpoint import Checkpoint
+from dots.io.inputs import check_checkpoint
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
         folder = Path(args.folder)
         if not (folder / "config.json").exists():
             raise DotsError(f"not an exported model directory: {folder}")
-        Checkpoint(folder)  # config.json parses, the weights are whole: checked before any upload
+        check_checkpoint(Checkpoint(folder))  # whole; config.json, tokenizer and weights agree: before uploading
         if not try_push(folder, args.repo_id, args.private):
             sys.exit(1)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dots.errors import cli_errors
+from dots.errors import argument_error, cli_errors
 from dots.io.checkpoint import Checkpoint
 from dots.io.convert import convert_bin_to_safetensors
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -18,6 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     conv.add_argument("--overwrite", action="store_true")
     info = sub.add_parser("info", help="list tensors of a checkpoint")
     info.add_argument("src")
+    parser.error = argument_error  # type: ignore[method-assign]  # one line, not the usage
     args = parser.parse_args(argv)
 
     @cli_errors

@@ -54,11 +54,16 @@ def resolve_model_dir(path_or_id: str | os.PathLike, revision: str | None = None
     except LocalEntryNotFoundError:
         raise DotsError(
             f"model {text!r} is neither a local directory nor in the Hub cache"
-            + (" (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") else " and could not be downloaded")
+            + (" (HF_HUB_OFFLINE is on)" if offline() else " and could not be downloaded")
         ) from None
     except (HfHubHTTPError, ValueError, OSError) as exc:
         raise DotsError(f"cannot fetch {text!r} from the Hub: {str(exc).splitlines()[0]}") from None
     return Path(local)
+
+
+def offline() -> bool:
+    """Whether HF_HUB_OFFLINE turns the Hub off (huggingface_hub's reading: 1, ON, YES or TRUE)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def snapshot_revision(path: Path) -> str | None:

@@ -23,11 +23,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from dots.errors import DotsError
+from dots.io.contents import digest, edited_file, resolved
 
 RECORD = ".dots-output.json"
 # outputs that grow in place (a rerun resumes them): their record lists no files and dots
 # writes only its own file names there; every other kind is replaced whole
 GROWING = ("search-run", "evaluate", "analyze", "taskvec-cache", "fisher-cache")
+# the option that replaces a previous output of each kind replaced whole
+OVERWRITE = {"merge": "overwrite=true", "export": "export.overwrite=true", "convert": "--overwrite"}
 
 
 def read_record(directory: str | os.PathLike) -> dict | None:
@@ -49,8 +52,14 @@ def _files_under(root: Path) -> list[str]:
     return sorted(found, key=lambda p: (p.count("/"), p))
 
 
-def new_record(kind: str, files: Iterable[str] | None = None, run_dir: str | os.PathLike | None = None) -> dict:
-    """The record of an output of `kind` written now by this command."""
+def new_record(
+    kind: str,
+    files: Iterable[str] | None = None,
+    run_dir: str | os.PathLike | None = None,
+    root: Path | None = None,
+) -> dict:
+    """The record of an output of `kind` written now by this command (with the digest of each of
+    `files` when `root`, their directory, is given)."""
     from dots import __version__
 
     record: dict = {
@@ -61,6 +70,8 @@ def new_record(kind: str, files: Iterable[str] | None = None, run_dir: str | os.
     }
     if files is not None:
         record["files"] = sorted(f for f in files if f != RECORD)
+        if root is not None:
+            record["digests"] = {f: digest(root / f) for f in record["files"]}
     if run_dir is not None:
         record["run_dir"] = str(Path(run_dir).expanduser().resolve())
     return record
@@ -70,7 +81,7 @@ def seal(directory: str | os.PathLike, kind: str, run_dir: str | os.PathLike | N
     """Write the record of a finished output of `kind` in `directory`, listing every file in it
     (the files a later replacement removes)."""
     root = Path(directory)
-    _write_record(root, new_record(kind, _files_under(root), run_dir))
+    _write_record(root, new_record(kind, _files_under(root), run_dir, root))
 
 
 def _write_record(directory: Path, record: dict) -> None:
@@ -113,6 +124,7 @@ class Destination:
     overwrite: bool = False
     inputs: tuple[Path, ...] = ()
     run_dir: Path | None = None
+    identity: str | None = None  # a search run's identity, recorded in its run directory
     given: str = field(default="", repr=False)
     own: Callable[[str], bool] | None = field(default=None, repr=False)
 
@@ -150,17 +162,29 @@ class Destination:
                 raise self.refuse("it holds files dots did not write", example)
             return None
         if record["kind"] != self.kind:
-            raise self.refuse(f"it is a dots {record['kind']} output, not a {self.kind} one", path / RECORD)
+            kind = record["kind"]
+            article = "an" if self.kind[0] in "aeiou" else "a"
+            raise self.refuse(f"it is a dots {kind} output, not {article} {self.kind} one", path / RECORD)
         if self.kind in GROWING:
+            known = record.get("identity")
+            if self.identity and known and known != self.identity and not self.overwrite:
+                raise DotsError(
+                    f"{path} holds the results of another search (identity {known}; this search is "
+                    f"{self.identity}): pass replace_run=true to replace them, or choose another run_dir"
+                )
             return record
         listed = set(record.get("files") or ()) | {RECORD}
         foreign = [f for f in _files_under(path) if f not in listed]
         if foreign:
             raise self.refuse("it holds files dots did not write", path / foreign[0])
         same_run = self.run_dir is not None and record.get("run_dir") == str(self.run_dir)
+        option = OVERWRITE.get(self.kind, "overwrite=true")
         if not (self.overwrite or same_run):
+            raise DotsError(f"output exists: {path} is a previous dots {self.kind} output (pass {option} to replace)")
+        edited = None if self.overwrite else edited_file(path, record)
+        if edited:
             raise DotsError(
-                f"output exists: {path} is a previous dots {self.kind} output (pass overwrite=true to replace it)"
+                f"refusing to replace {path / edited}: it changed since dots wrote it (move it away, or pass {option})"
             )
         return record
 
@@ -169,8 +193,10 @@ class Destination:
         self.check()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            if read_record(self.path) is None:
-                _write_record(self.path, new_record(self.kind, None, self.run_dir))
+            record = read_record(self.path)
+            if record is None or (self.identity and record.get("identity") != self.identity):
+                mine = {"identity": self.identity} if self.identity else {}
+                _write_record(self.path, {**new_record(self.kind, None, self.run_dir), **mine})
         except OSError as exc:  # a full or read-only disk: one line
             raise DotsError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         return self.path
@@ -247,17 +273,20 @@ def claim(
     overwrite: bool = False,
     inputs: Iterable[str | os.PathLike] = (),
     run_dir: str | os.PathLike | None = None,
+    identity: str | None = None,
 ) -> Destination:
     """Check, before any work, that dots may write a `kind` output at `directory` (see the
     module's docstring); `inputs` are the checkpoints the command reads, `run_dir` the search
-    run whose own output this is. Raises a one-line DotsError; writes nothing."""
+    run whose own output this is, `identity` a search run's (another's is refused unless
+    `overwrite`). Raises a one-line DotsError; writes nothing."""
     given = str(directory)
     dest = Destination(
-        Path(directory).expanduser().resolve(),
+        resolved(directory, f"the {kind} output directory"),
         kind,
         bool(overwrite),
-        tuple(Path(p).expanduser().resolve() for p in inputs),
-        Path(run_dir).expanduser().resolve() if run_dir is not None else None,
+        tuple(resolved(p, "the input") for p in inputs),
+        resolved(run_dir, "run_dir") if run_dir is not None else None,
+        identity,
         given,
         OLDER_CACHES.get(kind),
     )

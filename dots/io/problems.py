@@ -128,7 +128,8 @@ def read_records(spec: Any, origin: str, default_split: str = "train") -> list[d
         return [dict(r) for r in ds]
     path = Path(str(_cfg_get(spec, "path", ""))).expanduser()
     if not path.is_file():
-        raise DotsError(f"{origin}: file does not exist: {path}")
+        problem = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise DotsError(f"{origin}: {path} {problem}")
     if kind == "parquet":
         return _parquet_records(path)
     if kind != "jsonl":

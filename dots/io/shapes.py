@@ -10,7 +10,6 @@ norms, final norm, lm_head unless tied), so a plan for a 70B model needs no down
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import torch
 
 from dots.errors import DotsError
+from dots.io.metadata import check_config, read_json
 from dots.io.safetensors import TensorInfo, dtype_size
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class ModelShapes:
         file = file / "config.json" if file.is_dir() else file
         if not file.is_file():
             raise DotsError(f"no config.json at {path}")
-        return cls.from_config(json.loads(file.read_text()), str(file))
+        return cls.from_config(check_config(read_json(file, "config"), file), str(file))
 
     @classmethod
     def from_alignment(cls, alignment: Alignment) -> ModelShapes:

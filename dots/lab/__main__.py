@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dots.errors import cli_errors
+from dots.errors import argument_error, cli_errors
 from dots.lab.config import LabOptions
 
 
@@ -41,6 +41,7 @@ def summary_table(paths: dict, cfg: LabOptions) -> object:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dots.lab", description=__doc__)
     parser.add_argument("overrides", nargs="*", help="conf/lab.yaml overrides, e.g. seed=1 rlvr.lr=1e-5")
+    parser.error = argument_error  # type: ignore[method-assign]  # one line, not the usage
     args = parser.parse_args(argv)
     from rich.console import Console
 

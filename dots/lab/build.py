@@ -8,8 +8,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from dots.io.destination import claim
+from dots.errors import DotsError
+from dots.io.destination import claim, read_record
 from dots.lab.config import STAGES, LabOptions, load_config, shipped_dir, stage_dir, stage_key
+from dots.paths import check_creatable
 
 if TYPE_CHECKING:
     import torch
@@ -64,12 +66,13 @@ def build_stage(cfg: LabOptions, stage: str) -> Path:
     """The stage's checkpoint directory, trained now unless already cached."""
     out = stage_dir(cfg, stage)
     if out.is_dir():
-        return out
+        return check_build(out)
     claim(out, "lab")  # before any training: a path dots may write (`dots.io.destination`)
+    check_creatable(out.parent, "lab outputs directory")
     base_dir = build_stage(cfg, "base") if stage != "base" else None
     with _lock(out.parent / f".{out.name}.lock"):
         if out.is_dir():  # built by another process while we waited
-            return out
+            return check_build(out)
         with torch_threads(cfg.threads):
             start = time.perf_counter()
             model, metrics = _train_stage(cfg, stage, base_dir)
@@ -84,6 +87,16 @@ def build_stage(cfg: LabOptions, stage: str) -> Path:
         from dots.lab.model import save_model
 
         return save_model(model, out, cfg.dtype, info)
+
+
+def check_build(out: Path) -> Path:
+    """A build found on disk still holds every file its record lists (a user may have removed
+    its weights): else one DotsError line naming the missing file."""
+    record = read_record(out) or {}
+    missing = [name for name in record.get("files") or () if not (out / name).exists()]
+    if missing:
+        raise DotsError(f"the lab build {out} lacks {out / missing[0]}: remove the folder to build it again")
+    return out
 
 
 def ensure_trio(overrides: Sequence[str] | None = None, shipped: bool = True) -> dict[str, Path]:

@@ -9,6 +9,7 @@ the lab sits below the option modules (it is what `${lab:...}` builds).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -120,6 +121,7 @@ def load_config(overrides: Sequence[str] | None = None) -> LabOptions:
     values = yaml.safe_load(CONF_PATH.read_text())
     for item in overrides or []:
         _apply(values, item)
+    check_ranges(values)
     model = values["model"]
     if model["hidden_size"] % model["num_attention_heads"] or model["hidden_size"] // model["num_attention_heads"] < 32:
         raise DotsError("lab model needs head_dim = hidden_size / num_attention_heads >= 32 (vLLM-CPU)")
@@ -137,6 +139,28 @@ def load_config(overrides: Sequence[str] | None = None) -> LabOptions:
         rlvr=section["rlvr"],
         eval=LabEval(**{**values["eval"], "temperature": float(values["eval"]["temperature"])}),
     )
+
+
+# numbers that may be 0 (every other count, rate and size must be > 0); fractions lie in [0, 1]
+MAY_BE_ZERO = ("seed", "split_seed", "warmup", "weight_decay", "kl_coef", "temperature", "slip_rate", "two_digit_share")
+FRACTIONS = ("slip_rate", "two_digit_share", "add_share", "top_p")
+
+
+def check_ranges(values: Mapping[str, Any], prefix: str = "") -> None:
+    """Every number of the lab's config finite and in its range (a zero step count would divide
+    by zero mid-build): one DotsError line naming the key."""
+    for key, value in values.items():
+        name = f"{prefix}{key!s}"
+        if isinstance(value, Mapping):
+            check_ranges(value, f"{name}.")
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            low_ok = v >= 0 if str(key) in MAY_BE_ZERO else v > 0
+            if not math.isfinite(v) or not low_ok or (str(key) in FRACTIONS and v > 1):
+                bounds = "in [0, 1]" if str(key) in FRACTIONS else ">= 0" if str(key) in MAY_BE_ZERO else "> 0"
+                raise DotsError(f"lab config key {name} must be a finite number {bounds}, got {v!r}")
 
 
 def stage_key(cfg: LabOptions, stage: str) -> str:

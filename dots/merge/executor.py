@@ -28,6 +28,7 @@ from dots.checks import finite_number
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
+from dots.io.inputs import check_checkpoint, check_distinct_destinations, check_sources_differ, taskvec_dir
 from dots.io.writer import CheckpointWriter
 from dots.merge.methods import Method, build_options, get_method
 from dots.merge.methods.base import WHOLE, Part
@@ -107,13 +108,20 @@ def merge_checkpoints(
     # dots deletes only what it wrote: checked before opening anything large (a Hub id downloads)
     local = [p for p in (base, *sources.values()) if Path(p).expanduser().exists()]
     claim(output, "merge", overwrite, local)
+    check_distinct_destinations({"output": (output, "whole"), "cache_dir": (cache_dir, "cache")})
     # the writer makes a sibling of the output and renames it into place: its parent must take it
     check_creatable(Path(output).expanduser().absolute().parent, "output's parent directory")
 
     base_ckpt = Checkpoint(base, revision)
     source_ckpts = {str(k): Checkpoint(v, revision) for k, v in sources.items()}
-    out = claim(output, "merge", overwrite, input_paths([base_ckpt, *source_ckpts.values()]))
+    inputs = input_paths([base_ckpt, *source_ckpts.values()])
+    out = claim(output, "merge", overwrite, inputs)
+    if cache_dir:
+        taskvec_dir(cache_dir, inputs)  # the same cache root as the search's: new, empty or dots' caches
+    for ckpt in (base_ckpt, *source_ckpts.values()):
+        check_checkpoint(ckpt)  # config.json against the weights, the tokenizer (copied) against config.json
     al = align(base_ckpt, source_ckpts)
+    check_sources_differ(al)
     for field_name, values in config_differences(base_ckpt, source_ckpts).items():
         log.warning("config field %s differs: %s", field_name, values)
     keys = list(source_ckpts)

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from dots.checks import check_choice, positive_int, whole_number
+from dots.checks import check_choice, check_flag, positive_int, whole_number
 from dots.errors import DotsError
 from dots.options.compose import check_backbone_sources
 from dots.options.engine import EngineOptions, engine_options
@@ -90,7 +90,8 @@ class SearchOptions:
 
     seed: int
     run_dir: str | None
-    cache_dir: str | None
+    cache_dir: str | None  # the cache root (τ̃ under <root>/taskvec), as for dots.merge
+    replace_run: bool  # a run_dir holding another search's results may be taken over
     backbone: BackboneOptions
     pool: Mapping[str, Any]  # the `pool` group, read by dots.io.problems.load_pool
     sparsify: SparsifyConfig
@@ -200,6 +201,7 @@ def search_options(cfg: DictConfig) -> SearchOptions:
         seed=seed,
         run_dir=str(cfg.run_dir) if cfg.run_dir else None,
         cache_dir=str(cfg.cache_dir) if cfg.get("cache_dir") else None,
+        replace_run=check_flag(cfg.replace_run, "replace_run"),
         backbone=backbone,
         pool=config["pool"],
         sparsify=sparsify,

@@ -18,10 +18,12 @@ the search would before writing anything.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Sequence
 
-from dots.errors import cli_errors
+from dots.checks import number_in
+from dots.errors import argument_error, cli_errors
 from dots.plan.shapes import model_shapes
 
 
@@ -30,7 +32,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dots.plan", description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", help="a config.json (or a directory holding one) giving the model's shapes")
     parser.add_argument("--device", choices=["cuda", "cpu"], help="where the engine runs (default: as detected)")
-    parser.add_argument("--device-memory-gb", type=float, help="memory of each device in GB (default: measured)")
+    parser.add_argument("--device-memory-gb", help="memory of each device in GB (default: measured)")
+    parser.error = argument_error  # type: ignore[method-assign]
     args, overrides = parser.parse_known_args(argv)
     from dots.options.compose import compose
     from dots.options.search import plan_options
@@ -42,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     memory = None
     device = args.device
     if args.device_memory_gb is not None:
-        size = int(args.device_memory_gb * 1e9)
+        size = int(number_in(args.device_memory_gb, "--device-memory-gb", 0, math.inf, low_open=True) * 1e9)
         memory, device = DeviceMemory(size, size, "given"), device or "cuda"
     plan = plan_search(options, model_shapes(options, args.shapes), memory=memory, device=device)
     print("\n".join(describe(plan)))

@@ -16,7 +16,6 @@ from dots.runtime.devices import DeviceMemory
 from dots.vectors.forms import BY_SPEED, check_resident_form, form_estimate
 from dots.vectors.residency import (
     ENGINE_RESERVE,
-    GB,
     MARGIN,
     PROMPT_TOKENS,
     check_synth_cache,
@@ -86,6 +85,12 @@ class MemoryPlan:
             resident_form=self.resident_form or options.resident_form,
             gpu_memory_utilization=share,
         )
+
+
+def size(nbytes: float) -> str:
+    """A size in the unit that fits it (GB, MB or kB): a small model's plan reads 174.21 kB, not 0.00 GB."""
+    unit, name = next(((u, n) for u, n in ((1e9, "GB"), (1e6, "MB")) if abs(nbytes) >= u), (1e3, "kB"))
+    return f"{nbytes / unit:.2f} {name}"
 
 
 def copies_outputs(setting: EngineSetting, shapes: ModelShapes, form: str | None) -> bool:
@@ -171,8 +176,8 @@ def _decide(
     share = setting.utilization * memory.total if vllm_gpu and setting.utilization is not None else None
     if share is not None and share < engine:
         raise DotsError(
-            f"memory plan: vLLM's share (gpu_memory_utilization {setting.utilization} × {memory.total / GB:.1f} GB "
-            f"= {share / GB:.1f} GB) is less than its weights + minimum KV cache + reserve ({engine / GB:.1f} GB)"
+            f"memory plan: vLLM's share (gpu_memory_utilization {setting.utilization} × {memory.total / 1e9:.1f} GB "
+            f"= {size(share)}) is less than its weights + minimum KV cache + reserve ({size(engine)})"
         )
 
     def need(candidate: tuple[str, str | None]) -> int:
@@ -190,8 +195,8 @@ def _decide(
     if not fitting:
         last = wanted[-1]  # the smallest need: what would have had to fit
         label = "τ̃ from the cache" if last[0] == "disk" else f"τ̃ resident ({last[1]} form)"
-        engine_part = f"engine {engine / GB:.1f} GB" if share is None else f"vLLM's share {share / GB:.1f} GB"
-        other = f" (resident: {smallest / GB:.1f} GB)" if last[0] == "disk" else ""
+        engine_part = f"engine {size(engine)}" if share is None else f"vLLM's share {size(share)}"
+        other = f" (resident: {size(smallest)})" if last[0] == "disk" else ""
         per = f", × {workers} workers" if workers > 1 else ""
         total = share + need(last) if share is not None else workers * (engine + need(last))
         if setting.resident_form != "auto":
@@ -201,9 +206,9 @@ def _decide(
         else:
             hint = "use larger or more devices"
         raise DotsError(
-            f"memory plan: does not fit on {setting.device}: {engine_part} + {label} {need(last) / GB:.1f} GB"
-            f"{other}{per} + margin {MARGIN / GB:.1f} GB = {(total + MARGIN) / GB:.1f} GB > "
-            f"{memory.free / GB:.1f} GB free per device; {hint} (python -m dots.plan prints the whole plan)"
+            f"memory plan: does not fit on {setting.device}: {engine_part} + {label} {size(need(last))}"
+            f"{other}{per} + margin {size(MARGIN)} = {size(total + MARGIN)} > "
+            f"{memory.free / 1e9:.1f} GB free per device; {hint} (python -m dots.plan prints the whole plan)"
         )
     choice = fitting[0]
     cache, form = choice
@@ -212,23 +217,21 @@ def _decide(
         utilization = setting.utilization
         if utilization is None:
             utilization = min(VLLM_MAX_UTILIZATION, (memory.free - need(choice) - MARGIN) / memory.total)
-    beside = f"beside the engine's {engine / GB:.1f} GB" if share is None else f"beside vLLM's {share / GB:.1f} GB"
+    beside = f"beside the engine's {size(engine)}" if share is None else f"beside vLLM's {size(share)}"
     if cache == "memory" and setting.resident_form != "auto":
-        reason = f"as configured ({need(choice) / GB:.1f} GB {beside} fits in {memory.free / GB:.1f} GB)"
+        reason = f"as configured ({size(need(choice))} {beside} fits in {memory.free / 1e9:.1f} GB)"
     elif cache == "memory":
         faster = [f for f in BY_SPEED[: BY_SPEED.index(str(form))]]
-        slower = (
-            "; ".join(f"{f} would need {forms[f][1] / GB:.1f} GB" for f in faster) if faster else "the fastest form"
-        )
+        slower = "; ".join(f"{f} would need {size(forms[f][1])}" for f in faster) if faster else "the fastest form"
         reason = (
-            f"θ0 and τ̃ resident in the {form} form ({need(choice) / GB:.1f} GB) fit {beside} in "
-            f"{memory.free / GB:.1f} GB ({slower}); swaps are arithmetic only"
+            f"θ0 and τ̃ resident in the {form} form ({size(need(choice))}) fit {beside} in "
+            f"{memory.free / 1e9:.1f} GB ({slower}); swaps are arithmetic only"
         )
     elif setting.synth_cache != "auto":
-        reason = f"as configured ({need(choice) / GB:.1f} GB {beside} fits in {memory.free / GB:.1f} GB)"
+        reason = f"as configured ({size(need(choice))} {beside} fits in {memory.free / 1e9:.1f} GB)"
     else:
         reason = (
-            f"θ0 and τ̃ resident would need {smallest / GB:.1f} GB (bitmask form, the smallest) {beside}, "
-            f"{memory.free / GB:.1f} GB free; read from the cache at every swap ({stream / GB:.1f} GB at a time)"
+            f"θ0 and τ̃ resident would need {size(smallest)} (bitmask form, the smallest) {beside}, "
+            f"{memory.free / 1e9:.1f} GB free; read from the cache at every swap ({size(stream)} at a time)"
         )
     return cache, form, utilization, reason

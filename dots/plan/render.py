@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from dots.plan.decide import MemoryPlan, copies_outputs
-from dots.vectors.residency import GB
+from dots.plan.decide import MemoryPlan, copies_outputs, size
+
+
+def count(params: float) -> str:
+    """A parameter count in the unit that fits it: 7.62 B, 1.23 M, 4.10 K."""
+    unit, name = next(((u, n) for u, n in ((1e9, "B"), (1e6, "M")) if params >= u), (1e3, "K"))
+    return f"{params / unit:.2f} {name}"
 
 
 def describe(plan: MemoryPlan) -> list[str]:
@@ -19,32 +24,32 @@ def describe(plan: MemoryPlan) -> list[str]:
         tp = max(1, s.tensor_parallel)
         held = (outputs // tp, plan.tau // tp)
         resident = (
-            f"θ0 {held[0] / GB:.2f} + {plan.sources} τ̃ {held[1] / GB:.2f} + set-up or swap buffers "
-            f"{(plan.resident - sum(held)) / GB:.2f} (this worker's shard: / tensor_parallel_size {tp})"
+            f"θ0 {size(held[0])} + {plan.sources} τ̃ {size(held[1])} + set-up or swap buffers "
+            f"{size(plan.resident - sum(held))} (this worker's shard: / tensor_parallel_size {tp})"
         )
     else:
         extra = plan.resident - theta0 - plan.tau
         copied = copies_outputs(s, plan.shapes, plan.resident_form)
         how = "one output per tensor, copied in" if copied else "written into the parameters"
         resident = (
-            f"θ0 {theta0 / GB:.2f} + {plan.sources} τ̃ {plan.tau / GB:.2f} + outputs and scratch "
-            f"{extra / GB:.2f} (whole model; {how})"
+            f"θ0 {size(theta0)} + {plan.sources} τ̃ {size(plan.tau)} + outputs and scratch "
+            f"{size(extra)} (whole model; {how})"
         )
     out = [
-        f"memory plan: {plan.shapes.name} ({plan.shapes.params / 1e9:.2f} B parameters), {plan.sources} sources "
-        f"at density {plan.density:g}; engine {s.name} on {s.device}, {groups} of {m.total / GB:.1f} GB, "
-        f"{m.free / GB:.1f} GB free ({m.how}); per device:",
-        f"  engine weights     {plan.weights / GB:8.2f} GB  the model in {dtype} "
+        f"memory plan: {plan.shapes.name} ({count(plan.shapes.params)} parameters), {plan.sources} sources "
+        f"at density {plan.density:g}; engine {s.name} on {s.device}, {groups} of {m.total / 1e9:.1f} GB, "
+        f"{m.free / 1e9:.1f} GB free ({m.how}); per device:",
+        f"  engine weights     {size(plan.weights):>11}  the model in {dtype} "
         f"/ tensor_parallel_size {s.tensor_parallel}",
-        f"  engine KV cache    {plan.kv / GB:8.2f} GB  at least {plan.kv_tokens} tokens ({plan.kv_note})",
-        f"  engine reserve     {plan.reserve / GB:8.2f} GB  activations, CUDA context, graphs",
-        f"  τ̃ resident         {plan.resident / GB:8.2f} GB  {plan.resident_form or 'bitmask'} form: {resident}",
+        f"  engine KV cache    {size(plan.kv):>11}  at least {plan.kv_tokens} tokens ({plan.kv_note})",
+        f"  engine reserve     {size(plan.reserve):>11}  activations, CUDA context, graphs",
+        f"  τ̃ resident         {size(plan.resident):>11}  {plan.resident_form or 'bitmask'} form: {resident}",
         "  τ̃ resident forms   "
-        + " · ".join(f"{f} {held / GB:.2f} GB (τ̃ {tau / shard / GB:.2f})" for f, (tau, held) in plan.forms.items())
+        + " · ".join(f"{f} {size(held)} (τ̃ {size(tau / shard)})" for f, (tau, held) in plan.forms.items())
         + f"  fastest first; per parameter and source: 4, ≈ 8 × {d}, ≈ (4 + itemsize) × {d}, ≈ 1/8 + {d} × itemsize",
-        f"  τ̃ from the cache   {plan.stream / GB:8.2f} GB  one tensor at a time; each swap reads θ0 "
-        f"{theta0 / GB:.2f} + τ̃ {plan.forms['bitmask'][0] / GB:.2f} GB from the cache (page cache when the host "
-        "holds them)",
+        f"  τ̃ from the cache   {size(plan.stream):>11}  one tensor at a time; each swap reads θ0 "
+        f"{size(theta0)} + τ̃ {size(plan.forms['bitmask'][0])} from the cache "
+        "(page cache when the host holds them)",
         f"  → synth_cache={plan.synth_cache}"
         + (f", resident_form={plan.resident_form}" if plan.resident_form else "")
         + f": {plan.reason}",
@@ -53,7 +58,7 @@ def describe(plan: MemoryPlan) -> list[str]:
         kv = plan.utilization * m.total - plan.weights - plan.reserve
         per_token = plan.kv / max(plan.kv_tokens, 1)
         out.append(
-            f"  → vLLM gpu_memory_utilization {plan.utilization:.2f}: its KV cache ≈ {kv / GB:.1f} GB "
+            f"  → vLLM gpu_memory_utilization {plan.utilization:.2f}: its KV cache ≈ {kv / 1e9:.1f} GB "
             f"≈ {kv / per_token / 1e3:.0f}k tokens" + ("" if s.utilization is None else " (as configured)")
         )
     return out

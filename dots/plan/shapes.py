@@ -19,9 +19,10 @@ def model_shapes(options: PlanOptions, shapes: str | None):
     if Path(base).expanduser().is_dir():
         from dots.io.align import align
         from dots.io.checkpoint import Checkpoint
+        from dots.io.inputs import check_checkpoint
 
-        sources = {k: Checkpoint(str(v)) for k, v in options.sources.items()}
-        return ModelShapes.from_alignment(align(Checkpoint(base), sources))
+        sources = {k: check_checkpoint(Checkpoint(str(v))) for k, v in options.sources.items()}
+        return ModelShapes.from_alignment(align(check_checkpoint(Checkpoint(base)), sources))
     from huggingface_hub import hf_hub_download
 
     try:

@@ -21,6 +21,7 @@ from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import Destination, claim, input_paths
+from dots.io.inputs import check_checkpoint, check_distinct_destinations, check_sources_differ, taskvec_dir
 from dots.io.problems import load_pool
 from dots.options.search import SearchOptions, config_yaml, search_options
 from dots.paths import check_creatable
@@ -107,13 +108,16 @@ def checked_options(config: Any) -> SearchOptions:
 
 
 def prepare(config: Any) -> Run:
-    """Check the options (`checked_options`), open the checkpoints, align them, find the run
-    directory (nothing written)."""
+    """Check the options (`checked_options`), open the checkpoints and check them against each other,
+    align them, find the run directory (nothing written)."""
     options = checked_options(config)
     backbone = options.backbone
     base = Checkpoint(backbone.base, backbone.revision)
     sources = {k: Checkpoint(v, backbone.revision) for k, v in backbone.sources.items()}
+    for ckpt in (base, *sources.values()):
+        check_checkpoint(ckpt)  # config.json against the weights, the tokenizer against config.json
     alignment = align(base, sources)
+    check_sources_differ(alignment)
     for field_name, values in config_differences(base, sources).items():
         log.warning(
             "config field %s differs: %s (the output takes config_from=%s)", field_name, values, backbone.config_from
@@ -147,18 +151,27 @@ def check_destinations(run: Run) -> Destination:
     (`dots.io.destination`: dots deletes only what it wrote) and can be made
     (`paths.check_creatable`); the run directory's claim is returned, to create it."""
     from dots.export.model import export_destination
-    from dots.vectors.cache import default_cache_root
+    from dots.keys import stable_hash
 
     inputs = input_paths([run.alignment.base, *run.alignment.sources.values()])
-    run_dir = claim(run.run_dir, "search-run", inputs=inputs)
+    replace = run.options.replace_run  # another search's results in run_dir: replaced
+    run_dir = claim(run.run_dir, "search-run", replace, inputs, identity=stable_hash(run.identity, 16))
     check_creatable(run.run_dir, "run directory")
-    cache = run.options.cache_dir or default_cache_root()
+    cache = taskvec_dir(run.options.cache_dir, inputs)
     claim(cache, "taskvec-cache", inputs=inputs)
     check_creatable(cache, "task-vector cache directory")
-    if run.options.export.enabled and not run.fixed:
+    exported = run.options.export.enabled and not run.fixed
+    if exported:
         export_destination(run.options.export, run.alignment, run.run_dir)
         if run.options.export.dir:
             check_creatable(Path(export_dir(run)).parent, "export directory's parent")
+    check_distinct_destinations(  # each claimed alone above; now against each other
+        {
+            "run_dir": (run.run_dir, "grows"),
+            "cache_dir": (run.options.cache_dir, "cache"),
+            "export.dir": (run.options.export.dir if exported else None, "whole"),
+        }
+    )
     return run_dir
 
 

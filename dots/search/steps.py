@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from dots.errors import DotsError
+from dots.io.inputs import taskvec_dir
 from dots.io.problems import Query
 from dots.keys import stable_hash
 from dots.search.engine_model import source_activation
@@ -32,7 +33,9 @@ log = logging.getLogger("dots.search")
 def build_vectors(run: Run) -> TaskVectors:
     """τ̃_i for every source (the cache shared by runs skips what is built)."""
     al = run.alignment
-    return build_task_vectors(al.base, al.sources, run.options.sparsify, run.options.cache_dir, alignment=al)
+    return build_task_vectors(
+        al.base, al.sources, run.options.sparsify, taskvec_dir(run.options.cache_dir), alignment=al
+    )
 
 
 def selection_inputs(run: Run) -> dict:

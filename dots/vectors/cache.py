@@ -29,8 +29,8 @@ from dots.errors import DotsError
 from dots.io.align import Alignment, align
 from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
+from dots.io.inputs import taskvec_dir
 from dots.keys import stable_hash
-from dots.paths import cache_root
 from dots.runtime.locks import run_once_lock
 from dots.vectors.compact import CompactTensor
 from dots.vectors.entry import CACHE_VERSION, EXTRA_SUFFIX, SourceVector, reusable_entry, write_entry
@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 
 
 def default_cache_root() -> Path:
-    """Where task-vector entries live: <cache root>/taskvec."""
-    return cache_root() / "taskvec"
+    """Where task-vector entries live: <cache root>/taskvec (`dots.io.inputs.taskvec_dir`)."""
+    return taskvec_dir(None)
 
 
 class TaskVectors:

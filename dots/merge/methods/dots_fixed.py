@@ -42,9 +42,10 @@ class DotsFixedOptions:
 
 def task_vector_cache(options: DotsFixedOptions, alignment: Alignment, cache_dir: Path | None) -> Any:
     """First pass: build (or reuse) the τ̃ cache of every source (the merge's `stats`)."""
+    from dots.io.inputs import taskvec_dir
     from dots.vectors.cache import build_task_vectors
 
-    root = cache_dir / "taskvec" if cache_dir is not None else None
+    root = taskvec_dir(cache_dir)  # <cache_dir>/taskvec, as for the search
     return build_task_vectors(alignment.base, alignment.sources, options.sparsify(), root, alignment=alignment)
 
 
