@@ -21,7 +21,20 @@ from dots.runtime.environ import environment
 
 log = logging.getLogger(__name__)
 HELD_LINES = 10_000  # vLLM's lines kept before the engine says where its log goes (the rest dropped)
-_held: logging.handlers.MemoryHandler | None = None  # those lines, while nobody has said
+
+
+class _Held(logging.handlers.BufferingHandler):
+    """Keeps the first HELD_LINES records, never flushes them itself (`_release_held` does)."""
+
+    def shouldFlush(self, record: logging.LogRecord) -> bool:
+        return False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.buffer) < self.capacity:
+            self.buffer.append(record)
+
+
+_held: _Held | None = None  # those lines, while nobody has said where they go
 
 
 def import_vllm(module: str = "vllm") -> ModuleType:
@@ -33,7 +46,7 @@ def import_vllm(module: str = "vllm") -> ModuleType:
     global _held
     user_set = {"VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH"} & set(os.environ)
     if "vllm.logger" not in sys.modules and _held is None and not user_set:
-        _held = logging.handlers.MemoryHandler(HELD_LINES, flushLevel=logging.CRITICAL + 1, flushOnClose=False)
+        _held = _Held(HELD_LINES)
         vllm_log = logging.getLogger("vllm")
         vllm_log.addHandler(_held)
         vllm_log.setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper())
