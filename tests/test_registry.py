@@ -12,8 +12,9 @@ from dots.io.problems import load_pool
 from dots.merge.methods import get_method
 from dots.options.engine import ENGINE_NAMES
 from dots.options.search import TRACKERS, TrackingOptions
+from dots.options.study import SAMPLERS as SAMPLER_NAMES
 from dots.registry import Registry
-from dots.search.study.samplers import build_sampler
+from dots.search.study.samplers import SAMPLERS, build_sampler
 from dots.search.study.tracking import TRACKERS as TRACKER_REGISTRY
 
 
@@ -79,7 +80,8 @@ def test_the_lab_pool_kind_is_found_without_importing_the_lab_first():
 
 
 def test_the_names_the_options_accept_are_the_registries():
-    """An engine or tracking backend the options accept is one the registry can build, and back
+    """An engine, tracking backend or sampler the options accept is one the registry can build, and back
     (the options sit below the engines and the search, so they name them; this keeps one truth)."""
     assert sorted(ENGINE_NAMES) == sorted([*ENGINES.names(), "auto"])
     assert sorted(TRACKERS) == TRACKER_REGISTRY.names()
+    assert sorted(SAMPLER_NAMES) == SAMPLERS.names()

@@ -205,7 +205,7 @@ def test_layouts_it_does_not_cover_are_named(wide):
     """A parameter narrower than the checkpoint's dtype would round θ_i − θ0 away; a cache with
     rescale=tensor would need several γ in one fused parameter: both are refused with a reason
     (the worker then holds the whole model as before)."""
-    from dots.engines.vllm.resident import Unit, unsupported
+    from dots.engines.vllm.units import Unit, unsupported
 
     tv, base = wide.tv, Checkpoint(wide.base)  # float32 checkpoint
 

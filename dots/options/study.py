@@ -15,6 +15,7 @@ from dots.checks import check_choice, finite_number, number_in, positive_int
 from dots.errors import DotsError
 from dots.options.typed import from_section
 from dots.plain import to_plain
+from dots.registry import unknown
 from dots.scoring.grade import CONSISTENCY_RULES
 from dots.scoring.perplexity import PERPLEXITY_MEANS
 
@@ -97,7 +98,7 @@ class SamplerOptions:
 
     def __post_init__(self) -> None:
         if self.name not in SAMPLERS:
-            raise DotsError(f"unknown sampler {self.name!r}; choose one of {', '.join(SAMPLERS)}")
+            raise unknown("sampler", self.name, SAMPLERS)
         population = self.settings.get("population_size")
         if self.name == "nsga2" and population is not None and positive_int(population, "sampler.population_size") < 2:
             raise DotsError(f"sampler.population_size must be >= 2, got {population}")

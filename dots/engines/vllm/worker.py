@@ -90,7 +90,8 @@ class DotsWorkerExtension:
         cache, form = resolve_resident(synth_cache, resident_form, self._dots_task_vectors, self._dots_device(), shards)
         form = form if form != "auto" else "bitmask"
         if cache == "memory":
-            from dots.engines.vllm.resident import ShardedResident, Unsupported
+            from dots.engines.vllm.resident import ShardedResident
+            from dots.engines.vllm.units import Unsupported
             from dots.vectors.synth import ResidentSynthesizer
 
             try:
@@ -141,7 +142,7 @@ class DotsWorkerExtension:
         Returns how many parameters were compared and the names of those that differ."""
         import torch
 
-        from dots.engines.vllm.resident import place
+        from dots.engines.vllm.units import place
         from dots.vectors.synth import synthesize
 
         sharded = self._dots_sharded
