@@ -8,6 +8,17 @@ from typing import Any, Iterable
 
 from dots.errors import DotsError
 
+__all__ = [
+    "check_choice",
+    "check_density",
+    "check_flag",
+    "check_probability",
+    "finite_number",
+    "number_in",
+    "positive_int",
+    "whole_number",
+]
+
 
 def _as_int(value: Any) -> int | None:
     """`value` as an int when it is a whole number (an int, a float like 3.0, a text like "3")."""

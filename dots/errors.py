@@ -6,6 +6,8 @@ import functools
 import sys
 from typing import Callable, NoReturn, TypeVar
 
+__all__ = ["DotsError", "argument_error", "cli_errors", "first_line", "one_line"]
+
 F = TypeVar("F", bound=Callable)
 
 

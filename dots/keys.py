@@ -7,6 +7,8 @@ import hashlib
 import json
 from typing import Any
 
+__all__ = ["name_seed", "stable_hash"]
+
 
 def stable_hash(obj: Any, n: int = 16) -> str:
     """First `n` hex digits of the SHA-256 of `obj` as canonical JSON (sorted keys; values

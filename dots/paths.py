@@ -18,6 +18,8 @@ from pathlib import Path
 
 from dots.errors import DotsError
 
+__all__ = ["CONF_DIR", "DATA_DIR", "cache_root", "check_creatable", "export_import_path", "outputs_root"]
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONF_DIR = PACKAGE_DIR / "conf"
 DATA_DIR = PACKAGE_DIR / "data"

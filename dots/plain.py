@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["to_plain"]
+
 
 def to_plain(value: Any, resolve: bool = True) -> Any:
     """A DictConfig / ListConfig as plain containers (interpolations resolved unless

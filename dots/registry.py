@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator, MutableMapping, Sequence, TypeVar, o
 
 from dots.errors import DotsError
 
+__all__ = ["Registry", "unknown"]
+
 T = TypeVar("T")
 
 

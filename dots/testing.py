@@ -21,6 +21,8 @@ from dots.keys import name_seed
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+__all__ = ["make_finetuned", "make_tiny_model", "peak_cpu_alloc_bytes", "put_in_hub_cache"]
+
 
 def make_tiny_model(
     path: str | os.PathLike,

@@ -87,7 +87,7 @@ def test_evaluate_defaults_are_evaluate_yaml():
 
 
 def test_fisher_calibration_defaults_are_sar_yaml():
-    from dots.merge.fisher import builtin_calibration, calibration_set, pool_calibration
+    from dots.merge.calibration import builtin_calibration, calibration_set, pool_calibration
 
     sar = conf("method/sar")
     for fn in (builtin_calibration, calibration_set, pool_calibration):

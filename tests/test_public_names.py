@@ -1,6 +1,7 @@
 """What crosses a package has a public name: no module imports an `_underscore` name from a module
-of another top-level package of dots (`dots.vectors`, `dots.engines`, `dots.errors`, ...).
-tests/, benchmarks/ and scripts/ are packages of their own: they, too, use only public names.
+of another top-level package of dots (`dots.vectors`, `dots.engines`, `dots.errors`, ...), and every
+name imported across packages is in its module's `__all__` (what a module offers, said where it is
+defined). tests/, benchmarks/ and scripts/ are packages of their own: they, too, use only public names.
 
 Every file is read with `ast`; imports inside functions count. Relative imports stay inside
 their package and are never crossings.
@@ -26,21 +27,56 @@ def package_of(module: str) -> str:
     return ".".join(parts[:2]) if parts[0] == "dots" else parts[0]
 
 
-def private_crossings(root: Path) -> list[str]:
-    """`file:line: from module import _name` for every private name imported across packages."""
-    found = []
+def crossings(root: Path):
+    """(file, line, importing module, imported module, name) of every `from dots… import name`
+    (absolute) anywhere in the trees."""
     for tree in TREES:
         for path in sorted((root / tree).rglob("*.py")):
             importer = ".".join(path.relative_to(root).with_suffix("").parts)
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("dots"):
                     continue
-                module = str(node.module)
                 for alias in node.names:
-                    private = alias.name.startswith("_") and not alias.name.startswith("__")
-                    crossing = package_of(module) != package_of(importer)
-                    if private and crossing and f"{module}.{alias.name}" not in PENDING:
-                        found.append(f"{path.relative_to(root)}:{node.lineno}: from {module} import {alias.name}")
+                    yield path.relative_to(root), node.lineno, importer, str(node.module), alias.name
+
+
+def private_crossings(root: Path) -> list[str]:
+    """`file:line: from module import _name` for every private name imported across packages."""
+    found = []
+    for file, line, importer, module, name in crossings(root):
+        private = name.startswith("_") and not name.startswith("__")
+        if private and package_of(module) != package_of(importer) and f"{module}.{name}" not in PENDING:
+            found.append(f"{file}:{line}: from {module} import {name}")
+    return found
+
+
+def module_file(root: Path, module: str) -> Path | None:
+    """The file of a dotted module under `root` (a package: its __init__), or None."""
+    base = root.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def declared_all(path: Path) -> list[str] | None:
+    """A module's `__all__` as written (a list or tuple of strings), or None."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return [e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)]
+    return None
+
+
+def outside_all(root: Path) -> list[str]:
+    """`file:line: from module import name` for every name imported across packages that is not
+    in `module.__all__` (a submodule imported from its package is not a name)."""
+    found = []
+    for file, line, importer, module, name in crossings(root):
+        path = module_file(root, module)
+        if path is None or package_of(module) == package_of(importer) or module_file(root, f"{module}.{name}"):
+            continue
+        if name not in (declared_all(path) or []):
+            found.append(f"{file}:{line}: from {module} import {name}")
     return found
 
 
@@ -60,3 +96,21 @@ def test_the_scan_finds_a_private_name_imported_from_another_package(tmp_path):
 
 def test_no_private_name_crosses_a_package():
     assert private_crossings(REPO) == []
+
+
+def test_the_scan_finds_a_name_outside_all(tmp_path):
+    (tmp_path / "dots" / "a").mkdir(parents=True)
+    (tmp_path / "dots" / "b").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "dots" / "a" / "x.py").write_text('__all__ = ["offered"]\n\ndef offered(): ...\ndef kept(): ...\n')
+    (tmp_path / "dots" / "a" / "y.py").write_text("from dots.a.x import kept\n")  # same package: fine
+    (tmp_path / "dots" / "b" / "z.py").write_text("from dots.a.x import offered, kept\nfrom dots.a import x\n")
+    (tmp_path / "tests" / "test_x.py").write_text("def f():\n    from dots.a.x import kept\n")
+    assert outside_all(tmp_path) == [
+        "dots/b/z.py:1: from dots.a.x import kept",
+        "tests/test_x.py:2: from dots.a.x import kept",
+    ]
+
+
+def test_what_crosses_a_package_is_in_its_all():
+    assert outside_all(REPO) == []

@@ -47,6 +47,8 @@ from dots.options.analyze import AnalyzeConfig
 from dots.vectors.masks import TopKMask
 from dots.vectors.topk import RadixSelect
 
+__all__ = ["AnalyzeConfig", "analyze", "compute_analysis"]
+
 log = logging.getLogger(__name__)
 
 REPORT_NAME = "analysis.json"

@@ -12,6 +12,8 @@ from pathlib import Path
 from dots.options.search import PlanOptions
 from dots.paths import DATA_DIR
 
+__all__ = ["inside", "passing_stacks", "version_row"]
+
 # the stacks dots' tests ran on (scripts/dependency_bounds.sh writes them; docs/compatibility.md)
 TESTED_STACKS = DATA_DIR / "tested_stacks.json"
 LIBRARIES = ("torch", "transformers", "vllm")

@@ -14,6 +14,8 @@ from dots.vectors.coefficients import Coefficients
 if TYPE_CHECKING:
     from dots.io.checkpoint import Checkpoint
 
+__all__ = ["Engine"]
+
 
 def check_swappable(ckpt: Checkpoint, shapes: Mapping[str, Sequence[int]], required: Iterable[str]) -> None:
     """A one-line DotsError when `ckpt` cannot be swapped into a live model whose tensors have

@@ -34,6 +34,8 @@ import yaml
 from dots.engines.base import Engine
 from dots.errors import DotsError
 
+__all__ = ["checked", "read_canary", "run_canary", "summary"]
+
 log = logging.getLogger(__name__)
 
 PROMPTS = (

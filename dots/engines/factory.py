@@ -16,6 +16,8 @@ from dots.errors import DotsError
 from dots.options.engine import ENGINE_NAMES, EngineOptions, engine_options
 from dots.registry import Registry, unknown
 
+__all__ = ["ENGINES", "build_engine", "resolve_engine", "resolve_engine_name"]
+
 log = logging.getLogger(__name__)
 
 # an engine: a loader of its class, so that vLLM is imported only when it is chosen (typed

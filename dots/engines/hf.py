@@ -33,6 +33,8 @@ from dots.vectors.coefficients import Coefficients
 if TYPE_CHECKING:
     from dots.vectors.synth import ResidentSynthesizer
 
+__all__ = ["HFEngine", "resolve_dtype"]
+
 log = logging.getLogger(__name__)
 
 

@@ -30,6 +30,8 @@ from dots.evaluate.metrics import MODES, Metric, parse_metric
 from dots.io.problems import Query, limit_queries, load_pool, read_records, records_to_queries, unique_ids
 from dots.options.evaluate import benchmark_spec
 
+__all__ = ["Benchmark", "choice_question", "load_problems", "resolve_benchmark"]
+
 KINDS = ("parquet", "jsonl", "hub", "lab")
 FORMATS = ("qa", "arc", "gpqa", "mmlu_pro", "choices")
 CHOICE_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}."

@@ -22,6 +22,8 @@ from dots.options.engine import EngineOptions, engine_options
 if TYPE_CHECKING:
     from dots.engines.base import Engine
 
+__all__ = ["LiveEngine", "swap_incompatibility"]
+
 log = logging.getLogger("dots.evaluate")
 
 

@@ -23,6 +23,8 @@ from dots.scoring.equivalence import equivalence_classes
 from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, final_boxes
 from dots.scoring.grade import is_correct
 
+__all__ = ["aggregate", "grade", "parse_metric", "pass_at_k", "problem_score"]
+
 MODES = ("math", "choice")
 _METRIC_RE = re.compile(r"(avg|pass)@(\d+)")
 

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence, cast
 
+__all__ = ["plot_scores"]
+
 
 def average(row: Mapping[str, Mapping], benchmarks: Sequence[str]) -> float | None:
     """Plain mean of a model's benchmark scores (the papers' Average column); None if any is missing."""

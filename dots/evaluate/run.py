@@ -35,6 +35,8 @@ from dots.options.engine import EngineOptions
 from dots.options.evaluate import EvaluateOptions, check_model_name
 from dots.paths import check_creatable
 
+__all__ = ["evaluate", "run_evaluate"]
+
 log = logging.getLogger("dots.evaluate")
 
 

@@ -24,6 +24,8 @@ from dots.io.modules import MODULE_GROUPS
 from dots.plain import to_plain
 from dots.vectors.coefficients import Coefficients
 
+__all__ = ["base_licence", "render_model_card"]
+
 
 def _plain(value: Any) -> Any:
     """OmegaConf containers, paths and tuples → plain YAML-safe values."""

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from dots.io.destination import RECORD
 
+__all__ = ["HUB_IGNORE", "try_push"]
+
 LARGE_FOLDER_BYTES = 5 * 2**30
 HUB_IGNORE = [RECORD]  # the record of a dots output (`dots.io.destination`) stays local
 

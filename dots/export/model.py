@@ -24,6 +24,8 @@ from dots.vectors.cache import TaskVectors
 from dots.vectors.coefficients import Coefficients, check_coefficients
 from dots.vectors.synth import synthesize
 
+__all__ = ["export_destination", "export_model", "write_synthesized"]
+
 log = logging.getLogger(__name__)
 MARKER = "dots_export.json"
 

@@ -18,6 +18,8 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.safetensors import TensorInfo
 
+__all__ = ["Alignment", "align", "config_differences"]
+
 log = logging.getLogger(__name__)
 
 EMBEDDING_HINTS = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_in", "embed_out")

@@ -20,6 +20,8 @@ from dots.errors import DotsError
 from dots.io.metadata import check_config, check_weight_map, read_json
 from dots.io.safetensors import TensorInfo, read_safetensors_header
 
+__all__ = ["Checkpoint", "offline"]
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".gguf")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 # Files written by dots itself; never copied from a source into an output.

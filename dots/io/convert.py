@@ -13,6 +13,8 @@ from dots.io.destination import RECORD, claim
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 
+__all__ = ["convert_bin_to_safetensors"]
+
 
 def convert_bin_to_safetensors(src: str | os.PathLike, out: str | os.PathLike, overwrite: bool = False) -> Path:
     """Convert a PyTorch .bin checkpoint directory to safetensors, shard by shard, into `out`:

@@ -1,14 +1,12 @@
 """Where dots may write: dots deletes only what it wrote (docs/outputs.md).
 
 Every directory dots writes carries a record, `.dots-output.json`: the kind of output, the
-dots version, the command line, the time and — for an output replaced whole (a merge, an
-export, a conversion) — the files dots wrote there. `claim` is called by each writer
-before any work: a destination may be new, empty, or a previous dots output of the same
-kind (replaced only with overwrite=true, or by a rerun of the same search for the outputs
-of its own run directory). Anything else — `/`, the home directory, a directory that is,
-holds or lies inside an input checkpoint, a directory with a file dots did not write,
-another kind's output — is one DotsError line naming the directory and one of its files.
-`Destination.install` (the writers' commit) checks again and removes only the listed files.
+dots version, the command line, the time and the files dots wrote there (with their digests).
+`claim` is called by each writer before any work: a destination may be new, empty, or a
+previous dots output of the same kind (replaced only with overwrite=true, or by a rerun of
+the same search for the outputs of its own run directory). Anything else — `/`, home, a
+directory that is, holds or lies in an input, a file dots did not write, another kind's
+output — is one DotsError line. `Destination.install` (the commit) removes only listed files.
 """
 
 from __future__ import annotations
@@ -24,6 +22,8 @@ from typing import Callable, Iterable, Mapping
 
 from dots.errors import DotsError
 from dots.io.contents import digest, edited_file, resolved
+
+__all__ = ["Destination", "RECORD", "claim", "discard", "input_paths", "read_record", "seal"]
 
 RECORD = ".dots-output.json"
 # outputs that grow in place (a rerun resumes them): their record lists no files and dots

@@ -27,6 +27,8 @@ from dots.io.contents import resolved
 from dots.io.destination import RECORD, Destination, hashed_names, read_record
 from dots.io.metadata import read_json
 
+__all__ = ["check_checkpoint", "check_distinct_destinations", "check_sources_differ", "taskvec_dir"]
+
 log = logging.getLogger("dots.inputs")
 
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")

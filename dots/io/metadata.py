@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 from dots.errors import DotsError
 
+__all__ = ["CONFIG_FIELDS", "check_config", "read_json"]
+
 # field -> (what it must be, test); a field that is absent or null is not checked
 Check = tuple[str, Callable[[Any], bool]]
 

@@ -12,6 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
+__all__ = ["apply_umask"]
+
 
 def current_umask() -> int:
     """The process's umask, read from /proc (no race); else set and restored at once."""

@@ -20,6 +20,8 @@ import re
 
 from dots.errors import DotsError
 
+__all__ = ["MODULE_CLASSES", "MODULE_GROUPS", "layer_index", "module_class", "module_group", "module_kind"]
+
 MODULE_CLASSES = ("attention", "mlp", "norm", "embedding", "lm_head", "other")
 MODULE_GROUPS = ("attention", "mlp", "embed_head", "norm")
 _GROUP_OF_CLASS = {

@@ -20,6 +20,8 @@ from dots.checks import positive_int
 from dots.errors import DotsError, first_line
 from dots.registry import Registry
 
+__all__ = ["POOL_KINDS", "Query", "limit_queries", "load_pool", "read_records", "records_to_queries", "unique_ids"]
+
 
 @dataclass(frozen=True)
 class Query:

@@ -22,6 +22,8 @@ import torch
 
 from dots.errors import DotsError, first_line
 
+__all__ = ["AppendedFile", "TensorInfo", "dtype_size", "write_file"]
+
 ST_DTYPES = {
     torch.float64: "F64",
     torch.float32: "F32",

@@ -24,6 +24,8 @@ from dots.io.safetensors import TensorInfo, dtype_size
 if TYPE_CHECKING:
     from dots.io.align import Alignment
 
+__all__ = ["ModelShapes"]
+
 CONFIG_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # model_type -> whether q/k/v carry a bias (Qwen2 does; Llama and Mistral do not unless
 # the config says attention_bias: true)

@@ -28,6 +28,8 @@ from dots.io.destination import RECORD, Destination, claim
 from dots.io.modes import apply_umask, copy_file
 from dots.io.safetensors import TensorInfo, lay_out, tensor_bytes
 
+__all__ = ["CheckpointWriter", "check_free_space", "disk_write_error"]
+
 
 def _shard_plan(plan: Mapping[str, TensorInfo], max_shard_bytes: int) -> list[list[str]]:
     shards: list[list[str]] = [[]]

@@ -11,6 +11,8 @@ import sys
 from dots.errors import argument_error, cli_errors
 from dots.lab.config import LabOptions
 
+__all__ = ["main"]
+
 
 def summary_table(paths: dict, cfg: LabOptions) -> object:
     """A rich table of greedy and sampled test accuracy per stage and skill."""

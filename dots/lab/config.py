@@ -22,6 +22,19 @@ from dots.errors import DotsError
 from dots.keys import stable_hash
 from dots.paths import CONF_DIR, DATA_DIR, outputs_root
 
+__all__ = [
+    "CONF_PATH",
+    "FRACTIONS",
+    "LabEval",
+    "LabOptions",
+    "MAY_BE_ZERO",
+    "STAGES",
+    "load_config",
+    "shipped_dir",
+    "stage_dir",
+    "stage_key",
+]
+
 CONF_PATH = CONF_DIR / "lab.yaml"
 SHIPPED = DATA_DIR / "lab"  # the prebuilt trio of conf/lab.yaml's defaults, with its scores.json
 STAGES = ("base", "sft", "rlvr")

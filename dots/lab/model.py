@@ -16,6 +16,8 @@ from dots.io.destination import seal
 from dots.io.modes import apply_umask
 from dots.lab.tokenizer import build_char_tokenizer
 
+__all__ = ["new_model", "save_model"]
+
 
 @contextmanager
 def _quiet() -> Iterator[None]:

@@ -18,6 +18,8 @@ from dots.scoring.perplexity import PromptNLL
 if TYPE_CHECKING:
     from dots.vectors.coefficients import Coefficients
 
+__all__ = ["LocalEngine", "encode"]
+
 
 def encode(tok, texts: Sequence[str]) -> list[list[int]]:
     return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]

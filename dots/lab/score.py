@@ -14,6 +14,8 @@ from typing import Any, Sequence
 from dots.lab.tasks import extract_answer
 from dots.scoring.grade import consistency_of_labels
 
+__all__ = ["accuracy"]
+
 
 def accuracy(
     engine,

@@ -22,6 +22,8 @@ from typing import Callable, Iterable, Mapping
 
 from dots.lab.config import SKILLS, load_config
 
+__all__ = ["split_problems", "test_problems"]
+
 OPS = {"add": "+", "sub": "-"}
 SPLITS = ("test", "pool", "train")
 

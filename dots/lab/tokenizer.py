@@ -6,6 +6,8 @@ import string
 
 from transformers import PreTrainedTokenizerFast
 
+__all__ = ["build_char_tokenizer"]
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]
 CHARS = string.printable[:95] + "\n"  # printable ASCII (space included) and newline

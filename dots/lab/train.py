@@ -19,6 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dots.lab import tasks as T
 from dots.lab.sampling import encode, sample_ids
 
+__all__ = ["group_advantages"]
+
 
 class _Bar:
     """A rich progress bar per stage; where stdout is no terminal, a line every ~10% instead."""

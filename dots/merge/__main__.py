@@ -28,6 +28,8 @@ from dots.merge.executor import merge_checkpoints
 from dots.merge.methods import build_options, get_method
 from dots.options.merge import MergeOptions, command_line_sources, merge_options
 
+__all__ = ["run_from_config"]
+
 
 def check_method(options: MergeOptions) -> None:
     """The method's own options checked by its options dataclass (one line naming the option)."""

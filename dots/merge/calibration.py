@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from dots.errors import DotsError
 
+__all__ = ["CalibrationExample", "builtin_calibration", "calibration_set"]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CALIBRATION_SIZE = 64

@@ -37,6 +37,8 @@ from dots.paths import check_creatable
 from dots.runtime.progress import progress_bar
 from dots.vectors.deltas import BLOCK_ENTRIES, block_stream, read_inputs, row_blocks, tensor_stream
 
+__all__ = ["merge_checkpoints"]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 2**30

@@ -47,6 +47,8 @@ from dots.runtime.allocator import freeing_as_it_goes
 from dots.runtime.locks import run_once_lock
 from dots.runtime.progress import progress_bar
 
+__all__ = ["FisherTable", "compute_fisher", "fisher_for", "fisher_key"]
+
 log = logging.getLogger(__name__)
 
 FISHER_VERSION = 1

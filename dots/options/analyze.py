@@ -14,6 +14,8 @@ from dots.checks import check_flag, finite_number, number_in, positive_int
 from dots.errors import DotsError
 from dots.options.backbone import Backbone, backbone_from, resolve_config, setting
 
+__all__ = ["AnalyzeConfig", "AnalyzeOptions", "analyze_options"]
+
 DEFAULT_RETENTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 

@@ -16,6 +16,8 @@ from omegaconf.errors import OmegaConfBaseException
 from dots.errors import DotsError
 from dots.plain import to_plain
 
+__all__ = ["Backbone"]
+
 
 @dataclass(frozen=True)
 class Backbone:

@@ -14,6 +14,8 @@ from dots.paths import CONF_DIR
 from dots.runtime.allocator import reuse_freed_memory
 from dots.runtime.signals import exit_on_sigterm
 
+__all__ = ["VERBS", "check_command_line", "hydra_command", "prepare_command"]
+
 # Hydra flags after which dots does not read the command line itself (help, shell completion,
 # another config source: Hydra reports on those), and flags that take the next word as value
 HYDRA_HANDS_OFF = {

@@ -19,6 +19,8 @@ from dots.errors import DotsError
 from dots.lab import ensure_trio
 from dots.paths import CONF_DIR, DATA_DIR
 
+__all__ = ["check_overrides", "compose"]
+
 
 def lab_checkpoint(stage: str, *overrides: str) -> str:
     """`${lab:STAGE[,'key=value',...]}`: the directory of the lab trio's `stage` (base, sft, rlvr)

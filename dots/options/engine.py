@@ -19,6 +19,8 @@ from dots.registry import unknown
 from dots.vectors.forms import check_resident_form
 from dots.vectors.residency import check_synth_cache
 
+__all__ = ["DTYPES", "ENGINE_NAMES", "EngineOptions", "engine_options"]
+
 ENGINE_NAMES = ("auto", "vllm", "hf")
 # engine.dtype names → the torch dtype's attribute name ("auto": the checkpoint's own)
 DTYPES: dict[str, str] = {

@@ -22,6 +22,8 @@ from dots.options.engine import EngineOptions, engine_options
 from dots.paths import CONF_DIR, outputs_root
 from dots.plain import to_plain
 
+__all__ = ["EvaluateOptions", "benchmark_spec", "check_model_name", "evaluate_options"]
+
 CONF_BENCHMARKS = CONF_DIR / "benchmark"
 LAB_BENCHMARKS = ["lab_add", "lab_sub"]
 MATH_BENCHMARKS = ["aime24", "aime25", "amc", "math500", "minerva", "olympiad"]

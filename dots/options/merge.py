@@ -18,6 +18,8 @@ from dots.checks import check_flag, positive_int
 from dots.errors import DotsError
 from dots.options.backbone import Backbone, backbone_from, resolve_config, setting
 
+__all__ = ["Calibration", "MergeOptions", "command_line_sources", "merge_options"]
+
 SOURCE_OVERRIDE = re.compile(r"^(\+{0,2})backbone\.sources\.([^=]+)=")
 
 

@@ -27,6 +27,19 @@ from dots.plain import to_plain
 from dots.registry import unknown
 from dots.vectors.sparsify import SparsifyConfig
 
+__all__ = [
+    "BackboneOptions",
+    "ExportOptions",
+    "PlanOptions",
+    "SearchOptions",
+    "TRACKERS",
+    "TrackingOptions",
+    "config_yaml",
+    "plan_options",
+    "search_options",
+    "tracking_options",
+]
+
 PICKS = ("max_consistency", "knee")  # the pick rules of dots.search.pick.pareto
 TRACKERS = ("none", "mlflow", "wandb")
 WANDB_MODES = (None, "online", "offline", "disabled")

@@ -9,6 +9,8 @@ from dots.checks import check_choice, number_in, positive_int, whole_number
 from dots.errors import DotsError
 from dots.options.study import check_sampling
 
+__all__ = ["SelectionConfig"]
+
 STRATEGIES = ("balanced", "random", "easy", "medium")
 # median: low = D ≤ median of D (docs/method.md §3); half: the queries sorted by D, the first
 # ⌊N/2⌋ low and the rest medium (the official DoTS code, `preset=official`)

@@ -19,6 +19,18 @@ from dots.registry import unknown
 from dots.scoring.grade import CONSISTENCY_RULES
 from dots.scoring.perplexity import PERPLEXITY_MEANS
 
+__all__ = [
+    "AdaptiveConfig",
+    "DEFAULT_RANGE",
+    "GRANULARITIES",
+    "SAMPLERS",
+    "SamplerOptions",
+    "StopRule",
+    "StudyOptions",
+    "sampler_options",
+    "study_options",
+]
+
 INF = math.inf
 ANSWER_MODES = ("math", "choice")
 GRANULARITIES = ("model", "module")  # one λ per source | one per source and module group

@@ -24,6 +24,8 @@ from dots.vectors.residency import (
     stream_bytes,
 )
 
+__all__ = ["EngineSetting", "MemoryPlan", "plan_memory", "size"]
+
 VLLM_MAX_UTILIZATION = 0.9  # vLLM's own default share of a GPU
 
 

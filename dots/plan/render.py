@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dots.plan.decide import MemoryPlan, copies_outputs, size
 
+__all__ = ["count", "describe"]
+
 
 def count(params: float) -> str:
     """A parameter count in the unit that fits it: 7.62 B, 1.23 M, 4.10 K."""

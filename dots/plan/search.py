@@ -11,6 +11,8 @@ from dots.options.search import PlanOptions
 from dots.plan.decide import EngineSetting, MemoryPlan, plan_memory
 from dots.runtime import devices
 
+__all__ = ["plan_search"]
+
 
 def engine_setting(engine: EngineOptions, k: int, max_tokens: int, device: str | None = None) -> EngineSetting:
     """The plan's view of the engine's options (+ search.k, search.max_tokens); `device`

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dots.errors import DotsError
 from dots.options.search import PlanOptions
 
+__all__ = ["model_shapes"]
+
 
 def model_shapes(options: PlanOptions, shapes: str | None):
     """The ModelShapes the plan uses: `--shapes`, a local base (+ sources), or a Hub config."""

@@ -21,6 +21,8 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+__all__ = ["freeing_as_it_goes", "return_freed_memory", "reuse_freed_memory"]
+
 log = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD = -1

@@ -11,6 +11,8 @@ import torch
 
 from dots.errors import DotsError
 
+__all__ = ["DeviceMemory", "device_memory", "meminfo"]
+
 
 @dataclass(frozen=True)
 class DeviceMemory:

@@ -7,6 +7,8 @@ import os
 from contextlib import contextmanager
 from typing import Iterator, Mapping
 
+__all__ = ["environment"]
+
 
 @contextmanager
 def environment(values: Mapping[str, str]) -> Iterator[None]:

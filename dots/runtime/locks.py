@@ -18,6 +18,8 @@ from typing import Iterator
 
 from dots.errors import DotsError
 
+__all__ = ["held_by_one", "run_once_lock"]
+
 
 @contextlib.contextmanager
 def run_once_lock(path: Path) -> Iterator[None]:

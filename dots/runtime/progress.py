@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sized, TypeVar
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+__all__ = ["new_progress", "progress_bar"]
+
 T = TypeVar("T")
 
 

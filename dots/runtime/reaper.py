@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+__all__ = ["descendants", "process_stat", "start_reaper", "still_running"]
+
 INTERVAL_S = 1.0
 GRACE_S = 3.0  # vLLM's engine core outlived SIGTERM in tests: do not wait long for it
 

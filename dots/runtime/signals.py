@@ -13,6 +13,8 @@ import signal
 import threading
 from typing import Any, Iterator
 
+__all__ = ["SIGTERM_EXIT_CODE", "exit_on_sigterm", "sigterm_deferred"]
+
 log = logging.getLogger(__name__)
 
 SIGTERM_EXIT_CODE = 128 + signal.SIGTERM

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch
 
+__all__ = ["DeviceTimer", "device_of", "wait_for", "waiter"]
+
 
 def waiter(device: Any) -> Callable[[], None]:
     """What waits until the work queued on `device` is done: a stand-in's own `synchronize`

@@ -33,6 +33,8 @@ from dots.scoring.normalize import normalize, shape, to_latex
 from dots.scoring.numbers import numbers_equal, read_number
 from dots.scoring.worker import COMPARE_TIMEOUT_S, Helper
 
+__all__ = ["answers_equivalent", "equivalence_classes", "helper"]
+
 log = logging.getLogger(__name__)
 
 MAX_LATEX_CHARS = 1000

@@ -30,6 +30,8 @@ import logging
 import re
 from typing import Iterable
 
+__all__ = ["DEFAULT_FALLBACKS", "boxed_answers", "extract_answer", "extract_choice", "final_boxes"]
+
 log = logging.getLogger(__name__)
 
 FALLBACKS = ("answer_is", "last_number")

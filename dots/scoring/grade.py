@@ -15,6 +15,16 @@ from typing import Iterable, Sequence
 from dots.scoring.equivalence import answers_equivalent, equivalence_classes
 from dots.scoring.extract import DEFAULT_FALLBACKS, extract_answer, extract_choice, final_boxes, letter_of
 
+__all__ = [
+    "CONSISTENCY_RULES",
+    "answer_labels",
+    "consistency",
+    "consistency_and_majority",
+    "consistency_of_labels",
+    "is_correct",
+    "majority_answer",
+]
+
 # majority: no-answer samples never form the majority (docs/method.md §3); official: the
 # most common class, first seen among ties, and 0 when that class is "no answer" (the
 # official DoTS code's Counter.most_common; `preset=official`, docs/official.md)

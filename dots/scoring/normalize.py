@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["shape", "to_latex"]
+
 _TEXT_RE = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\{\s*([^{}]*?)\s*\}")
 _SCI_E_RE = re.compile(r"(?<![\w.\\])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
 _DOLLAR_RE = re.compile(r"(?<!\\)\$")

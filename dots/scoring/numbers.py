@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+__all__ = ["numbers_equal", "read_number"]
+
 REL_TOL = 1e-4
 MAX_EXPONENT = 400  # 10^k beyond this is not read as a plain number (math-verify decides)
 MAX_DIGITS = 400

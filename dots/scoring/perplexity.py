@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+__all__ = ["PERPLEXITY_MEANS", "PromptNLL", "perplexity"]
+
 
 @dataclass(frozen=True)
 class PromptNLL:

@@ -20,6 +20,8 @@ from typing import Any, Sequence
 
 from dots.errors import DotsError
 
+__all__ = ["DOTS_SYSTEM_PROMPT", "LUFFY_SYSTEM_PROMPT", "TEMPLATES", "format_prompt", "format_prompts"]
+
 DOTS_SYSTEM_PROMPT = (
     "Your task is to follow a systematic, thorough reasoning process before providing the final "
     "solution. This involves analyzing, summarizing, exploring, reassessing, and refining your "

@@ -38,6 +38,8 @@ import sys
 import threading
 import time
 
+__all__ = ["COMPARE_TIMEOUT_S"]
+
 log = logging.getLogger(__name__)
 
 COMPARE_TIMEOUT_S = 5.0

@@ -23,6 +23,8 @@ from dots.vectors.cache import TaskVectors
 if TYPE_CHECKING:
     from dots.engines.base import Engine
 
+__all__ = ["engine_model", "swap_original"]
+
 log = logging.getLogger("dots.search")
 
 

@@ -11,6 +11,8 @@ from dots.options.search import SearchOptions
 from dots.paths import outputs_root
 from dots.plain import to_plain
 
+__all__ = ["NOT_IDENTITY", "run_identity"]
+
 # search.* options that do not change a run's results: the trial count (so it can be raised
 # later), where the study lives, and how the work is shared between workers
 NOT_IDENTITY = ("n_trials", "storage", "workers", "worker", "heartbeat_s", "grace_s", "fixed", "stop")

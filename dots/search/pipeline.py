@@ -49,6 +49,8 @@ from dots.search.study.scorer import LazyEngine
 from dots.search.study.tracking import open_tracking
 from dots.vectors.coefficients import format_coefficients
 
+__all__ = ["check_destinations", "prepare", "run_search"]
+
 log = logging.getLogger("dots.search")
 
 

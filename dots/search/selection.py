@@ -24,6 +24,8 @@ from dots.options.selection import SelectionConfig
 from dots.runtime.progress import progress_bar
 from dots.scoring.grade import consistency_and_majority
 
+__all__ = ["SelectionConfig", "choose", "load_selection", "random_selection", "save_selection", "score_difficulty"]
+
 log = logging.getLogger(__name__)
 
 

@@ -27,6 +27,8 @@ from dots.search.selection import (
 from dots.search.study.scorer import Scorer
 from dots.vectors.cache import TaskVectors, build_task_vectors
 
+__all__ = ["build_selection", "build_vectors", "export_dir", "load_selected"]
+
 log = logging.getLogger("dots.search")
 
 

@@ -36,6 +36,8 @@ from dots.vectors.compact import CompactTensor
 from dots.vectors.entry import CACHE_VERSION, EXTRA_SUFFIX, SourceVector, reusable_entry, write_entry
 from dots.vectors.sparsify import SparsifyConfig
 
+__all__ = ["CACHE_VERSION", "TaskVectors", "build_task_vectors", "cache_key"]
+
 log = logging.getLogger(__name__)
 
 

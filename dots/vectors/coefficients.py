@@ -24,6 +24,8 @@ from dots.io.modules import MODULE_GROUPS, module_group
 if TYPE_CHECKING:
     from dots.vectors.cache import TaskVectors
 
+__all__ = ["CheckedCoefficients", "Coefficients", "check_coefficients", "format_coefficients", "tensor_lambdas"]
+
 # source → λ, or source → {module group → λ}
 Coefficients = Mapping[str, Union[float, Mapping[str, float]]]
 # the checked form: plain dicts of floats, in the caller's source order

@@ -34,6 +34,18 @@ import torch
 
 from dots.errors import DotsError
 
+__all__ = [
+    "CompactTensor",
+    "NEGZERO",
+    "TauBlocks",
+    "VALUES",
+    "WHERE",
+    "encode",
+    "form_bytes",
+    "has_negative_zero",
+    "position_dtype",
+]
+
 FORMS = ("bitmask", "index", "full")
 KEPT_IN_BLOCK = 1 << 24  # entries unpacked at a time by `CompactTensor.kept_in` (a multiple of 8)
 # the safetensors entries of one tensor in the cache: name + suffix

@@ -19,6 +19,8 @@ from dots.errors import DotsError
 if TYPE_CHECKING:
     from dots.io.align import Alignment
 
+__all__ = ["BLOCK_ENTRIES", "all_finite", "block_stream", "read_inputs", "row_blocks", "tensor_stream"]
+
 BLOCK_ENTRIES = 1 << 24  # a tensor larger than this is read in row blocks of about this many entries
 
 

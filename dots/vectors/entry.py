@@ -27,6 +27,8 @@ from dots.io.writer import check_free_space, disk_write_error
 from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode
 from dots.vectors.sparsify import SparseStats, SparsifyConfig, sparsify_source
 
+__all__ = ["CACHE_VERSION"]
+
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 2  # 1: dense float32 τ⊙M; 2: compact (θ_i's values at the mask)

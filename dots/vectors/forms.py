@@ -30,6 +30,8 @@ import torch
 from dots.errors import DotsError
 from dots.vectors.compact import CompactTensor, estimate_bytes, position_dtype
 
+__all__ = ["BY_SPEED", "ResidentTau", "check_resident_form", "form_estimate", "to_form"]
+
 RESIDENT_FORMS = ("auto", "dense", "sparse", "index", "bitmask")
 BY_SPEED = ("dense", "sparse", "index", "bitmask")  # fastest first
 CONVERT_BLOCK = 1 << 22  # entries rebuilt at a time while a form is built (16 MiB of float32)

@@ -33,6 +33,8 @@ import torch
 from dots.vectors.compact import CompactTensor
 from dots.vectors.forms import DenseTau, ResidentTau, SparseTau
 
+__all__ = ["FusedCombine", "describe", "prepare"]
+
 log = logging.getLogger(__name__)
 
 # Where the fused pass is the swap's path. CUDA: every form. CPU: the forms it measured faster

@@ -10,6 +10,8 @@ import torch
 
 from dots.vectors.topk import _BINS, CHUNK, Threshold, chunks, kth_largest, magnitude_bits
 
+__all__ = ["TieCounter", "TopKMask", "keep_mask", "mask_largest", "tie_cutoffs", "topk_magnitude_mask", "topk_mask"]
+
 
 def mask_largest(
     flat: torch.Tensor, threshold: float, need: int, absolute: bool = True, chunk: int = CHUNK

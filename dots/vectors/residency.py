@@ -20,6 +20,20 @@ from dots.io.safetensors import TensorInfo
 from dots.runtime.devices import meminfo
 from dots.vectors.forms import BY_SPEED
 
+__all__ = [
+    "ENGINE_RESERVE",
+    "MARGIN",
+    "PROMPT_TOKENS",
+    "check_synth_cache",
+    "resident_bytes",
+    "resident_needs",
+    "resolve_resident",
+    "resolve_synth_cache",
+    "sharded_resident_bytes",
+    "stream_bytes",
+    "tau_bytes_per_form",
+]
+
 log = logging.getLogger(__name__)
 
 GB = 1e9

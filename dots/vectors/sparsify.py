@@ -26,6 +26,8 @@ from dots.vectors.topk import CHUNK, Threshold, global_kth_largest, kth_largest
 if TYPE_CHECKING:
     from dots.io.align import Alignment
 
+__all__ = ["SparseStats", "SparsifyConfig", "sparsify_source"]
+
 log = logging.getLogger(__name__)
 
 SCOPES = ("tensor", "global")

@@ -38,6 +38,8 @@ from dots.vectors.coefficients import Coefficients, check_coefficients, tensor_l
 from dots.vectors.forms import BY_SPEED, ResidentTau, to_form
 from dots.vectors.fused import FusedCombine, describe, prepare
 
+__all__ = ["ResidentSynthesizer", "check_coefficients", "combine_into", "new_scratch", "synthesize", "synthesize_dict"]
+
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -25,6 +25,16 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
+__all__ = [
+    "CHUNK",
+    "RadixSelect",
+    "Threshold",
+    "global_kth_largest",
+    "kth_largest",
+    "magnitude_bits",
+    "streamed_kth_largest",
+]
+
 CHUNK = 1 << 22  # entries per chunk in bounded-memory scans
 SAMPLE = 1 << 16  # entries sampled to bracket the k-th largest value
 BRACKET_SIGMAS = 5.0

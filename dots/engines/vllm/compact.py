@@ -13,6 +13,8 @@ from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
 from dots.vectors.compact import CompactTensor, form_bytes, position_dtype
 
+__all__ = ["param_compact"]
+
 GATHER_BLOCK = 1 << 24  # entries of a parameter compared and gathered at a time at set-up
 
 

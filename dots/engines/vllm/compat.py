@@ -26,6 +26,8 @@ import torch
 from dots.engines.vllm.env import import_vllm
 from dots.errors import DotsError
 
+__all__ = ["on_cpu_platform", "version_tuple"]
+
 log = logging.getLogger(__name__)
 
 # [lowest, below): engine tests passed on 0.27.0, 0.27.1, 0.29.0, 0.30.0 and 0.32.0 (fast path)

@@ -52,6 +52,8 @@ from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
 from dots.vectors.coefficients import Coefficients
 
+__all__ = ["VLLMEngine"]
+
 log = logging.getLogger(__name__)
 
 

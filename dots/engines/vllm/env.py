@@ -19,6 +19,8 @@ from typing import Iterator
 from dots.errors import DotsError
 from dots.runtime.environ import environment
 
+__all__ = ["stderr_into", "vllm_available"]
+
 log = logging.getLogger(__name__)
 HELD_LINES = 10_000  # vLLM's lines kept before the engine says where its log goes (the rest dropped)
 

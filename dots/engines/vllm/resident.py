@@ -67,6 +67,8 @@ from dots.vectors.forms import ResidentTau, to_form
 from dots.vectors.fused import describe, prepare
 from dots.vectors.synth import combine_into, new_scratch
 
+__all__ = ["ShardedResident"]
+
 log = logging.getLogger(__name__)
 
 

@@ -15,6 +15,8 @@ from dots.engines.vllm import compat
 from dots.io.checkpoint import Checkpoint
 from dots.vectors.cache import TaskVectors
 
+__all__ = ["Unit", "unsupported"]
+
 # a loader may cast what it receives up to the parameter's dtype; these casts are exact
 EXACT_UPCASTS = {(torch.bfloat16, torch.float32), (torch.float16, torch.float32)}
 

@@ -29,6 +29,8 @@ from dots.keys import name_seed
 from dots.vectors.masks import topk_magnitude_mask  # noqa: F401  (re-exported for the methods)
 from dots.vectors.topk import CHUNK
 
+__all__ = ["DROP_BLOCK", "Part", "WHOLE", "drop_mask", "topk_magnitude_mask"]
+
 # (name, base float32, [τ_1..τ_K] float32) for every merged tensor, in checkpoint order;
 # a large tensor comes as several consecutive items of row blocks.
 TensorStream = Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]

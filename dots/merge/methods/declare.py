@@ -21,6 +21,8 @@ from typing import Any, Callable, Mapping
 from dots.checks import finite_number, positive_int
 from dots.errors import DotsError
 
+__all__ = ["Declared"]
+
 MERGE_INPUTS = {
     "name": "the tensor's name",
     "base": "θ0's entries, float32 (the executor adds the returned delta to it afterwards)",

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from dots.io.align import Alignment
 from dots.vectors.topk import RadixSelect, magnitude_bits
 
+__all__ = ["SarStats"]
+
 log = logging.getLogger(__name__)
 
 FISHER_DTYPES = ("float32", "bfloat16", "float16", "float64")

@@ -21,6 +21,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from dots.options.study import DEFAULT_RANGE
 from dots.scoring.equivalence import answers_equivalent
 
+__all__ = ["NEAR_BASE", "agreement", "diagnose_pick", "same_answer", "source_answers"]
+
 NEAR_BASE = 0.1  # a λ this small moves the model a tenth of the way along a task vector
 DEFAULT = f"search.range=[{DEFAULT_RANGE[0]},{DEFAULT_RANGE[1]}] (the default)"
 

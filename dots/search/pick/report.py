@@ -21,6 +21,8 @@ from dots.search.study.granularity import DEFAULT_GRANULARITY, coefficients_from
 from dots.search.study.pruning import PRUNED_BY, count_bound_pruned
 from dots.search.study.stopping import STOPPED
 
+__all__ = ["pick_and_report", "trial_rows"]
+
 
 def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANULARITY) -> list[dict]:
     """One row per trial (`trial_row`), in trial order: trials.csv."""

@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence
 
 from dots.options.study import AdaptiveConfig
 
+__all__ = ["AdaptiveConfig", "majority_is_settled"]
+
 Generate = Callable[[list[str], int, int], list[list[str]]]  # (prompts, n, seed) → samples
 
 

@@ -22,6 +22,8 @@ from dots.io.modules import MODULE_GROUPS
 from dots.options.study import GRANULARITIES
 from dots.vectors.coefficients import CheckedCoefficients
 
+__all__ = ["DEFAULT_GRANULARITY", "coefficients_from_params", "fixed_point", "param_names"]
+
 DEFAULT_GRANULARITY = "model"
 
 

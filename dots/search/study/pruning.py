@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+__all__ = ["PRUNED_BY", "consistency_bound", "dominator", "is_bound_pruned"]
+
 PRUNED_BY = "dots_pruned"  # user attribute of a trial pruned by the bound
 DEFAULT_BATCH = 16  # queries per block when search.prune is on and search.batch is null
 

@@ -15,6 +15,8 @@ from typing import Any, Callable, Mapping
 from dots.options.study import SamplerOptions, sampler_options
 from dots.registry import Registry
 
+__all__ = ["SAMPLERS", "build_sampler"]
+
 # a sampler's builder: (its options, the seed, the number of workers) → the Optuna sampler
 SAMPLERS: Registry[Callable[[Mapping[str, Any], int, int], Any]] = Registry("sampler")
 

@@ -21,6 +21,8 @@ from dots.vectors.coefficients import Coefficients
 if TYPE_CHECKING:
     from dots.engines.base import Engine
 
+__all__ = ["Scorer", "TrialResult"]
+
 
 @dataclass
 class TrialResult:

@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 from dots.options.study import StopRule
 
+__all__ = ["STOPPED", "StopRule", "hypervolume", "relative_gain", "stop_reason"]
+
 log = logging.getLogger("dots.search")
 
 STOPPED = "dots_stopped"  # study user attribute: why and when the study stopped

@@ -14,6 +14,8 @@ from dots.errors import DotsError
 from dots.options.search import SearchOptions
 from dots.search.study.samplers import build_sampler
 
+__all__ = ["sampler_seed"]
+
 
 def sampler_seed(seed: int, worker: int, n_existing: int) -> int:
     """The sampler seed of this process: the configured seed, apart per worker, and moved on by the

@@ -28,6 +28,8 @@ from dots.search.study.stopping import StopRule, stop_reason
 from dots.search.study.workers import Heartbeat, fail_and_requeue, recover_stale_trials
 from dots.vectors.coefficients import format_coefficients
 
+__all__ = ["DUPLICATE_OF", "MAX_DUPLICATES", "point_key", "run_study", "set_aside_duplicate"]
+
 log = logging.getLogger("dots.search")
 
 DUPLICATE_OF = "dots_duplicate_of"

@@ -18,6 +18,8 @@ from typing import Any
 
 from dots.search.study.optuna_adapter import enqueued_point, mark_failed, set_system_attr, stored_trial, trial_id
 
+__all__ = ["HEARTBEAT", "RETRY_OF", "fail_and_requeue", "recover_stale_trials"]
+
 log = logging.getLogger(__name__)
 
 HEARTBEAT = "dots_heartbeat"

@@ -20,6 +20,8 @@ from dots.options.search import TrackingOptions
 from dots.registry import Registry
 from dots.search.study.tracking.base import FILES, Tracker, flat, trial_metrics
 
+__all__ = ["TRACKERS", "open_tracking"]
+
 log = logging.getLogger("dots.search")
 
 # a backend: its options (`tracking.*`) → its Tracker, unchecked (None: tracking=none); a backend's
