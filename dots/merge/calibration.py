@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from dots.errors import DotsError
 
-__all__ = ["CalibrationExample", "builtin_calibration", "calibration_set"]
+__all__ = ["CalibrationExample", "builtin_calibration", "calibration_set", "pool_calibration"]
 
 log = logging.getLogger(__name__)
 
