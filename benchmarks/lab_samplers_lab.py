@@ -150,7 +150,7 @@ class Lab:
         cfg = search_cfg(lab, self.paths, [f"run_dir={self.dir / 'selection'}", "seed=0"])
         run = prepare(cfg)
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        run.results["task_vectors"] = self.tv = build_vectors(run)
+        run.results.task_vectors = self.tv = build_vectors(run)
         run.queries = load_pool(cfg.pool)
         self.tokenizer = run.tokenizer = AutoTokenizer.from_pretrained(str(self.paths["base"]))
         run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
@@ -164,12 +164,13 @@ class Lab:
 
     def _reference(self, cfg: Any) -> dict:
         """C and PPL of base, SFT and RLVR themselves under the full-k scorer, seed 0 (cached)."""
+        from dots.options.study import study_options
         from dots.search.study.scorer import Scorer
 
         path = self.dir / "reference.json"
         if path.exists():
             return json.loads(path.read_text())
-        scorer = Scorer(self.engine, self.prompts, cfg, self.tokenizer)
+        scorer = Scorer(self.engine, self.prompts, study_options(cfg.search), self.tokenizer)
         ref = {}
         for stage, model in self.paths.items():
             self.engine.swap_checkpoint(model)
