@@ -62,6 +62,7 @@ def search_cfg(lab: int, paths: dict[str, Path], extra: Sequence[str] = ()) -> A
             f"backbone.sources.rlvr={paths['rlvr']}",
             "export.enabled=false",
             "search.range=[0.0,2.0]",  # the space these studies searched (the default became [0.5, 2.0] after them)
+            "search.adaptive.enabled=false",  # all k samples unless a job asks (the default became adaptive after them)
             *extra,
         ],
     )
