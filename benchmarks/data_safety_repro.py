@@ -86,4 +86,7 @@ def main(code: str, top: Path) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     main(sys.argv[1], Path(sys.argv[2]))

@@ -84,13 +84,13 @@ def timing(pairs: list[dict], trials: int) -> dict:
     import statistics
 
     from dots.scoring import answers_equivalent, consistency
-    from dots.scoring.equivalence import _helper, _math_verify
+    from dots.scoring.equivalence import helper, verified_equal
     from dots.scoring.numbers import read_number
     from dots.scoring.worker import COMPARE_TIMEOUT_S
 
     def cold() -> None:  # no answer cached: a fresh helper, started outside the timed part
-        _math_verify.cache_clear()
-        _helper.close()
+        verified_equal.cache_clear()
+        helper.close()
         answers_equivalent("y+1", "1+y")
 
     cold()

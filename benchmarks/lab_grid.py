@@ -23,11 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's dots, not an installed one
 
 import torch  # noqa: E402
-from harness.floors import torch_threads  # noqa: E402
 
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.lab import ensure_trio  # noqa: E402
 from dots.lab import tasks as T  # noqa: E402
+from dots.lab.build import torch_threads  # noqa: E402
 from dots.lab.config import load_config  # noqa: E402
 from dots.lab.sampling import LocalEngine  # noqa: E402
 from dots.lab.score import accuracy  # noqa: E402

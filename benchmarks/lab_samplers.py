@@ -2,11 +2,11 @@
 
 For each lab (a trio built by `python -m dots.lab seed=L`), each sampler of the registry
 (tpe, gp, nsga2, random) with and without adaptive sampling, and each search seed, this runs
-dots' own study — `dots.search.study.trials.open_study` / `run_study`, the sampler registry, the
-`Scorer` (consistency of k samples per query, adaptive rounds, perplexity of the prompts) and
-the pick of `dots.search.pick.pareto` — on the lab's difficulty-aware selection (dots'
-`build_selection`, one per lab, `selection.seed` 0, n = 64). What differs from
-`python -m dots.search backbone=lab`: the engine. Trials generate with the lab's KV-cached
+dots' own study — `dots.search.study.storage.open_study` / `dots.search.study.trials.run_study`,
+the sampler registry, the `Scorer` (consistency of k samples per query, adaptive rounds,
+perplexity of the prompts) and the pick of `dots.search.pick.pareto` — on the lab's
+difficulty-aware selection (dots' `build_selection`, one per lab, `selection.seed` 0, n = 64).
+What differs from `python -m dots.search backbone=lab`: the engine. Trials generate with the lab's KV-cached
 batched sampler (`dots.lab.sampling.LocalEngine`) into which θ0 + Σλτ̃ is swapped by dots'
 `ResidentSynthesizer`, instead of transformers' `generate` (~35–48 s per trial on the loaded
 2-core machine against ~2.5 s here). Sampling draws differ from the HF engine's (another

@@ -62,6 +62,7 @@ def search_cfg(lab: int, paths: dict[str, Path], extra: Sequence[str] = ()) -> A
             f"backbone.sources.rlvr={paths['rlvr']}",
             "export.enabled=false",
             "search.range=[0.0,2.0]",  # the space these studies searched (the default became [0.5, 2.0] after them)
+            "search.adaptive.enabled=false",  # all k samples unless a job asks (the default became adaptive after them)
             *extra,
         ],
     )
@@ -150,7 +151,7 @@ class Lab:
         cfg = search_cfg(lab, self.paths, [f"run_dir={self.dir / 'selection'}", "seed=0"])
         run = prepare(cfg)
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        run.results["task_vectors"] = self.tv = build_vectors(run)
+        run.results.task_vectors = self.tv = build_vectors(run)
         run.queries = load_pool(cfg.pool)
         self.tokenizer = run.tokenizer = AutoTokenizer.from_pretrained(str(self.paths["base"]))
         run.prompts = {q.id: format_prompt(q.question, cfg.backbone.prompt, run.tokenizer) for q in run.queries}
@@ -164,12 +165,13 @@ class Lab:
 
     def _reference(self, cfg: Any) -> dict:
         """C and PPL of base, SFT and RLVR themselves under the full-k scorer, seed 0 (cached)."""
+        from dots.options.study import study_options
         from dots.search.study.scorer import Scorer
 
         path = self.dir / "reference.json"
         if path.exists():
             return json.loads(path.read_text())
-        scorer = Scorer(self.engine, self.prompts, cfg, self.tokenizer)
+        scorer = Scorer(self.engine, self.prompts, study_options(cfg.search), self.tokenizer)
         ref = {}
         for stage, model in self.paths.items():
             self.engine.swap_checkpoint(model)

@@ -138,9 +138,12 @@ def run_job(lab: Lab, job: dict) -> dict:
     import optuna
     from optuna.trial import TrialState
 
+    from dots.options.search import search_options
+    from dots.options.study import study_options
     from dots.search.pick.pareto import Point, pareto_front, pick
     from dots.search.study.scorer import Scorer
-    from dots.search.study.trials import open_storage, open_study, run_study
+    from dots.search.study.storage import open_storage, open_study
+    from dots.search.study.trials import run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = study_dir(job)
@@ -158,9 +161,11 @@ def run_job(lab: Lab, job: dict) -> dict:
     )
     sources = list(lab.tv.sources)
     names = [f"lambda_{s}" for s in sources]
-    study = open_study(cfg, open_storage(None, out), "lab-samplers")
+    study = open_study(search_options(cfg), open_storage(None, out), "lab-samplers")
     mode = "adaptive" if job["adaptive"] else "full"
-    scorer = MemoScorer(Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer), lab.dir / f"memo-{mode}.jsonl")
+    scorer = MemoScorer(
+        Scorer(lab.engine, lab.prompts, study_options(cfg.search), lab.tokenizer), lab.dir / f"memo-{mode}.jsonl"
+    )
     began = time.perf_counter()
     run_study(study, scorer, sources, tuple(cfg.search.range), int(job["n_trials"]), int(cfg.seed))
     span = time.perf_counter() - began
@@ -180,7 +185,9 @@ def run_job(lab: Lab, job: dict) -> dict:
     fronts = running_front(trials)
     if job["adaptive"]:  # the hypervolume's currency: every ever-front trial with all k samples
         full_cfg = search_cfg(job["lab"], lab.paths, [f"seed={job['seed']}"])
-        full = MemoScorer(Scorer(lab.engine, lab.prompts, full_cfg, lab.tokenizer), lab.dir / "memo-full.jsonl")
+        full = MemoScorer(
+            Scorer(lab.engine, lab.prompts, study_options(full_cfg.search), lab.tokenizer), lab.dir / "memo-full.jsonl"
+        )
         ever = sorted({n for f in fronts for n in f})
         for t in trials:
             if t["number"] in ever:

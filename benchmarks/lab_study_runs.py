@@ -88,8 +88,11 @@ def trial_rows(study: Any, sources: list[str]) -> list[dict]:
 def run_study_job(lab: Any, job: dict) -> None:
     import optuna
 
+    from dots.options.search import search_options
+    from dots.options.study import study_options
     from dots.search.study.scorer import Scorer
-    from dots.search.study.trials import open_storage, open_study, run_study
+    from dots.search.study.storage import open_storage, open_study
+    from dots.search.study.trials import run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = job_dir(job)
@@ -100,8 +103,8 @@ def run_study_job(lab: Any, job: dict) -> None:
         [*spec["overrides"], f"seed={job['seed']}", f"search.n_trials={job['n_trials']}", f"run_dir={out}"],
     )
     sources = list(lab.tv.sources)
-    study = open_study(cfg, open_storage(None, out), "lab-study")
-    scorer: Any = Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer)
+    study = open_study(search_options(cfg), open_storage(None, out), "lab-study")
+    scorer: Any = Scorer(lab.engine, lab.prompts, study_options(cfg.search), lab.tokenizer)
     if spec["memo"]:
         scorer = MemoScorer(scorer, lab.dir / f"memo-{spec['memo']}.jsonl")
     began = time.perf_counter()
@@ -120,10 +123,13 @@ def run_study_job(lab: Any, job: dict) -> None:
 
 def run_grid_job(lab: Any, job: dict) -> None:
     """C, PPL and majority answers of the 5×5 λ grid under the full scorer, seed 0."""
+    from dots.options.study import study_options
     from dots.search.study.scorer import Scorer
 
     cfg = search_cfg(job["lab"], lab.paths, ["seed=0"])
-    scorer = MemoScorer(Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer), lab.dir / "memo-full.jsonl")
+    scorer = MemoScorer(
+        Scorer(lab.engine, lab.prompts, study_options(cfg.search), lab.tokenizer), lab.dir / "memo-full.jsonl"
+    )
     points = []
     for a in GRID:
         for b in GRID:

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.memory import own_rss_gib, start_watchdog, status_kb
 from harness.results import report
+from harness.timing import swap_seconds
 from large_shapes_stream import StreamTimer, class_table, patch_sharded, patch_synthesis
 from large_shapes_trio import SOURCES, generate, header, trio_facts
 
@@ -27,6 +28,7 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
     from swap_model import lambdas
 
     from dots.io.checkpoint import Checkpoint
+    from dots.options.engine import EngineOptions
     from dots.vectors import build_task_vectors
 
     base = Checkpoint(root / "base")
@@ -87,18 +89,15 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
         if kind == "hf":
             from dots.engines.hf import HFEngine
 
-            engine = HFEngine(root / "base", task_vectors=tv, dtype="bfloat16", synth_cache=first)
+            engine = HFEngine(root / "base", EngineOptions(dtype="bfloat16", synth_cache=first), task_vectors=tv)
             consumer = "copy into the parameter"
         else:
             from dots.engines.vllm.engine import VLLMEngine
 
             engine = VLLMEngine(
                 root / "base",
+                EngineOptions(dtype="bfloat16", max_model_len=256, synth_cache=first, enforce_eager=True),
                 task_vectors=tv,
-                dtype="bfloat16",
-                max_model_len=256,
-                synth_cache=first,
-                enforce_eager=True,
             )
             consumer = "vLLM reload_weights consuming it"
         start = time.perf_counter() - t
@@ -110,9 +109,7 @@ def cmd_classes(args: argparse.Namespace) -> dict[str, Any]:
                 d.clear()
             swaps = []
             for lam in lams:
-                t = time.perf_counter()
-                engine.swap_coefficients(lam)
-                swaps.append(time.perf_counter() - t)
+                swaps.append(swap_seconds(engine, lam))
                 print(
                     f"[{kind} {cache}] swap {lam}: {swaps[-1]:.2f} s  (RSS {own_rss_gib():.2f} GiB)",
                     flush=True,

@@ -45,13 +45,15 @@ from swap_model import build, lambdas, make_engine  # noqa: E402
 
 import dots.vectors.synth  # noqa: E402
 from dots.runtime.allocator import reuse_freed_memory  # noqa: E402
+from dots.runtime.timing import device_of  # noqa: E402
 
 LABELS = ("dots.vectors.synth.read", "dots.vectors.synth.combine", "dots.hf.copy", "dots.vllm.reload_weights")
 
 
 def profile_swaps(engine, lams: list[dict[str, float]], trace: Path | None) -> dict:
     """Unprofiled wall times of the swaps, then the same swaps under torch.profiler."""
-    walls = timed_each(engine.swap_coefficients, lams, warmup=lams[-1:])  # warm-up: first touches, file cache
+    # warm-up: first touches, file cache
+    walls = timed_each(engine.swap_coefficients, lams, warmup=lams[-1:], device=device_of(engine))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         t = time.perf_counter()
         for lam in lams:

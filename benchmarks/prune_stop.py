@@ -141,8 +141,11 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
     import optuna
     from lab_samplers_lab import Lab, search_cfg
 
+    from dots.options.search import search_options
+    from dots.options.study import study_options
     from dots.search.study.scorer import Scorer
-    from dots.search.study.trials import open_storage, open_study, run_study
+    from dots.search.study.storage import open_storage, open_study
+    from dots.search.study.trials import run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -156,9 +159,9 @@ def lab_runs(samplers: list[str], seeds: list[int], trials: int, batch: int) -> 
                 out.mkdir(parents=True, exist_ok=True)
                 extra = [f"sampler={sampler}", f"seed={seed}", f"search.batch={batch}", f"search.prune={prune}"]
                 cfg = search_cfg(0, lab.paths, [*extra, f"search.n_trials={trials}", f"run_dir={out}"])
-                study = open_study(cfg, open_storage(None, out), "prune-stop")
+                study = open_study(search_options(cfg), open_storage(None, out), "prune-stop")
                 began = time.perf_counter()
-                scorer = Scorer(lab.engine, lab.prompts, cfg, lab.tokenizer)
+                scorer = Scorer(lab.engine, lab.prompts, study_options(cfg.search), lab.tokenizer)
                 run_study(study, scorer, list(lab.tv.sources), tuple(cfg.search.range), trials, seed)
                 print(f"{out.name}: {time.perf_counter() - began:.0f} s", flush=True)
                 dirs.append(out)
@@ -173,8 +176,9 @@ def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool, batch:
     import statistics
 
     import optuna
-    from omegaconf import OmegaConf
 
+    from dots.options.compose import compose
+    from dots.options.study import study_options
     from dots.search.study.samplers import build_sampler
     from dots.search.study.scorer import Scorer
     from dots.search.study.trials import run_study
@@ -184,11 +188,10 @@ def simulate(samplers: list[str], seeds: int, trials: int, aligned: bool, batch:
 
     def one(sampler: str, seed: int, prune: bool) -> Any:
         search = {"k": 8, "temperature": 0.6, "top_p": 1.0, "max_tokens": 32, "answer_mode": "math"}
-        cfg = OmegaConf.create({"search": {**search, "batch": batch, "prune": prune}})
-        study = optuna.create_study(
-            directions=["maximize", "minimize"], sampler=build_sampler({"name": sampler, "n_startup_trials": 10}, seed)
-        )
-        scorer = Scorer(SynthEngine(center), [f"q {i}" for i in range(64)], cfg)
+        options = study_options({**search, "batch": batch, "prune": prune, "adaptive": {"enabled": False}})
+        chosen = compose("search", [f"sampler={sampler}", "search.n_startup_trials=10"]).sampler
+        study = optuna.create_study(directions=["maximize", "minimize"], sampler=build_sampler(chosen, seed))
+        scorer = Scorer(SynthEngine(center), [f"q {i}" for i in range(64)], options)
         run_study(study, scorer, ["a", "b"], (0.0, 2.0), trials, seed)
         return study
 

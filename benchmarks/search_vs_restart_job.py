@@ -39,6 +39,8 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
     from dots.engines.factory import resolve_engine_name
     from dots.io.align import align
     from dots.io.checkpoint import Checkpoint
+    from dots.io.inputs import taskvec_dir
+    from dots.options.study import study_options
     from dots.plain import to_plain as plain
     from dots.scoring import format_prompt
     from dots.search.selection import load_selection
@@ -51,7 +53,7 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
     base = Checkpoint(str(cfg.backbone.base))
     sources = {str(k): Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()}
     tv = build_task_vectors(
-        base, sources, SparsifyConfig(**plain(cfg.sparsify)), cfg.cache_dir, alignment=align(base, sources)
+        base, sources, SparsifyConfig(**plain(cfg.sparsify)), taskvec_dir(cfg.cache_dir), alignment=align(base, sources)
     )
     tokenizer = AutoTokenizer.from_pretrained(str(base.path))
     selection_file = run_dir / "selection.jsonl"
@@ -68,7 +70,9 @@ def restart_job(run_dir: Path, out: Path, scratch: Path) -> None:
         t1 = time.perf_counter()
         engine = build_engine(cfg.engine, model_dir)
         t2 = time.perf_counter()
-        res = Scorer(LoadedEngine(engine, lam), prompts, cfg, tokenizer)(lam, seed=int(cfg.seed) + row["number"])
+        res = Scorer(LoadedEngine(engine, lam), prompts, study_options(cfg.search), tokenizer)(
+            lam, seed=int(cfg.seed) + row["number"]
+        )
         t3 = time.perf_counter()
         engine.close()
         del engine

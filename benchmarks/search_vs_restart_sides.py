@@ -99,7 +99,7 @@ def study_span(run_dir: Path) -> float:
     import optuna
     from optuna.trial import TrialState
 
-    from dots.search.study.trials import open_storage
+    from dots.search.study.storage import open_storage
 
     storage = open_storage(None, run_dir)
     (summary,) = optuna.get_all_study_summaries(storage)

@@ -15,9 +15,11 @@ from pathlib import Path
 import torch
 from harness.floors import GB, memory_gbps, read_seconds, traffic_floor_s
 from harness.memory import proc_gib
+from harness.timing import swap_seconds
 from swap_model import lambdas, make_engine
 
 from dots.io.checkpoint import Checkpoint
+from dots.runtime.timing import DeviceTimer
 from dots.vectors.residency import tau_bytes_per_form
 
 FORMS = ("dense", "sparse", "index", "bitmask")
@@ -68,22 +70,22 @@ def classes_of_synthesis(tv, lams, forms) -> dict[str, dict[str, float]]:
     (attention, mlp, embed_head, norm): medians over λ of `combine_into` per tensor, summed."""
     from dots.io.modules import module_group
     from dots.vectors import ResidentSynthesizer
-    from dots.vectors.synth import combine_into, new_scratch
+    from dots.vectors.synth import combine_into
 
     out: dict[str, dict[str, float]] = {}
     for form in forms:
         rs = ResidentSynthesizer(tv, device="cpu", form=form)
         targets = {n: torch.empty_like(rs.theta0[n]) for n in rs.taus}
-        scratch = new_scratch(rs.device, max(t.numel() for t in targets.values()))
+        scratch, fused = rs._scratch, rs._fused  # the swap's own buffers and compiled pass (if any)
         per: dict[str, list[float]] = {}
         for lam in lams:
             spent: dict[str, float] = {}
             for name in rs.taus:
                 taus = [(rs.taus[name][k], v) for k, v in lam.items() if v != 0.0]
-                t = time.perf_counter()
-                combine_into(targets[name], rs.theta0[name], taus, scratch)
+                with DeviceTimer(rs.device) as timer:
+                    combine_into(targets[name], rs.theta0[name], taus, scratch, fused)
                 group = module_group(name)
-                spent[group] = spent.get(group, 0.0) + time.perf_counter() - t
+                spent[group] = spent.get(group, 0.0) + timer.seconds
             for group, seconds in spent.items():
                 per.setdefault(group, []).append(seconds)
         out[form] = {g: statistics.median(v) for g, v in per.items()}
@@ -132,9 +134,7 @@ def measure_forms(kind: str, base: Path, tv, lams, args) -> list[dict]:
                 engine.swap_coefficients(lam)
             times, split = [], []
             for lam in lams:
-                t = time.perf_counter()
-                engine.swap_coefficients(lam)
-                times.append(time.perf_counter() - t)
+                times.append(swap_seconds(engine, lam))
                 if kind == "vllm":  # the worker's own split: writing the parameters, post-load processing
                     split.append(engine.resident_info()[0].get("last_swap", {}))
             row = {"engine": kind, "form": form, "swap": times, "held": held}

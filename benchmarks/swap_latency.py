@@ -69,6 +69,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.checkpoints import SHAPES  # noqa: E402
+from harness.timing import timed_each  # noqa: E402
 from swap_floors import FORMS, floors, forms_table  # noqa: E402
 from swap_model import QWEN_05B, build, lambdas  # noqa: E402
 from swap_restart import measure_engine, measure_tp2, modes  # noqa: E402
@@ -81,15 +82,12 @@ def measure_synthesis(tv, lams, device: str, resident: bool = False) -> list[flo
     from dots.vectors.synth import ResidentSynthesizer, synthesize
 
     make = ResidentSynthesizer(tv, device=device) if resident else (lambda lam: synthesize(tv, lam, device=device))
-    times = []
-    for lam in lams:
-        t = time.perf_counter()
+
+    def drain(lam: dict[str, float]) -> None:
         for _, tensor in make(lam):
             del tensor
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return times
+
+    return timed_each(drain, lams, device=device)
 
 
 def main() -> None:

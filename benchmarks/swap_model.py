@@ -15,6 +15,7 @@ from harness.tokenizer import write_tokenizer
 
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
+from dots.options.engine import EngineOptions
 
 PROMPT = "Question: what is 12 + 30? Answer:"
 QWEN_05B = SHAPES["qwen2-0.5b-depth"]  # Qwen2.5-0.5B's widths, tied embeddings; the depth is --layers
@@ -81,17 +82,21 @@ def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "
 
         return VLLMEngine(
             model,
+            EngineOptions(
+                dtype="bfloat16",
+                max_model_len=512,
+                synth_cache=synth_cache,
+                resident_form=resident_form,
+                enforce_eager=args.enforce_eager,
+                gpu_memory_utilization=args.memory_utilization,
+            ),
             task_vectors=tv,
-            dtype="bfloat16",
-            max_model_len=512,
-            synth_cache=synth_cache,
-            resident_form=resident_form,
-            enforce_eager=args.enforce_eager,
-            gpu_memory_utilization=args.memory_utilization,
         )
     from dots.engines.hf import HFEngine
 
-    return HFEngine(model, task_vectors=tv, dtype="bfloat16", synth_cache=synth_cache, resident_form=resident_form)
+    return HFEngine(
+        model, EngineOptions(dtype="bfloat16", synth_cache=synth_cache, resident_form=resident_form), task_vectors=tv
+    )
 
 
 def greedy(engine) -> str:

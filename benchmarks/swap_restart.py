@@ -8,7 +8,10 @@ import gc
 import time
 from pathlib import Path
 
+from harness.timing import swap_seconds
 from swap_model import greedy, lambdas, make_engine, save_merged
+
+from dots.options.engine import EngineOptions
 
 
 def modes(kind: str) -> list[str]:
@@ -41,14 +44,10 @@ def measure_engine(kind: str, base: Path, tv, lams, workdir: Path, args) -> dict
         if cache == "disk":
             engine.set_task_vectors(tv, synth_cache="disk")  # frees the resident copy
         for lam in lambdas(args.warmup, seed=1):  # first touches of fresh buffers: once per run, not per trial
-            t = time.perf_counter()
-            engine.swap_coefficients(lam)
-            out[f"warmup_{cache}"].append(time.perf_counter() - t)
+            out[f"warmup_{cache}"].append(swap_seconds(engine, lam))
             print(f"[{kind}] warm-up swap ({cache}) {lam}: {out[f'warmup_{cache}'][-1]:.3f} s", flush=True)
         for i, lam in enumerate(lams):
-            t = time.perf_counter()
-            engine.swap_coefficients(lam)
-            out[f"swap_{cache}"].append(time.perf_counter() - t)
+            out[f"swap_{cache}"].append(swap_seconds(engine, lam))
             text = greedy(engine)
             if cache == "memory":
                 swapped.append(text)
@@ -88,13 +87,15 @@ def measure_tp2(base: Path, tv, lams, expected: list[str], args) -> dict:
     t = time.perf_counter()
     engine = VLLMEngine(
         base,
+        EngineOptions(
+            dtype="bfloat16",
+            max_model_len=512,
+            synth_cache="memory",
+            tensor_parallel_size=2,
+            enforce_eager=args.enforce_eager,
+            gpu_memory_utilization=args.memory_utilization,
+        ),
         task_vectors=tv,
-        dtype="bfloat16",
-        max_model_len=512,
-        synth_cache="memory",
-        tensor_parallel_size=2,
-        enforce_eager=args.enforce_eager,
-        gpu_memory_utilization=args.memory_utilization,
     )
     out: dict = {"startup": time.perf_counter() - t, "resident": engine.resident_info(), "swap": [], "match": []}
     print(f"[vllm TP=2] resident: {out['resident']}", flush=True)
@@ -102,9 +103,7 @@ def measure_tp2(base: Path, tv, lams, expected: list[str], args) -> dict:
         for lam in lambdas(args.warmup, seed=1):
             engine.swap_coefficients(lam)
         for lam, want in zip(lams, expected):
-            t = time.perf_counter()
-            engine.swap_coefficients(lam)
-            out["swap"].append(time.perf_counter() - t)
+            out["swap"].append(swap_seconds(engine, lam))
             out["match"].append(greedy(engine) == want)
             print(f"[vllm TP=2] swap {lam}: {out['swap'][-1]:.3f} s, output == TP=1: {out['match'][-1]}", flush=True)
     finally:

@@ -53,16 +53,15 @@ def write_seconds(path: Path, nbytes: int, sync: bool) -> float:
 
 @contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run the block on `threads` torch threads (None: as it is), restoring the count after."""
-    import torch
+    """Run the block on `threads` torch threads (None: as it is), restoring the count after
+    (`dots.lab.build.torch_threads`)."""
+    from dots.lab.build import torch_threads as on_threads
 
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(int(threads))
-    try:
+    if threads is None:
         yield
-    finally:
-        torch.set_num_threads(before)
+        return
+    with on_threads(threads):
+        yield
 
 
 def memory_gbps(runs: int, threads: int | None = None) -> float:

@@ -7,7 +7,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -32,19 +31,31 @@ def parse_time_v(text: str) -> tuple[float, float]:
     return seconds, int(rss.group(1)) / 2**20
 
 
-def seconds(call: Callable[[], object]) -> float:
-    """Wall seconds of one call (the host clock: a device's queued work is not waited for)."""
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
+def seconds(call: Callable[[], object], device: Any = None) -> float:
+    """Seconds of one call, from `device` idle to its work done (`dots.runtime.timing.DeviceTimer`:
+    on CUDA it synchronizes at both ends; None or the CPU: the host clock alone)."""
+    from dots.runtime.timing import DeviceTimer
+
+    with DeviceTimer(device) as timer:
+        call()
+    return timer.seconds
 
 
-def timed_each(call: Callable[[Any], object], items: Sequence[Any], warmup: Sequence[Any] = ()) -> list[float]:
-    """Seconds of `call(item)` for each item, after an untimed `call(w)` for each of `warmup` (first
-    touches of fresh buffers, the file cache: paid once per run, not per call)."""
+def swap_seconds(engine: Any, coefficients: dict[str, float]) -> float:
+    """Seconds of `engine.swap_coefficients(coefficients)` until the engine's device has finished it."""
+    from dots.runtime.timing import device_of
+
+    return seconds(lambda: engine.swap_coefficients(coefficients), device_of(engine))
+
+
+def timed_each(
+    call: Callable[[Any], object], items: Sequence[Any], warmup: Sequence[Any] = (), device: Any = None
+) -> list[float]:
+    """Seconds of `call(item)` on `device` (see `seconds`) for each item, after an untimed `call(w)`
+    for each of `warmup` (first touches of fresh buffers, the file cache: paid once per run, not per call)."""
     for item in warmup:
         call(item)
-    return [seconds(lambda item=item: call(item)) for item in items]
+    return [seconds(lambda item=item: call(item), device) for item in items]
 
 
 def median_or(values: Sequence[float], fmt: str = "{:.3f}", empty: str = "—") -> str:
