@@ -232,6 +232,38 @@ def snapshot(*roots: Path) -> dict[str, tuple]:
     return out
 
 
+def isolated_env(work: Path) -> dict[str, str]:
+    """The environment of a command under test: outputs and caches under `work`, offline, this
+    checkout's dots first."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DOTS_CACHE", "HF_HUB_CACHE", "TRANSFORMERS_CACHE")}
+    env.update(
+        DOTS_OUTPUTS=str(work / "outputs"),
+        HF_HOME=str(work / "hf"),
+        XDG_CACHE_HOME=str(work / "xdg"),
+        DOTS_PROGRESS="0",
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+    )
+    return env
+
+
+def assert_refused(args: list[str], work: Path, env: dict[str, str], roots: list[Path], message: str) -> None:
+    """`python -m args…` exits 2 with one `error:` line matching `message`, no traceback, and
+    nothing under `roots` created, changed or removed."""
+    before = snapshot(*roots)
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    after = snapshot(*roots)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert re.search(message, lines[0]), lines[0]
+    created = sorted(set(after) - set(before))
+    changed = sorted(p for p in before if p in after and before[p] != after[p])
+    removed = sorted(set(before) - set(after))
+    assert not created and not changed and not removed, (created, changed, removed)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, inputs, readonly_dir, tmp_path):
     if case in NEEDS:
@@ -244,24 +276,4 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, inputs, readonly_
     work = tmp_path / "work"
     work.mkdir()
     args = make_args(inputs, work)
-    env = {k: v for k, v in os.environ.items() if k not in ("DOTS_CACHE", "HF_HUB_CACHE", "TRANSFORMERS_CACHE")}
-    env.update(
-        DOTS_OUTPUTS=str(work / "outputs"),
-        HF_HOME=str(work / "hf"),
-        XDG_CACHE_HOME=str(work / "xdg"),
-        DOTS_PROGRESS="0",
-        HF_HUB_OFFLINE="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-    )
-    before = snapshot(tmp_path, inputs["root"])
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=work, env=env, capture_output=True, text=True, timeout=300)
-    after = snapshot(tmp_path, inputs["root"])
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    assert re.search(message, lines[0]), lines[0]
-    created = sorted(set(after) - set(before))
-    changed = sorted(p for p in before if p in after and before[p] != after[p])
-    removed = sorted(set(before) - set(after))
-    assert not created and not changed and not removed, (created, changed, removed)
+    assert_refused(args, work, isolated_env(work), [tmp_path, inputs["root"]], message)

@@ -21,8 +21,8 @@ from typing import Callable
 
 import pytest
 import torch
-from helpers import REPO, compose, overrides
-from test_bad_inputs import evaluate, merge, search, snapshot
+from helpers import compose, overrides
+from test_bad_inputs import assert_refused, evaluate, isolated_env, merge, search
 
 from dots.errors import DotsError
 from dots.io.destination import RECORD, claim, read_record
@@ -185,38 +185,14 @@ def _command(args: list[str], m: dict, env: dict) -> list[str]:
     return kept
 
 
-def _env(work: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DOTS_CACHE", "HF_HUB_CACHE", "TRANSFORMERS_CACHE")}
-    env.update(
-        DOTS_OUTPUTS=str(work / "outputs"),
-        HF_HOME=str(work / "hf"),
-        XDG_CACHE_HOME=str(work / "xdg"),
-        DOTS_PROGRESS="0",
-        HF_HUB_OFFLINE="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-    )
-    return env
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_contradiction_is_one_line_exit_2_before_any_write(case, inputs, tmp_path):
     make_args, message = CASES[case]
     work = tmp_path / "work"
     work.mkdir()
-    env = _env(work)
+    env = isolated_env(work)
     args = _command(make_args(inputs, work), inputs, env)
-    before = snapshot(tmp_path, inputs["root"])
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=work, env=env, capture_output=True, text=True, timeout=300)
-    after = snapshot(tmp_path, inputs["root"])
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    assert re.search(message, lines[0]), lines[0]
-    created = sorted(set(after) - set(before))
-    changed = sorted(p for p in before if p in after and before[p] != after[p])
-    removed = sorted(set(before) - set(after))
-    assert not created and not changed and not removed, (created, changed, removed)
+    assert_refused(args, work, env, [tmp_path, inputs["root"]], message)
 
 
 @pytest.mark.parametrize(
@@ -230,7 +206,9 @@ def test_an_odd_source_merges_with_one_warning_line(sources, odd, inputs, tmp_pa
     work = tmp_path / "work"
     work.mkdir()
     args = merge(inputs, work, "method=task_arithmetic", sources=sources)
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=work, env=_env(work), capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", *args], cwd=work, env=isolated_env(work), capture_output=True, text=True
+    )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("warning: ") and re.search(odd, lines[0]), proc.stderr
