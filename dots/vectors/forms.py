@@ -41,7 +41,7 @@ def check_resident_form(value: str) -> str:
     """`engine.resident_form`: auto (the memory plan picks the fastest that fits), or one of
     dense, sparse, index, bitmask held whatever it costs (checked by the plan: too large → one line)."""
     if value not in RESIDENT_FORMS:
-        raise DotsError(f"resident_form must be one of {', '.join(RESIDENT_FORMS)}, got {value!r}")
+        raise DotsError(f"engine.resident_form must be one of {', '.join(RESIDENT_FORMS)}, got {value!r}")
     return value
 
 

@@ -121,7 +121,7 @@ def check_synth_cache(value: str) -> str:
     disk — decided by the search's memory plan before the engine starts (`dots.plan`),
     or by the engine from its device's free memory when it gets its task vectors."""
     if value not in SYNTH_CACHES:
-        raise DotsError(f"synth_cache must be one of {SYNTH_CACHES}, got {value!r}")
+        raise DotsError(f"engine.synth_cache must be one of {', '.join(SYNTH_CACHES)}, got {value!r}")
     return value
 
 

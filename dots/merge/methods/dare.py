@@ -30,7 +30,7 @@ class DareOptions:
 
     def __post_init__(self) -> None:
         check_probability(self.p)
-        check_choice(self.combine, COMBINES, "dare combine")
+        check_choice(self.combine, COMBINES, "method.combine")
 
 
 @merge_method("dare", DareOptions, blockwise=True, summary="random drop p, rescale 1/(1-p), combine linear|ties")

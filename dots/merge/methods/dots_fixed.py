@@ -32,7 +32,12 @@ class DotsFixedOptions:
     rescale: str = "global"
 
     def __post_init__(self) -> None:
-        self.sparsify()  # validates (DotsError on bad values)
+        from dots.checks import check_choice, check_density
+        from dots.vectors.sparsify import RESCALES, SCOPES
+
+        check_density(self.density, "method.density")  # the option's own name in each error
+        check_choice(self.scope, SCOPES, "method.scope")
+        check_choice(self.rescale, RESCALES, "method.rescale")
 
     def sparsify(self):
         from dots.vectors.sparsify import SparsifyConfig

@@ -49,7 +49,7 @@ class RamOptions:
     scope: str = "global"
 
     def __post_init__(self) -> None:
-        check_choice(self.scope, SCOPES, "ram scope")
+        check_choice(self.scope, SCOPES, "method.scope")
         for key in ("epsilon", "r", "alpha"):
             number_in(getattr(self, key), f"method.{key}", 0.0, math.inf, high_open=True)
 
