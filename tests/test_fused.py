@@ -6,7 +6,6 @@ import torch
 
 import dots.vectors.synth
 from dots.io.checkpoint import Checkpoint
-from dots.testing import make_finetuned, make_tiny_model
 from dots.vectors.cache import build_task_vectors
 from dots.vectors.forms import BY_SPEED
 from dots.vectors.fused import FusedCombine
@@ -17,13 +16,13 @@ LAMBDAS = ({"sft": 0.79, "rl": 1.82}, {"sft": 0.0, "rl": -0.5}, {"sft": 1.3, "rl
 
 
 @pytest.fixture(scope="module")
-def tv(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fused")
-    make_tiny_model(d / "base", dtype=torch.bfloat16)
-    make_finetuned(d / "base", d / "sft", seed=1, scale=0.05)
-    make_finetuned(d / "base", d / "rl", seed=2, scale=0.005, density=0.2)
-    sources = {"sft": Checkpoint(d / "sft"), "rl": Checkpoint(d / "rl")}
-    return build_task_vectors(Checkpoint(d / "base"), sources, SparsifyConfig(density=0.3), d / "cache")
+def tv(checkpoints, tmp_path_factory):
+    family = checkpoints(
+        {"dtype": torch.bfloat16}, sft={"seed": 1, "scale": 0.05}, rl={"seed": 2, "scale": 0.005, "density": 0.2}
+    )
+    sources = {k: Checkpoint(v) for k, v in family.sources.items()}
+    cache = tmp_path_factory.mktemp("fused") / "cache"
+    return build_task_vectors(Checkpoint(family.base), sources, SparsifyConfig(density=0.3), cache)
 
 
 def raw(t: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,6 @@ from dots.errors import DotsError
 from dots.io.destination import RECORD, claim, read_record
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
-from dots.testing import make_finetuned, make_tiny_model
 
 
 def _edit_config(model: Path, **fields: object) -> Path:
@@ -38,15 +37,19 @@ def _edit_config(model: Path, **fields: object) -> Path:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> dict[str, Path]:
-    """Checkpoints whose files contradict each other, a symbolic link loop, a .bin checkpoint."""
+def inputs(checkpoints, tmp_path_factory) -> dict[str, Path]:
+    """Checkpoints whose files contradict each other, a symbolic link loop, a .bin checkpoint (the
+    shared models copied in: the snapshot covers them, and some are edited)."""
     root = tmp_path_factory.mktemp("inputs_checked")
-    base = make_tiny_model(root / "base", dtype=torch.bfloat16)
-    m = {"root": root, "base": base, "sft": make_finetuned(base, root / "sft", seed=1, scale=0.02)}
-    m["rlvr"] = make_finetuned(base, root / "rlvr", seed=2, scale=0.01, density=0.3)
+    family = checkpoints(
+        {"dtype": torch.bfloat16}, sft={"seed": 1, "scale": 0.02}, rlvr={"seed": 2, "scale": 0.01, "density": 0.3}
+    )
+    base = shutil.copytree(family.base, root / "base")
+    m = {"root": root, "base": base, "sft": shutil.copytree(family.sources["sft"], root / "sft")}
+    m["rlvr"] = shutil.copytree(family.sources["rlvr"], root / "rlvr")
     m["base_copy"] = shutil.copytree(base, root / "base_copy")
     m["sft_copy"] = shutil.copytree(m["sft"], root / "sft_copy")
-    llama = make_tiny_model(root / "llama", arch="llama", dtype=torch.bfloat16)
+    llama = checkpoints({"arch": "llama", "dtype": torch.bfloat16}).base
     m["llama_config"] = shutil.copytree(m["sft"], root / "llama_config")  # Qwen2 weights (biases)
     shutil.copy(llama / "config.json", m["llama_config"] / "config.json")
     m["hidden"] = _edit_config(shutil.copytree(m["sft"], root / "hidden"), hidden_size=128)
