@@ -219,7 +219,7 @@ def merge_args(tiny) -> list[str]:
 
 @pytest.mark.parametrize("case", ["merge_output_dot", "merge_output_holding_inputs", "search_export_dir_of_models"])
 def test_the_issues_reproductions_through_the_cli(case, tiny, world):
-    root = tiny[0]
+    root = tiny[1].parent  # the directory holding the models (the session's shared family)
     if case == "merge_output_dot":
         module, args, cwd, named = (
             "dots.merge",

@@ -155,11 +155,12 @@ def test_sampling(engine):
 SERVE_UNTIL_TERMINATED = """
 import sys
 from dots.engines.vllm.engine import VLLMEngine
+from dots.options.engine import EngineOptions
 from dots.runtime.signals import exit_on_sigterm
 
 if __name__ == "__main__":
     exit_on_sigterm()  # what dots.search and dots.evaluate install
-    engine = VLLMEngine(sys.argv[1], **ENGINE_ARGS)
+    engine = VLLMEngine(sys.argv[1], EngineOptions(**ENGINE_ARGS))
     try:
         print("engine-core", engine.worker_info()[0]["pid"], flush=True)
         while True:

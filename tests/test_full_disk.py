@@ -123,11 +123,12 @@ def test_cache_filling_up_mid_build_is_one_line_and_nothing_kept(tiny, tmp_path,
     and neither the entry nor its temporary directory stays."""
     from dots.io.checkpoint import Checkpoint
     from dots.vectors import cache as cache_module
+    from dots.vectors import entry as entry_module
 
     root, base, srcs, _ = tiny
     first, _second = _entry_kib(tiny, tmp_path)
     disk = small_disk(first // 2)
-    monkeypatch.setattr(cache_module, "check_free_space", lambda out_dir, nbytes: None)
+    monkeypatch.setattr(entry_module, "check_free_space", lambda out_dir, nbytes: None)  # (the entry's writer)
     with pytest.raises(DotsError, match=r"cannot write .*: No space left on device \(no space left"):
         cache_module.build_task_vectors(Checkpoint(base), {"sft": Checkpoint(srcs["sft"])}, cache_root=disk)
     # no entry and no temporary directory; the cache's own record (`dots.io.destination`) stays

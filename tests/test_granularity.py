@@ -338,7 +338,10 @@ def test_lab_search_per_module_group_to_its_export(tmp_path):
 
     base = Checkpoint(str(cfg.backbone.base))
     tv = build_task_vectors(
-        base, {k: Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()}, SparsifyConfig(), tmp_path / "cache"
+        base,
+        {k: Checkpoint(str(v)) for k, v in cfg.backbone.sources.items()},
+        SparsifyConfig(),
+        tmp_path / "cache" / "taskvec",  # cache_dir is the cache root: τ̃ under taskvec/
     )
     exported = Checkpoint(run_dir / "model")
     expected = synthesize_dict(tv, lam)

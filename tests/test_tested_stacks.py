@@ -16,11 +16,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from helpers import require_vllm
 
 from dots.doctor import checks
 from dots.doctor.checks import inside, passing_stacks, version_row
 from dots.engines.vllm import compat
-from dots.engines.vllm.env import stderr_into, vllm_available
+from dots.engines.vllm.env import stderr_into
 
 REPO = Path(__file__).resolve().parent.parent
 CONSTRAINTS = sorted((REPO / "constraints").glob("*.txt"))
@@ -129,9 +130,9 @@ log_to_file(Path(sys.argv[2])) if sys.argv[1] == "file" else log_to_terminal()
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not vllm_available(), reason="vLLM is not importable")
 @pytest.mark.parametrize("where", ["file", "terminal"])
 def test_vllm_import_time_lines_go_where_engine_log_says(tmp_path, where):
+    require_vllm()
     log = tmp_path / "vllm.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")} | {"PYTHONPATH": str(REPO)}
     proc = subprocess.run(

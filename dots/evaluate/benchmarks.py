@@ -203,7 +203,7 @@ def load_problems(bench: Benchmark) -> list[Query]:
             "answer_key": data.get("answer_key", "answer"),
             "source_key": data.get("source_key", "source"),
         }
-        problems = records_to_queries(records, cols, bench.name) if records else []
+        problems = records_to_queries(records, cols, bench.name, "data") if records else []
     else:
         problems = choice_problems(
             read_records(data, f"benchmark {bench.name}", "test"), data, bench.name, int(bench.seed)

@@ -83,19 +83,20 @@ class Records(list):
         self.where = where
 
 
-def _text_key(cfg: Any, key: str, default: str, origin: str) -> str:
+def _text_key(cfg: Any, key: str, default: str, origin: str, section: str) -> str:
     value = _cfg_get(cfg, key, default)
     if not isinstance(value, str) or not value:
-        raise DotsError(f"{origin}: {key} must be a column name (text), got {value!r}")
+        raise DotsError(f"{origin}: {section}.{key} must be a column name (text), got {value!r}")
     return value
 
 
-def records_to_queries(records: Sequence[Mapping], cfg: Any, origin: str) -> list[Query]:
+def records_to_queries(records: Sequence[Mapping], cfg: Any, origin: str, section: str = "pool") -> list[Query]:
     """Queries of raw records: the question under `question_key` (text, or verl's chat
-    messages), the gold under `answer_key`; a record without a question names itself."""
-    q_key = _text_key(cfg, "question_key", "prompt", origin)
-    a_key = _text_key(cfg, "answer_key", "reward_model.ground_truth", origin)
-    s_key = _text_key(cfg, "source_key", "data_source", origin)
+    messages), the gold under `answer_key`; a record without a question names itself. `section`:
+    where the keys are configured, as an error names them (`pool.question_key`)."""
+    q_key = _text_key(cfg, "question_key", "prompt", origin, section)
+    a_key = _text_key(cfg, "answer_key", "reward_model.ground_truth", origin, section)
+    s_key = _text_key(cfg, "source_key", "data_source", origin, section)
     where = getattr(records, "where", lambda i: f"{origin}: record {i}")
     out = []
     for i, rec in enumerate(records):

@@ -61,14 +61,15 @@ def import_vllm(module: str = "vllm") -> ModuleType:
 def _release_held(config: dict) -> None:
     """Apply the "vllm" logger's dictConfig, then hand it the lines held since vLLM's import."""
     global _held
-    logging.config.dictConfig(config)
-    if _held is not None:
-        vllm_log = logging.getLogger("vllm")
-        for record in _held.buffer:
-            vllm_log.handle(record)
-        _held.buffer.clear()
-        vllm_log.removeHandler(_held)
+    held: list[logging.LogRecord] = []
+    if _held is not None:  # taken out first: dictConfig closes the old handlers, and closing empties them
+        held = list(_held.buffer)
+        logging.getLogger("vllm").removeHandler(_held)
         _held = None
+    logging.config.dictConfig(config)
+    vllm_log = logging.getLogger("vllm")
+    for record in held:
+        vllm_log.handle(record)
 
 
 def vllm_available() -> bool:
