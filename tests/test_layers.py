@@ -1,5 +1,5 @@
 """The shape of `dots/`: layers imported downward only, no import cycle, at most 8 top-level
-modules, no module over 350 lines.
+modules, no module over 300 lines.
 
 Every module of dots/ is read with `ast` (nothing is imported); every `import` and
 `from … import` is an edge — at module level, inside functions and under TYPE_CHECKING
@@ -213,7 +213,7 @@ def test_the_omegaconf_reader_sees_function_level_imports(tmp_path):
     assert not imports_omegaconf(module)
 
 
-def test_no_module_over_350_lines(graph):
+def test_no_module_over_300_lines(graph):
     modules, _ = graph
     long = {n: c for n, p in modules.items() if (c := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
