@@ -16,6 +16,8 @@ from dots.paths import check_creatable
 if TYPE_CHECKING:
     import torch
 
+__all__ = ["torch_threads"]
+
 # torch / transformers are imported where training happens, so a cached call stays instant.
 
 

@@ -33,7 +33,7 @@ from dots.scoring.normalize import normalize, shape, to_latex
 from dots.scoring.numbers import numbers_equal, read_number
 from dots.scoring.worker import COMPARE_TIMEOUT_S, Helper
 
-__all__ = ["answers_equivalent", "equivalence_classes", "helper"]
+__all__ = ["answers_equivalent", "equivalence_classes", "helper", "verified_equal"]
 
 log = logging.getLogger(__name__)
 

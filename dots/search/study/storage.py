@@ -14,7 +14,7 @@ from dots.errors import DotsError
 from dots.options.search import SearchOptions
 from dots.search.study.samplers import build_sampler
 
-__all__ = ["sampler_seed"]
+__all__ = ["sampler_seed", "open_storage", "open_study"]
 
 
 def sampler_seed(seed: int, worker: int, n_existing: int) -> int:
