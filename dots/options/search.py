@@ -20,6 +20,7 @@ from dots.checks import check_choice, check_flag, positive_int, whole_number
 from dots.errors import DotsError
 from dots.options.compose import check_backbone_sources
 from dots.options.engine import EngineOptions, engine_options
+from dots.options.pick import PICKS, ConfirmOptions
 from dots.options.selection import SelectionConfig
 from dots.options.study import SamplerOptions, StudyOptions, sampler_options, study_options
 from dots.options.typed import from_section
@@ -40,7 +41,6 @@ __all__ = [
     "tracking_options",
 ]
 
-PICKS = ("max_consistency", "knee")  # the pick rules of dots.search.pick.pareto
 TRACKERS = ("none", "mlflow", "wandb")
 WANDB_MODES = (None, "online", "offline", "disabled")
 
@@ -112,6 +112,7 @@ class SearchOptions:
     search: StudyOptions
     sampler: SamplerOptions
     pick: str
+    confirm: ConfirmOptions
     export: ExportOptions
     tracking: TrackingOptions
     engine: EngineOptions
@@ -206,6 +207,11 @@ def search_options(cfg: DictConfig) -> SearchOptions:
     sparsify = from_section(SparsifyConfig, cfg.sparsify, "sparsify")
     selection = from_section(SelectionConfig, cfg.selection, "selection")
     pick = check_choice(cfg.pick, PICKS, "pick")
+    confirm = from_section(ConfirmOptions, cfg.get("confirm"), "confirm")
+    if pick == "agreement" and selection.strategy == "random":
+        raise DotsError(
+            "pick=agreement compares with the sources' answers, which selection.strategy=random does not draw"
+        )
     tracking = tracking_options(cfg.get("tracking"))
     engine = engine_options(cfg.engine)
     export = from_section(ExportOptions, cfg.export, "export")
@@ -222,6 +228,7 @@ def search_options(cfg: DictConfig) -> SearchOptions:
         search=search,
         sampler=sampler,
         pick=pick,
+        confirm=confirm,
         export=export,
         tracking=tracking,
         engine=engine,

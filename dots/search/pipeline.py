@@ -32,12 +32,15 @@ from dots.search.identity import resolve_run_dir, run_identity
 from dots.search.run import Run
 from dots.search.stages import Stage, run_stages
 from dots.search.steps import (
+    build_confirm,
     build_export,
     build_pick,
     build_push,
     build_selection,
     build_vectors,
+    confirms,
     export_dir,
+    load_confirm,
     load_pick,
     load_selected,
     run_trials,
@@ -71,6 +74,9 @@ def search_stages(run: Run) -> list[Stage]:
     if run.fixed:
         return stages
     pick_key = {**study_key, "pick": options.pick}
+    if confirms(options):  # (a key without confirm when it is off: earlier runs' picks stay done)
+        pick_key["confirm"] = options.config["confirm"]
+        stages.append(Stage("confirm", "confirm.json", lambda r: pick_key, build_confirm, load_confirm))
     stages.append(Stage("pick", "result.yaml", lambda r: pick_key, build_pick, load_pick))
     if options.export.enabled:
         export = {k: v for k, v in options.config["export"].items() if k != "overwrite"}  # not what it holds

@@ -22,6 +22,7 @@ class RunResults:
     task_vectors: TaskVectors | None = None
     selection: list[Query] | None = None
     study: Any = None  # optuna.Study
+    confirm: dict[str, Any] | None = None  # confirm.json's content (confirm.enabled)
     pick: dict[str, Any] | None = None  # result.yaml's content
     export: Path | None = None  # the exported model's directory
     push: bool | None = None  # pushed to the Hub

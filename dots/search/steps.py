@@ -4,6 +4,7 @@ the push. `dots.search.pipeline.search_stages` lists them with their inputs."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -133,13 +134,71 @@ def run_trials(run: Run) -> Any:
             stop=search.stop,
             told=run.tracking.callbacks(),
         )
-    finally:
+    except BaseException:
         run.engine.close()
+        raise
+    if not confirms(run.options) or run.fixed:  # (the confirmation scores on the same engine, unrestarted)
+        run.engine.close()  # the export's synthesis gets the memory
     return study
 
 
+def confirms(options: Any) -> bool:
+    """The confirmation stage runs: confirm.enabled, and a pick rule that ranks by consistency
+    (the knee trades C against PPL, so fresh C alone would not decide it)."""
+    return bool(options.confirm.enabled) and options.pick != "knee"
+
+
+def pick_context(run: Run) -> Any:
+    """What the pick rules read besides C and PPL: the selected ids, the sources' answers, the range."""
+    from dots.search.pick.diagnosis import source_answers
+    from dots.search.pick.rules import PickContext
+
+    record = run.run_dir / f"difficulty-{stable_hash(selection_inputs(run))}.jsonl"
+    return PickContext([q.id for q in run.selection], source_answers(record), run.options.search.answer_mode,
+                       run.bounds)  # fmt: skip
+
+
+def build_confirm(run: Run) -> dict:
+    """docs/method.md §5: the pick rule's top candidates scored again with fresh samples
+    (confirm.json), on the selection or on held-out pool queries."""
+    from dots.search.pick.confirm import confirm_candidates, confirm_options, confirmed_choice, held_out
+    from dots.search.pick.report import complete_points
+    from dots.search.pick.rules import rank
+
+    options, confirm = run.options, run.options.confirm
+    points = complete_points(run.results.study, run.sources, run.granularity)
+    candidates = rank(options.pick, points, pick_context(run))[: confirm.top]
+    ids = [q.id for q in run.selection]
+    if confirm.queries == "held_out":
+        ids = held_out([q.id for q in run.queries], ids, len(ids), options.seed)
+    scorer = Scorer(run.engine, [run.prompts[i] for i in ids], confirm_options(options.search, confirm), run.tokenizer)
+    key = stable_hash({"identity": run.identity, "confirm": options.config["confirm"], "pick": options.pick})
+    try:
+        rows = confirm_candidates(lambda lam, seed: scorer(lam, seed), candidates, options.seed, run.run_dir, key)
+    finally:
+        run.engine.close()  # the export's synthesis gets the memory
+    trials = run.results.study.get_trials(deepcopy=False)
+    study_tokens = sum(t.user_attrs.get("tokens_generated") or 0 for t in trials)
+    tokens = sum(r["tokens"] for r in rows)
+    result = {
+        "rule": options.pick, "top": confirm.top, "k": confirm.k, "queries": confirm.queries,
+        "n_queries": len(ids), "points": rows, "pick": confirmed_choice(rows)["trial"] if rows else None,
+        "tokens": tokens, "samples": sum(r["samples"] for r in rows), "study_tokens": study_tokens,
+        "share": tokens / study_tokens if study_tokens else None,
+    }  # fmt: skip
+    (run.run_dir / "confirm.json").write_text(json.dumps(result, indent=1))
+    share = f" ({result['share']:.0%} of the study's)" if result["share"] is not None else ""
+    log.info("confirmation: %d candidates, %d tokens%s", len(rows), tokens, share)
+    return result
+
+
+def load_confirm(run: Run) -> dict:
+    return json.loads((run.run_dir / "confirm.json").read_text())
+
+
 def build_pick(run: Run) -> dict:
-    """App. A.2: the Pareto front of complete trials and the configured pick."""
+    """App. A.2 and §5: the Pareto front of complete trials and the configured pick (on the
+    confirmation's estimates when it ran)."""
     from dots.search.pick.diagnosis import pick_warnings
     from dots.search.pick.report import pick_and_report
 
@@ -155,6 +214,8 @@ def build_pick(run: Run) -> dict:
         f"DoTS on {run.options.backbone.name}",
         run.granularity,
         lambda study, result: pick_warnings(study, result, selected, record, mode, low),
+        context=pick_context(run),
+        confirmation=getattr(run.results, "confirm", None),
     )
 
 

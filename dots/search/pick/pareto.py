@@ -22,6 +22,8 @@ class Point:
     consistency: float
     perplexity: float
     params: Coefficients  # λ per source, or per source and module group
+    answers: tuple[str | None, ...] | None = None  # each selected query's majority answer
+    per_query: tuple[float, ...] | None = None  # each selected query's consistency
 
 
 def pareto_front(points: Sequence[Point]) -> list[Point]:

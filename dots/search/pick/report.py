@@ -15,13 +15,16 @@ from typing import Any, Callable
 import yaml
 
 from dots.engines.canary import read_canary, summary
-from dots.search.pick.pareto import Point, pareto_front, pick, plot_front, write_trials_csv
+from dots.search.pick.confirm import confirmed_choice
+from dots.search.pick.landscape import plot_landscape
+from dots.search.pick.pareto import Point, pareto_front, plot_front, write_trials_csv
+from dots.search.pick.rules import PickContext, rank, uncertainty
 from dots.search.study.dashboard import attach_artifacts
 from dots.search.study.granularity import DEFAULT_GRANULARITY, coefficients_from_params, param_names
 from dots.search.study.pruning import PRUNED_BY, count_bound_pruned
 from dots.search.study.stopping import STOPPED
 
-__all__ = ["pick_and_report", "trial_rows"]
+__all__ = ["complete_points", "pick_and_report", "trial_rows"]
 
 
 def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANULARITY) -> list[dict]:
@@ -52,6 +55,27 @@ def trial_row(t: Any, names: list[str]) -> dict:
     return row
 
 
+def complete_points(study: Any, sources: list[str], granularity: str = DEFAULT_GRANULARITY) -> list[Point]:
+    """The study's complete trials as Points (λ, C, PPL, majority answers, per-query C)."""
+    from optuna.trial import TrialState
+
+    def attr(t: Any, name: str) -> tuple | None:
+        value = t.user_attrs.get(name)
+        return tuple(value) if value else None
+
+    return [
+        Point(
+            t.number,
+            t.values[0],
+            t.values[1],
+            coefficients_from_params(t.params, sources, granularity),
+            attr(t, "majority_answers"),
+            attr(t, "per_query_consistency"),
+        )  # fmt: skip
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    ]
+
+
 def pick_and_report(
     study: Any,
     sources: list[str],
@@ -60,25 +84,27 @@ def pick_and_report(
     title: str,
     granularity: str = DEFAULT_GRANULARITY,
     warnings: Callable[[Any, dict], list[str]] | None = None,
+    context: PickContext | None = None,
+    confirmation: dict | None = None,
 ) -> dict:
-    """The front of the complete trials and its pick by `rule`, written as result.yaml, trials.csv and
-    pareto.png (also attached to the study for optuna-dashboard); result.yaml's content."""
-    from optuna.trial import TrialState
-
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    points = [
-        Point(t.number, t.values[0], t.values[1], coefficients_from_params(t.params, sources, granularity))
-        for t in trials
-    ]
+    """The front of the complete trials and its pick by `rule` (or by the `confirmation` stage's
+    estimates, when it ran), written as result.yaml, trials.csv, pareto.png and landscape.png (also
+    attached to the study for optuna-dashboard); result.yaml's content."""
+    context = context or PickContext()
+    points = complete_points(study, sources, granularity)
     front = pareto_front(points)
-    chosen = pick(front, rule)
+    chosen = rank(rule, points, context)[0]
+    if confirmation and confirmation.get("points"):
+        chosen = next(p for p in points if p.number == confirmed_choice(confirmation["points"])["trial"])
     write_trials_csv(trial_rows(study, sources, granularity), run_dir / "trials.csv")
     plot_front(points, front, chosen, run_dir / "pareto.png", title)
+    plot_landscape(points, front, chosen, run_dir / "landscape.png", context.bounds, confirmation, title)
     result = {
         "trial": chosen.number,
         "pick": rule,
         "coefficients": copy.deepcopy(dict(chosen.params)),  # (no YAML aliases between per-group dicts)
         "objectives": {"consistency": chosen.consistency, "perplexity": chosen.perplexity},
+        "uncertainty": uncertainty(chosen, rule, points, context),
         "front": [
             {
                 "trial": p.number,
@@ -88,9 +114,17 @@ def pick_and_report(
             }
             for p in front
         ],
+        "range": list(context.bounds),
         "complete_trials": len(points),
         "pruned_trials": count_bound_pruned(study),
     }
+    if confirmation and confirmation.get("points"):
+        row = confirmed_choice(confirmation["points"])
+        result["uncertainty"] = {
+            "consistency": row["consistency"], "interval": list(row["interval"]), "from": "confirmation",
+            "queries": confirmation["n_queries"], "search": result["uncertainty"],
+        }  # fmt: skip
+        result["confirmation"] = {k: v for k, v in confirmation.items() if k != "key"}
     canary = summary(read_canary(run_dir))  # the engine's last swap canary (dots.engines.canary)
     if canary is not None:
         result["swap_canary"] = canary
@@ -100,5 +134,6 @@ def pick_and_report(
         result["warnings"] = warnings(study, result)
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
     study.set_user_attr("pick", {k: result[k] for k in ("trial", "pick", "coefficients", "objectives")})
-    attach_artifacts(study, run_dir, [run_dir / "pareto.png", run_dir / "result.yaml", run_dir / "trials.csv"])
+    figures = [run_dir / "pareto.png", run_dir / "landscape.png"]
+    attach_artifacts(study, run_dir, [*figures, run_dir / "result.yaml", run_dir / "trials.csv"])
     return result

@@ -1,0 +1,208 @@
+"""The λ landscape (landscape.png beside pareto.png): where the good merges are, and how sure the pick is.
+
+Every complete trial in λ space coloured by its consistency, the Pareto front ringed, the pick
+starred, and the confirmation's candidates with their 95% intervals. Two coordinates (two
+sources): a map, over the smoothed C (dots.search.pick.smoothing) as a shaded background; one:
+C against λ with the smoothed curve; three or four: a panel per pair; more (module granularity):
+the two leading principal directions of the trials' λ. Everything drawn is computed from
+trials.csv (and result.yaml's confirmation), so `python -m dots.search.pick.landscape RUN_DIR`
+draws the same picture again from those files.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from dots.search.pick.diagnosis import flat_coefficients
+from dots.search.pick.pareto import Point, pareto_front
+from dots.search.pick.smoothing import fit_smoother
+
+__all__ = ["Landscape", "landscape_figure", "landscape_from_run", "plot_landscape"]
+
+
+class Landscape:
+    """The picture's numbers: the trials' λ vectors (`names` their coordinates), C, which are on
+    the front, which is the pick, and the confirmation's rows (trial, C, interval)."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        lams: Sequence[Sequence[float]],
+        c: Sequence[float],
+        numbers: Sequence[int],
+        front: set[int],
+        pick: int | None,
+        bounds: tuple[float, float],
+        confirmed: Sequence[dict] = (),
+    ):
+        self.names, self.lams, self.c, self.numbers = list(names), [list(x) for x in lams], list(c), list(numbers)
+        self.front, self.pick, self.bounds, self.confirmed = front, pick, bounds, list(confirmed)
+
+    def smoother(self) -> Any:
+        return fit_smoother(self.lams, self.c, *self.bounds) if self.lams else None
+
+
+def coordinate_names(params: Any, prefix: str = "") -> list[str]:
+    names: list[str] = []
+    for key, value in params.items():
+        names += coordinate_names(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+    return names
+
+
+def plot_landscape(
+    points: Sequence[Point],
+    front: Sequence[Point],
+    chosen: Point,
+    path: Path,
+    bounds: tuple[float, float],
+    confirmation: dict | None = None,
+    title: str = "",
+) -> None:
+    """landscape.png of a search (see the module docstring)."""
+    import matplotlib.pyplot as plt
+
+    land = Landscape(
+        coordinate_names(dict(chosen.params)), [flat_coefficients(p.params) for p in points],
+        [p.consistency for p in points], [p.number for p in points], {p.number for p in front},
+        chosen.number, bounds, (confirmation or {}).get("points", ()),
+    )  # fmt: skip
+    fig = landscape_figure(land, title)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def landscape_figure(land: Landscape, title: str = "") -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dims = len(land.names)
+    pairs = list(itertools.combinations(range(dims), 2)) if 3 <= dims <= 4 else [(0, 1)]
+    fig, axes = plt.subplots(1, len(pairs), figsize=(5.6 * len(pairs) if dims != 1 else 6.4, 4.6), dpi=120)
+    axes = list(axes) if len(pairs) > 1 else [axes]
+    c_lo, c_hi = (min(land.c), max(land.c)) if land.c else (0.0, 1.0)
+    norm = matplotlib.colors.Normalize(vmin=c_lo, vmax=max(c_hi, c_lo + 1e-6))
+    for ax, (i, j) in zip(axes, pairs):
+        if dims == 1:
+            draw_curve(ax, land, norm)
+        else:
+            draw_map(ax, land, norm, (i, j) if dims <= 4 else None)
+    scatter = matplotlib.cm.ScalarMappable(norm=norm, cmap="viridis")
+    fig.colorbar(scatter, ax=axes, label="consistency C (higher is better)")
+    fig.suptitle(title or "where the good merges are: trials in λ space", fontsize=10)
+    return fig
+
+
+def principal(land: Landscape) -> tuple[list[list[float]], list[str]]:
+    """The trials' λ on their two leading principal directions (module granularity)."""
+    import numpy as np
+
+    x = np.asarray(land.lams, dtype=float)
+    centred = x - x.mean(axis=0)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    share = (s**2 / max(float((s**2).sum()), 1e-12))[:2]
+    xy = centred @ vt[:2].T
+    labels = [f"direction {k + 1} ({share[k]:.0%} of the λ variance)" for k in range(min(2, len(share)))]
+    return xy.tolist(), labels
+
+
+def draw_map(ax: Any, land: Landscape, norm: Any, pair: tuple[int, int] | None) -> None:
+    """Trials on two coordinates (or principal directions), the smoothed C behind them when the
+    two coordinates are all there is."""
+    import numpy as np
+
+    if pair is None:
+        xy, labels = principal(land)
+    else:
+        xy = [[x[pair[0]], x[pair[1]]] for x in land.lams]
+        labels = [f"λ {land.names[pair[0]]}", f"λ {land.names[pair[1]]}"]
+    if len(land.names) == 2 and len(land.lams) >= 3:
+        low, high = land.bounds
+        grid = np.linspace(low, high, 48)
+        surrogate = land.smoother()
+        z = [[surrogate.at([a, b])[0] for a in grid] for b in grid]
+        ax.contourf(grid, grid, z, levels=14, cmap="viridis", norm=norm, alpha=0.45)
+        pad = 0.03 * (high - low)
+        ax.set_xlim(low - pad, high + pad)
+        ax.set_ylim(low - pad, high + pad)
+    marks(ax, land, [p[0] for p in xy], [p[1] for p in xy], norm)
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1] if len(labels) > 1 else "")
+    if len(land.names) == 2:
+        for row in land.confirmed:
+            k = land.numbers.index(row["trial"]) if row["trial"] in land.numbers else None
+            if k is not None:
+                lo, hi = row["interval"]
+                ax.annotate(f"#{row['trial']}: {row['consistency']:.3f} [{lo:.3f}, {hi:.3f}]", tuple(xy[k]),
+                            xytext=(6, -10 - 9 * row["rank"]), textcoords="offset points", fontsize=7)  # fmt: skip
+
+
+def draw_curve(ax: Any, land: Landscape, norm: Any) -> None:
+    """One coordinate: C against λ, the smoothed curve, the confirmed candidates' intervals."""
+    import numpy as np
+
+    xs = [x[0] for x in land.lams]
+    if len(xs) >= 3:
+        grid = np.linspace(*land.bounds, 120)
+        surrogate = land.smoother()
+        ax.plot(grid, [surrogate.at([g])[0] for g in grid], color="gray", lw=1.2, label="smoothed C")
+    marks(ax, land, xs, land.c, norm)
+    for row in land.confirmed:
+        lo, hi = row["interval"]
+        x = flat_coefficients(row["coefficients"])[0]
+        ax.errorbar([x], [row["consistency"]], yerr=[[row["consistency"] - lo], [hi - row["consistency"]]],
+                    fmt="s", color="tab:orange", ms=4, capsize=3)  # fmt: skip
+    ax.set_xlabel(f"λ {land.names[0]}")
+    ax.set_ylabel("consistency C")
+
+
+def marks(ax: Any, land: Landscape, xs: Sequence[float], ys: Sequence[float], norm: Any) -> None:
+    """The trials (coloured by C), the front ringed, the pick starred, the confirmed squared."""
+    ax.scatter(xs, ys, c=land.c, cmap="viridis", norm=norm, s=26, edgecolors="black", linewidths=0.3, zorder=3,
+               clip_on=False)  # fmt: skip
+    on_front = [k for k, n in enumerate(land.numbers) if n in land.front]
+    ax.scatter([xs[k] for k in on_front], [ys[k] for k in on_front], s=90, facecolors="none",
+               edgecolors="tab:red", linewidths=1.3, zorder=4, label="Pareto front")  # fmt: skip
+    confirmed = {row["trial"] for row in land.confirmed}
+    shown = [k for k, n in enumerate(land.numbers) if n in confirmed]
+    if shown:
+        ax.scatter([xs[k] for k in shown], [ys[k] for k in shown], s=150, marker="s", facecolors="none",
+                   edgecolors="tab:orange", linewidths=1.2, zorder=4, label="confirmed (fresh samples)")  # fmt: skip
+    if land.pick in land.numbers:
+        k = land.numbers.index(land.pick)
+        ax.scatter([xs[k]], [ys[k]], marker="*", s=300, color="gold", edgecolor="black", zorder=5, label="pick")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def landscape_from_run(run_dir: Path) -> Landscape:
+    """The picture's numbers read back from a run's trials.csv and result.yaml."""
+    import yaml
+
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    with open(run_dir / "trials.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["state"] == "COMPLETE"]
+    names = [k for k in rows[0] if k.startswith("lambda_")] if rows else []
+    lams = [[float(r[k]) for k in names] for r in rows]
+    c = [float(r["consistency"]) for r in rows]
+    numbers = [int(r["number"]) for r in rows]
+    points = [Point(n, ci, float(r["perplexity"]), {}) for n, ci, r in zip(numbers, c, rows)]
+    front = {p.number for p in pareto_front(points)}
+    bounds = tuple(result.get("range") or (min(map(min, lams)), max(map(max, lams))))
+    confirmed = (result.get("confirmation") or {}).get("points", ())
+    return Landscape([n.removeprefix("lambda_") for n in names], lams, c, numbers, front, result["trial"],
+                     (float(bounds[0]), float(bounds[1])), confirmed)  # fmt: skip
+
+
+if __name__ == "__main__":  # python -m dots.search.pick.landscape RUN_DIR [OUT.png]
+    import matplotlib.pyplot as plt
+
+    run = Path(sys.argv[1])
+    figure = landscape_figure(landscape_from_run(run))
+    figure.savefig(sys.argv[2] if len(sys.argv) > 2 else run / "landscape.png")
+    plt.close(figure)

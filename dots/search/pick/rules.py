@@ -1,0 +1,127 @@
+"""The pick rules (docs/method.md §5): each ranks the candidates best first; the pick is the first,
+and the confirmation stage (dots.search.pick.confirm) re-scores the first few.
+
+- max_consistency (DoTS App. A.2): the highest C, ties → lower PPL, then the earlier trial (that
+  point is on the front); the rest of the complete trials follow in the same order, so the
+  confirmation also re-scores trials whose C was within noise of it but whose PPL kept them off
+  the front.
+- knee: the front by distance to the ideal (max C, min PPL) after min-max scaling.
+- agreement: the front by a(t) = mean_i a(t, source_i) ↓ — the share of selected queries where the
+  trial's majority answer is a source's (dots.search.pick.diagnosis.agreement) — then C ↓.
+- smoothed: every complete trial by the smoothed Ĉ ↓ (dots.search.pick.smoothing), then PPL ↑.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence
+
+from dots.errors import DotsError
+from dots.registry import Registry
+from dots.search.pick.diagnosis import agreement, flat_coefficients, same_answer
+from dots.search.pick.pareto import Point, pareto_front
+from dots.search.pick.smoothing import Smoothed, fit_smoother
+
+__all__ = ["PICK_RULES", "PickContext", "rank", "smoother_of", "uncertainty"]
+
+
+@dataclass(frozen=True)
+class PickContext:
+    """What rules other than C and PPL read: the selected query ids (in the order of a trial's
+    answers), the sources' majority answers from the selection, the answer mode, the λ range."""
+
+    selected: Sequence[str] = ()
+    sources: Mapping[str, Mapping[str, Optional[str]]] = field(default_factory=dict)
+    mode: str = "math"
+    bounds: tuple[float, float] = (0.5, 2.0)
+
+
+Rule = Callable[[Sequence[Point], PickContext], list[Point]]
+PICK_RULES: Registry[Rule] = Registry("pick rule")
+
+
+def by_consistency(p: Point) -> tuple:
+    return (-p.consistency, p.perplexity, p.number)
+
+
+@PICK_RULES.register("max_consistency")
+def max_consistency(points: Sequence[Point], context: PickContext) -> list[Point]:
+    return sorted(points, key=by_consistency)
+
+
+@PICK_RULES.register("knee")
+def knee(points: Sequence[Point], context: PickContext) -> list[Point]:
+    front = pareto_front(points)
+    cs = [p.consistency for p in front]
+    ps = [p.perplexity for p in front]
+    c_lo, c_hi, p_lo, p_hi = min(cs), max(cs), min(ps), max(ps)
+
+    def distance(p: Point) -> float:
+        dc = 0.0 if c_hi == c_lo else (c_hi - p.consistency) / (c_hi - c_lo)
+        dp = 0.0 if p_hi == p_lo else (p.perplexity - p_lo) / (p_hi - p_lo)
+        return math.hypot(dc, dp)
+
+    return sorted(front, key=lambda p: (distance(p), -p.consistency, p.number))
+
+
+def agreement_of(p: Point, context: PickContext) -> float:
+    """mean over sources of the share of selected queries where p's majority answer is the source's."""
+    if not p.answers or len(p.answers) != len(context.selected) or not context.sources:
+        return 0.0
+    mine = dict(zip(context.selected, p.answers))
+    same = same_answer(context.mode)
+    ids = [q for q in context.selected if all(q in s for s in context.sources.values())]
+    if not ids:
+        return 0.0
+    return sum(agreement(mine, s, ids, same) for s in context.sources.values()) / len(context.sources)
+
+
+@PICK_RULES.register("agreement")
+def agreement_rule(points: Sequence[Point], context: PickContext) -> list[Point]:
+    if not context.sources:
+        raise DotsError(
+            "pick=agreement needs the sources' answers from the selection (selection.strategy other than random)"
+        )
+    return sorted(pareto_front(points), key=lambda p: (-agreement_of(p, context), *by_consistency(p)))
+
+
+def smoother_of(points: Sequence[Point], context: PickContext) -> Smoothed:
+    """The smoothed C (dots.search.pick.smoothing) fitted to `points`."""
+    low, high = context.bounds
+    return fit_smoother([flat_coefficients(p.params) for p in points], [p.consistency for p in points], low, high)
+
+
+@PICK_RULES.register("smoothed")
+def smoothed(points: Sequence[Point], context: PickContext) -> list[Point]:
+    surrogate = smoother_of(points, context)
+    value = {p.number: surrogate.at(flat_coefficients(p.params))[0] for p in points}
+    return sorted(points, key=lambda p: (-value[p.number], p.perplexity, p.number))
+
+
+def rank(rule: str, points: Sequence[Point], context: PickContext | None = None) -> list[Point]:
+    """The candidates of `rule` among the complete trials `points`, best first."""
+    if not points:
+        raise DotsError("no complete trial to pick from")
+    return PICK_RULES.lookup(rule)(points, context or PickContext())
+
+
+def uncertainty(p: Point, rule: str, points: Sequence[Point], context: PickContext) -> dict:
+    """The pick's C with a 95% interval: over its queries (mean ± 1.96·sd/√n of the per-query
+    consistencies), and for `smoothed` the surrogate's Ĉ ± 1.96·se too."""
+    out: dict = {"consistency": p.consistency, "from": "search"}
+    values = list(p.per_query or ())
+    if len(values) > 1:
+        mean = sum(values) / len(values)
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        half = 1.96 * sd / math.sqrt(len(values))
+        out.update(interval=[mean - half, mean + half], queries=len(values))
+    if rule == "smoothed":
+        surrogate = smoother_of(points, context)
+        value, se = surrogate.at(flat_coefficients(p.params))
+        out["smoothed"] = {
+            "consistency": value,
+            "interval": [value - 1.96 * se, value + 1.96 * se],
+            "bandwidth": surrogate.bandwidth,
+        }
+    return out
