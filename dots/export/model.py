@@ -103,6 +103,8 @@ def export_model(
             "Decoupled test-time synthesis (DoTS): θ = θ0 + Σ λ_i τ̃_i with sparsified, "
             "norm-rescaled task vectors; λ chosen on the Pareto front of answer consistency and "
             f"perplexity over {len(selection)} unlabeled queries.\n\n![Pareto front](pareto.png)"
+            + ("\n\n![Trials in λ space](landscape.png)" if (run_dir / "landscape.png").is_file() else "")
+            + uncertainty_line(result.get("uncertainty"))
             + "".join(f"\n\n**Warning:** {w}" for w in result.get("warnings", []))
         ),
         results={
@@ -110,6 +112,7 @@ def export_model(
             "coefficients": coefficients,
             "objectives": result["objectives"],
             "complete_trials": result["complete_trials"],
+            **({"uncertainty": result["uncertainty"]} if result.get("uncertainty") else {}),
             **({"warnings": result["warnings"]} if result.get("warnings") else {}),
             "selection": {"size": len(selection), "strategy": str(config["selection"]["strategy"]), "ids": selection},
         },
@@ -124,8 +127,20 @@ def export_model(
         coefficients,
         alignment.output_config(config_from),
         card,
-        {"pareto.png": run_dir / "pareto.png"},
+        {name: run_dir / name for name in ("pareto.png", "landscape.png") if (run_dir / name).is_file()},
         device=export.device,
     )
     print(f"export: {out.path}")
     return out.path
+
+
+def uncertainty_line(uncertainty: dict | None) -> str:
+    """The card's sentence on how sure the pick is: its C with a 95% interval, and where it comes from."""
+    if not uncertainty or "interval" not in uncertainty:
+        return ""
+    lo, hi = uncertainty["interval"]
+    how = {"confirmation": "re-scored with fresh samples after the search", "search": "the search's own samples"}
+    return (
+        f"\n\nThe pick's consistency: {uncertainty['consistency']:.3f} (95% interval {lo:.3f}–{hi:.3f} over "
+        f"{uncertainty.get('queries', '?')} queries; {how.get(uncertainty.get('from', ''), '')})."
+    )

@@ -271,10 +271,19 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     coefficients = result["coefficients"]
     if run.granularity != "model":  # 4 λ per source: one readable line
         coefficients = format_coefficients(coefficients)
+    sure = result.get("uncertainty") or {}
+    confirmed = sure.get("from") == "confirmation"
+    interval = " 95% [{:.3f}, {:.3f}]".format(*sure["interval"]) if "interval" in sure else ""
     print(
-        f"pick ({options.pick}): trial {result['trial']} λ={coefficients} "
+        f"pick ({options.pick}{', confirmed' if confirmed else ''}): trial {result['trial']} λ={coefficients} "
         f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}"
+        + (f"; confirmed C={sure['consistency']:.4f}" if confirmed else "")
+        + interval
     )
+    if confirmed:
+        cost = result["confirmation"]
+        share = f", {cost['share']:.0%} of the study's" if cost.get("share") is not None else ""
+        print(f"confirmation: {len(cost['points'])} candidates re-scored, {cost['tokens']} tokens{share}")
     for warning in result.get("warnings", []):
         print(f"warning: {warning}")
     print(f"dashboard: {dashboard_command(options.search.storage, run.run_dir)}")

@@ -1,11 +1,13 @@
 """A smoothed consistency over λ space: each trial's C replaced by a kernel-weighted average of
 its neighbours' (docs/method.md §5), so that a pick rests on a region, not on one lucky estimate.
 
-Nadaraya–Watson regression with a Gaussian kernel on λ scaled to the search range:
-    x_i = (λ_i − low) / (high − low),   w_ij = exp(−‖x_i − x_j‖² / 2h²),
-    Ĉ(x) = Σ_j w_j(x) C_j / Σ_j w_j(x),
+Nadaraya–Watson regression with a Gaussian kernel on λ scaled to the search range, shrunk towards
+the mean of all trials C̄ by a prior weight κ (one pseudo-trial), so that a lone trial far from
+the others — nothing to average it with — does not keep its lucky estimate:
+    x_i = (λ_i − low) / (high − low),   w_j(x) = exp(−‖x − x_j‖² / 2h²),
+    Ĉ(x) = (Σ_j w_j(x) C_j + κ C̄) / (Σ_j w_j(x) + κ),
 with the bandwidth h chosen among BANDWIDTHS by leave-one-out squared error (the trial itself left
-out), and a standard error se(x) = σ̂ · √(Σ_j w_j(x)²) / Σ_j w_j(x), σ̂² the leave-one-out mean
+out), and a standard error se(x) = σ̂ · √(Σ_j w_j(x)²) / (Σ_j w_j(x) + κ), σ̂² the leave-one-out mean
 squared residual. The surrogate is fitted to the complete trials after the search, whatever
 sampler proposed them.
 """
@@ -19,6 +21,7 @@ from typing import Sequence
 __all__ = ["BANDWIDTHS", "Smoothed", "fit_smoother"]
 
 BANDWIDTHS = (0.04, 0.06, 0.09, 0.13, 0.18, 0.25, 0.35, 0.5)  # in units of the range's width
+PRIOR = 1.0  # κ: the weight of C̄, one trial's worth
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class Smoothed:
     sigma: float
     low: float
     high: float
+    prior: float = 0.0  # C̄
 
     def scale(self, lams: Sequence[float]) -> tuple[float, ...]:
         width = (self.high - self.low) or 1.0
@@ -38,7 +42,7 @@ class Smoothed:
 
     def at(self, lams: Sequence[float]) -> tuple[float, float]:
         """(Ĉ, se) at the λ vector `lams` (unscaled)."""
-        return estimate(self.x, self.c, self.scale(lams), self.bandwidth, self.sigma)
+        return estimate(self.x, self.c, self.scale(lams), self.bandwidth, self.sigma, self.prior)
 
 
 def weights(x: Sequence[Sequence[float]], at: Sequence[float], h: float, skip: int | None = None) -> list[float]:
@@ -49,26 +53,24 @@ def weights(x: Sequence[Sequence[float]], at: Sequence[float], h: float, skip: i
 
 
 def estimate(
-    x: Sequence[Sequence[float]], c: Sequence[float], at: Sequence[float], h: float, sigma: float
+    x: Sequence[Sequence[float]],
+    c: Sequence[float],
+    at: Sequence[float],
+    h: float,
+    sigma: float,
+    prior: float,
+    skip: int | None = None,
 ) -> tuple[float, float]:
-    w = weights(x, at, h)
-    total = sum(w)
-    if total <= 0.0:
-        return float("nan"), float("inf")
-    value = sum(wj * cj for wj, cj in zip(w, c)) / total
+    """(Ĉ, se) at the scaled point `at` (`skip`: a trial left out)."""
+    w = weights(x, at, h, skip)
+    total = sum(w) + PRIOR
+    value = (sum(wj * cj for wj, cj in zip(w, c)) + PRIOR * prior) / total
     return value, sigma * math.sqrt(sum(wj * wj for wj in w)) / total
 
 
-def loo_error(x: Sequence[Sequence[float]], c: Sequence[float], h: float) -> float:
-    """Mean squared leave-one-out residual of bandwidth h (inf where a trial has no neighbour)."""
-    err = 0.0
-    for i, xi in enumerate(x):
-        w = weights(x, xi, h, skip=i)
-        total = sum(w)
-        if total <= 1e-12:
-            return math.inf
-        err += (c[i] - sum(wj * cj for wj, cj in zip(w, c)) / total) ** 2
-    return err / len(x)
+def loo_error(x: Sequence[Sequence[float]], c: Sequence[float], h: float, prior: float) -> float:
+    """Mean squared leave-one-out residual of bandwidth h."""
+    return sum((c[i] - estimate(x, c, xi, h, 0.0, prior, skip=i)[0]) ** 2 for i, xi in enumerate(x)) / len(x)
 
 
 def fit_smoother(lams: Sequence[Sequence[float]], c: Sequence[float], low: float, high: float) -> Smoothed:
@@ -78,9 +80,9 @@ def fit_smoother(lams: Sequence[Sequence[float]], c: Sequence[float], low: float
     width = (high - low) or 1.0
     x = tuple(tuple((v - low) / width for v in row) for row in lams)
     cs = tuple(float(v) for v in c)
-    if len(x) < 3:  # no neighbours to cross-validate with: the narrowest kernel, the trials as they are
-        return Smoothed(x, cs, BANDWIDTHS[0], 0.0, low, high)
-    errors = {h: loo_error(x, cs, h) for h in BANDWIDTHS}
+    mean = sum(cs) / len(cs)
+    if len(x) < 3:  # too few to cross-validate: the narrowest kernel
+        return Smoothed(x, cs, BANDWIDTHS[0], 0.0, low, high, mean)
+    errors = {h: loo_error(x, cs, h, mean) for h in BANDWIDTHS}
     h = min(BANDWIDTHS, key=lambda b: (errors[b], b))
-    sigma = math.sqrt(errors[h]) if math.isfinite(errors[h]) else 0.0
-    return Smoothed(x, cs, h, sigma, low, high)
+    return Smoothed(x, cs, h, math.sqrt(errors[h]), low, high, mean)

@@ -9,7 +9,8 @@ from typing import Any, Protocol
 from dots.errors import DotsError
 
 MARKER = "pruned"  # logged for every trial (0 or 1): the trials a tracker holds are its steps
-FILES = ("config.yaml", "result.yaml", "trials.csv", "pareto.png", "fixed.csv")  # logged when present
+# logged when present
+FILES = ("config.yaml", "result.yaml", "trials.csv", "pareto.png", "landscape.png", "confirm.json", "fixed.csv")
 RECORDS = "tracking"  # <run_dir>/tracking/: the backends' run ids and what they logged
 
 

@@ -103,9 +103,10 @@ class WandbTracker:
         import wandb
 
         summary: dict[str, Any] = {**pick, "scored_trials": step}
-        plot = next((f for f in files if f.name == "pareto.png" and f.exists()), None)
-        if plot is not None:
-            summary["pareto"] = wandb.Image(str(plot))
+        for name in ("pareto", "landscape"):
+            plot = next((f for f in files if f.name == f"{name}.png" and f.exists()), None)
+            if plot is not None:
+                summary[name] = wandb.Image(str(plot))
         self.run.summary.update(summary)
         artifact = wandb.Artifact(re.sub(r"[^\w.-]", "_", f"dots-{self.run.name}"), type="dots-search")
         for path in files:
