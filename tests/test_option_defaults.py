@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from dots.options.compose import compose
 from dots.options.engine import EngineOptions
+from dots.options.pick import ConfirmOptions
 from dots.options.search import ExportOptions
 from dots.options.selection import SelectionConfig
 from dots.options.study import AdaptiveConfig, StopRule, StudyOptions
@@ -56,6 +57,7 @@ SEARCH = OmegaConf.load(CONF_DIR / "search.yaml")
         (SelectionConfig, "selection"),
         (SparsifyConfig, "sparsify"),
         (ExportOptions, "export"),
+        (ConfirmOptions, "confirm"),
     ],
 )
 def test_search_option_defaults_are_the_yamls(cls, section):

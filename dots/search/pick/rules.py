@@ -23,7 +23,7 @@ from dots.search.pick.diagnosis import agreement, flat_coefficients, same_answer
 from dots.search.pick.pareto import Point, pareto_front
 from dots.search.pick.smoothing import Smoothed, fit_smoother
 
-__all__ = ["PICK_RULES", "PickContext", "rank", "smoother_of", "uncertainty"]
+__all__ = ["PICK_RULES", "PickContext", "rank", "smoother_of", "uncertainty", "agreement_of"]
 
 
 @dataclass(frozen=True)

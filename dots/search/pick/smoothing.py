@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["BANDWIDTHS", "Smoothed", "fit_smoother"]
+__all__ = ["BANDWIDTHS", "Smoothed", "fit_smoother", "estimate"]
 
 BANDWIDTHS = (0.04, 0.06, 0.09, 0.13, 0.18, 0.25, 0.35, 0.5)  # in units of the range's width
 PRIOR = 1.0  # κ: the weight of C̄, one trial's worth
