@@ -60,9 +60,10 @@ def test_dashboard_serves_the_trials_the_pick_and_the_pareto_plot(lab_run):
         pick = next(json.loads(a["value"]) for a in detail["user_attrs"] if a["key"] == "pick")
         assert pick["trial"] == result["trial"] and pick["coefficients"] == result["coefficients"]
         artifacts = {a["filename"]: a["artifact_id"] for a in detail["artifacts"]}
-        assert {"pareto.png", "result.yaml", "trials.csv"} <= set(artifacts)
-        png = get(f"{base}/artifacts/{study['study_id']}/{artifacts['pareto.png']}")
-        assert png == (run_dir / "pareto.png").read_bytes() and png.startswith(b"\x89PNG")
+        assert {"pareto.png", "landscape.png", "result.yaml", "trials.csv"} <= set(artifacts)
+        for name in ("pareto.png", "landscape.png"):
+            png = get(f"{base}/artifacts/{study['study_id']}/{artifacts[name]}")
+            assert png == (run_dir / name).read_bytes() and png.startswith(b"\x89PNG")
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -154,8 +154,8 @@ def test_mlflow_run_holds_the_config_every_trial_the_pick_and_the_files(mlflow_r
         "lambda_rlvr": [(3, result["coefficients"]["rlvr"])],
     }
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "result.yaml", "trials.csv", "pareto.png"} <= names
-    for name in ("result.yaml", "pareto.png"):  # downloaded over HTTP: the run's own files
+    assert {"config.yaml", "result.yaml", "trials.csv", "pareto.png", "landscape.png"} <= names
+    for name in ("result.yaml", "pareto.png", "landscape.png"):  # downloaded over HTTP: the run's own files
         got = client.download_artifacts(run.info.run_id, name, str(tmp_path))
         assert Path(got).read_bytes() == (run_dir / name).read_bytes(), name
 
@@ -273,7 +273,10 @@ def test_wandb_offline_run_holds_every_trial_the_pick_and_the_files_and_a_resume
     assert summary["pareto/_type"] == "image-file"
     (png,) = run_dir.glob("wandb/offline-run-*/files/" + summary["pareto/path"])
     assert png.read_bytes() == (run_dir / "pareto.png").read_bytes()
-    assert logged["artifacts"] == [{"config.yaml", "result.yaml", "trials.csv", "pareto.png"}]
+    assert summary["landscape/_type"] == "image-file"
+    (png,) = run_dir.glob("wandb/offline-run-*/files/" + summary["landscape/path"])
+    assert png.read_bytes() == (run_dir / "landscape.png").read_bytes()
+    assert logged["artifacts"] == [{"config.yaml", "result.yaml", "trials.csv", "pareto.png", "landscape.png"}]
 
     done = search(run_dir, "tracking=wandb", "search.n_trials=4", env=wandb_env)  # resumed: the same W&B run
     assert done.returncode == 0, done.stderr[-3000:]

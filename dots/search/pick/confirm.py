@@ -22,7 +22,15 @@ from dots.options.pick import ConfirmOptions
 from dots.options.study import StudyOptions
 from dots.search.pick.pareto import Point
 
-__all__ = ["CONFIRM_SEED", "confirm_candidates", "confirm_options", "confirmed_choice", "held_out", "interval_of", "PARTIAL"]
+__all__ = [
+    "CONFIRM_SEED",
+    "confirm_candidates",
+    "confirm_options",
+    "confirmed_choice",
+    "held_out",
+    "interval_of",
+    "PARTIAL",
+]
 
 CONFIRM_SEED = 10_000_019  # candidate i samples with seed + CONFIRM_SEED + i: never a trial's seed
 PARTIAL = "confirm.partial.jsonl"

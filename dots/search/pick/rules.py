@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from dots.errors import DotsError
 from dots.registry import Registry
+from dots.search.pick.confirm import interval_of
 from dots.search.pick.diagnosis import agreement, flat_coefficients, same_answer
 from dots.search.pick.pareto import Point, pareto_front
 from dots.search.pick.smoothing import Smoothed, fit_smoother
@@ -110,12 +111,8 @@ def uncertainty(p: Point, rule: str, points: Sequence[Point], context: PickConte
     """The pick's C with a 95% interval: over its queries (mean ± 1.96·sd/√n of the per-query
     consistencies), and for `smoothed` the surrogate's Ĉ ± 1.96·se too."""
     out: dict = {"consistency": p.consistency, "from": "search"}
-    values = list(p.per_query or ())
-    if len(values) > 1:
-        mean = sum(values) / len(values)
-        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-        half = 1.96 * sd / math.sqrt(len(values))
-        out.update(interval=[mean - half, mean + half], queries=len(values))
+    if p.per_query:
+        out.update(interval=interval_of(p.per_query), queries=len(p.per_query))
     if rule == "smoothed":
         surrogate = smoother_of(points, context)
         value, se = surrogate.at(flat_coefficients(p.params))
