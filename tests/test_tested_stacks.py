@@ -67,9 +67,8 @@ def test_the_shipped_record_agrees_with_pyproject_compat_and_the_gpu_run():
     stacks = passing_stacks()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     floors = {r.split(">=")[0]: floor(r) for r in project["dependencies"] if ">=" in r}
-    # the floors pyproject claims are the lowest versions a passing run had; torch's floor (2.4,
-    # where 2.3 failed) has no complete run yet: the doctor's span starts at a tested torch above it
-    assert checks._version(checks.tested_span(stacks, "torch")[0]) >= checks._version(floors["torch"])
+    # the floors pyproject claims are the lowest versions a passing run had (torch 2.4: 2.3 failed)
+    assert checks._version(checks.tested_span(stacks, "torch")[0]) == checks._version(floors["torch"] + ".0")
     lowest_transformers = checks.tested_span(stacks, "transformers")[0]
     assert checks._version(lowest_transformers) == checks._version(floors["transformers"] + ".0")
     lo, hi = checks.tested_span(stacks, "vllm")
