@@ -115,3 +115,20 @@ def test_bad_confirmation_options_are_one_line_errors(tmp_path, extra, message):
 def test_the_official_preset_does_not_confirm():
     assert search_options(compose("search", ["preset=official", "confirm.enabled=true"])).confirm.enabled
     assert not search_options(compose("search", ["preset=official"])).confirm.enabled
+
+
+def test_the_readme_landscape_is_redrawn_from_its_runs_trials_csv():
+    """The README's picture comes from docs/figures/lab/landscape-run (trials.csv, result.yaml)."""
+    from helpers import REPO
+
+    from dots.search.pick.landscape import landscape_figure, landscape_from_run
+
+    run_dir = REPO / "docs" / "figures" / "lab" / "landscape-run"
+    land = landscape_from_run(run_dir)
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    assert len(land.numbers) == result["complete_trials"] and land.pick == result["trial"]
+    assert max(land.c) == pytest.approx(result["objectives"]["consistency"])  # max_consistency's pick
+    lo, hi = result["uncertainty"]["interval"]
+    assert f"[{lo:.3f}, {hi:.3f}]" in land.pick_label()
+    assert f"interval {lo:.3f}–{hi:.3f}" in (REPO / "README.md").read_text()  # what the README says of it
+    assert landscape_figure(land).axes[0].get_xlabel() == "λ sft"

@@ -174,7 +174,7 @@ def build_confirm(run: Run) -> dict:
     scorer = Scorer(run.engine, [run.prompts[i] for i in ids], confirm_options(options.search, confirm), run.tokenizer)
     key = stable_hash({"identity": run.identity, "confirm": options.config["confirm"], "pick": options.pick})
     try:
-        rows = confirm_candidates(lambda lam, seed: scorer(lam, seed), candidates, options.seed, run.run_dir, key)
+        rows = confirm_candidates(scorer, candidates, options.seed, run.run_dir, key)
     finally:
         run.engine.close()  # the export's synthesis gets the memory
     trials = run.results.study.get_trials(deepcopy=False)

@@ -38,9 +38,19 @@ class Landscape:
         pick: int | None,
         bounds: tuple[float, float],
         confirmed: Sequence[dict] = (),
+        uncertainty: dict | None = None,
     ):
         self.names, self.lams, self.c, self.numbers = list(names), [list(x) for x in lams], list(c), list(numbers)
         self.front, self.pick, self.bounds, self.confirmed = front, pick, bounds, list(confirmed)
+        self.uncertainty = uncertainty or {}  # result.yaml's: the pick's C and its 95% interval
+
+    def pick_label(self) -> str:
+        sure = self.uncertainty
+        if "interval" not in sure:
+            return "pick"
+        lo, hi = sure["interval"]
+        how = " (confirmed)" if sure.get("from") == "confirmation" else ""
+        return f"pick: C {sure['consistency']:.3f} [{lo:.3f}, {hi:.3f}]{how}"
 
     def smoother(self) -> Any:
         return fit_smoother(self.lams, self.c, *self.bounds) if self.lams else None
@@ -61,6 +71,7 @@ def plot_landscape(
     bounds: tuple[float, float],
     confirmation: dict | None = None,
     title: str = "",
+    uncertainty: dict | None = None,
 ) -> None:
     """landscape.png of a search (see the module docstring)."""
     import matplotlib.pyplot as plt
@@ -68,7 +79,7 @@ def plot_landscape(
     land = Landscape(
         coordinate_names(dict(chosen.params)), [flat_coefficients(p.params) for p in points],
         [p.consistency for p in points], [p.number for p in points], {p.number for p in front},
-        chosen.number, bounds, (confirmation or {}).get("points", ()),
+        chosen.number, bounds, (confirmation or {}).get("points", ()), uncertainty,
     )  # fmt: skip
     fig = landscape_figure(land, title)
     fig.savefig(path)
@@ -94,7 +105,9 @@ def landscape_figure(land: Landscape, title: str = "") -> Any:
             draw_map(ax, land, norm, (i, j) if dims <= 4 else None)
     scatter = matplotlib.cm.ScalarMappable(norm=norm, cmap="viridis")
     fig.colorbar(scatter, ax=axes, label="consistency C (higher is better)")
-    fig.suptitle(title or "where the good merges are: trials in λ space", fontsize=10)
+    shading = "; shading: the smoothed C" if dims == 2 and len(land.lams) >= 3 else ""
+    heading = f"{title}: " if title else ""
+    fig.suptitle(f"{heading}the trials in λ space, coloured by consistency C{shading}", fontsize=9)
     return fig
 
 
@@ -175,7 +188,8 @@ def marks(ax: Any, land: Landscape, xs: Sequence[float], ys: Sequence[float], no
                    edgecolors="tab:orange", linewidths=1.2, zorder=4, label="confirmed (fresh samples)")  # fmt: skip
     if land.pick in land.numbers:
         k = land.numbers.index(land.pick)
-        ax.scatter([xs[k]], [ys[k]], marker="*", s=300, color="gold", edgecolor="black", zorder=5, label="pick")
+        ax.scatter([xs[k]], [ys[k]], marker="*", s=300, color="gold", edgecolor="black", zorder=5,
+                   label=land.pick_label())  # fmt: skip
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
 
@@ -196,7 +210,7 @@ def landscape_from_run(run_dir: Path) -> Landscape:
     bounds = tuple(result.get("range") or (min(map(min, lams)), max(map(max, lams))))
     confirmed = (result.get("confirmation") or {}).get("points", ())
     return Landscape([n.removeprefix("lambda_") for n in names], lams, c, numbers, front, result["trial"],
-                     (float(bounds[0]), float(bounds[1])), confirmed)  # fmt: skip
+                     (float(bounds[0]), float(bounds[1])), confirmed, result.get("uncertainty"))  # fmt: skip
 
 
 if __name__ == "__main__":  # python -m dots.search.pick.landscape RUN_DIR [OUT.png]

@@ -93,18 +93,23 @@ def pick_and_report(
     context = context or PickContext()
     points = complete_points(study, sources, granularity)
     front = pareto_front(points)
-    chosen = rank(rule, points, context)[0]
-    if confirmation and confirmation.get("points"):
-        chosen = next(p for p in points if p.number == confirmed_choice(confirmation["points"])["trial"])
+    confirmation = confirmation if confirmation and confirmation.get("points") else {}
+    confirmed = confirmed_choice(confirmation["points"]) if confirmation else None
+    chosen = next(p for p in points if p.number == confirmed["trial"]) if confirmed else rank(rule, points, context)[0]
+    sure = uncertainty(chosen, rule, points, context)
+    if confirmed:  # the fresh estimate, the search's own beside it
+        sure = {
+            "consistency": confirmed["consistency"], "interval": list(confirmed["interval"]), "from": "confirmation",
+            "queries": confirmation["n_queries"], "search": sure,
+        }  # fmt: skip
     write_trials_csv(trial_rows(study, sources, granularity), run_dir / "trials.csv")
     plot_front(points, front, chosen, run_dir / "pareto.png", title)
-    plot_landscape(points, front, chosen, run_dir / "landscape.png", context.bounds, confirmation, title)
     result = {
         "trial": chosen.number,
         "pick": rule,
         "coefficients": copy.deepcopy(dict(chosen.params)),  # (no YAML aliases between per-group dicts)
         "objectives": {"consistency": chosen.consistency, "perplexity": chosen.perplexity},
-        "uncertainty": uncertainty(chosen, rule, points, context),
+        "uncertainty": sure,
         "front": [
             {
                 "trial": p.number,
@@ -118,13 +123,9 @@ def pick_and_report(
         "complete_trials": len(points),
         "pruned_trials": count_bound_pruned(study),
     }
-    if confirmation and confirmation.get("points"):
-        row = confirmed_choice(confirmation["points"])
-        result["uncertainty"] = {
-            "consistency": row["consistency"], "interval": list(row["interval"]), "from": "confirmation",
-            "queries": confirmation["n_queries"], "search": result["uncertainty"],
-        }  # fmt: skip
+    if confirmation:
         result["confirmation"] = {k: v for k, v in confirmation.items() if k != "key"}
+    plot_landscape(points, front, chosen, run_dir / "landscape.png", context.bounds, confirmation, title, sure)
     canary = summary(read_canary(run_dir))  # the engine's last swap canary (dots.engines.canary)
     if canary is not None:
         result["swap_canary"] = canary
