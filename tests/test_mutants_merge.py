@@ -1,0 +1,69 @@
+"""What `merge_method` and `Method.renamed` build (dots/merge/methods/declare.py), called directly:
+the registered methods are declared when their modules are imported, so a mutation test that
+only runs merges never sees a mutant of the decorator (docs/testing.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dots.merge.methods import METHODS, merge_method
+from dots.merge.methods.declare import NoOptions
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    scale: float = 1.0
+
+
+def _first(stream, options):
+    return None
+
+
+def _facts(total, blocks, options):
+    return None
+
+
+def test_merge_method_keeps_every_declared_field():
+    """The Method carries what the decorator was given: the options class, both passes (with the
+    inputs their parameters name), the source bounds, blockwise, absolute and the summary."""
+    method = merge_method(
+        "probe",
+        ProbeOptions,
+        first_pass=_first,
+        tensor_pass=_facts,
+        min_sources=2,
+        max_sources=3,
+        blockwise=True,
+        absolute=True,
+        summary="a probe",
+    )(lambda deltas, weights, options: deltas[0])
+    assert method.name == "probe" and method.options is ProbeOptions and method.summary == "a probe"
+    assert method.merge.inputs == ("deltas", "weights", "options") and method.weighted
+    assert method.first_pass is not None and method.first_pass.fn is _first
+    assert method.first_pass.inputs == ("stream", "options")
+    assert method.tensor_pass is not None and method.tensor_pass.fn is _facts
+    assert method.tensor_pass.inputs == ("total", "blocks", "options")
+    assert (method.min_sources, method.max_sources) == (2, 3)
+    assert method.blockwise is True and method.absolute is True
+
+
+def test_merge_method_defaults():
+    """Given only a name: no options (NoOptions), no passes, at least one source and no upper
+    bound, whole tensors (not blockwise), and it returns a delta (not absolute)."""
+    method = merge_method("plain")(lambda deltas: deltas[0])
+    assert method.options is NoOptions and method.summary == ""
+    assert method.first_pass is None and method.tensor_pass is None
+    assert (method.min_sources, method.max_sources) == (1, None)
+    assert method.blockwise is False and method.absolute is False
+    assert not method.weighted and method.reads_deltas
+
+
+def test_renamed_is_the_same_method_with_other_options():
+    """ram_plus is ram renamed (declare.py): same functions and flags, its own name, options
+    and summary; renaming again gives exactly what it was asked for."""
+    ram, ram_plus = METHODS["ram"], METHODS["ram_plus"]
+    again = ram.renamed("ram_again", ProbeOptions, "again")
+    assert again.name == "ram_again" and again.options is ProbeOptions and again.summary == "again"
+    assert again.merge is ram.merge and again.first_pass is ram.first_pass
+    assert (again.min_sources, again.max_sources, again.blockwise) == (ram.min_sources, ram.max_sources, ram.blockwise)
+    assert ram_plus.merge is ram.merge and ram_plus.options is not ram.options

@@ -1,0 +1,56 @@
+"""dots/vectors cases the mutation check found untested (docs/testing.md); each follows from the
+docstrings of dots/vectors/compact.py, forms.py and residency.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dots.errors import DotsError
+from dots.io.safetensors import TensorInfo
+from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode
+from dots.vectors.forms import check_resident_form
+from dots.vectors.residency import check_synth_cache, resident_bytes, scratch_bytes
+
+
+def _compact(kept: list[int], n: int) -> CompactTensor:
+    """τ̃ of a bf16 tensor of n entries where θ_i differs from θ0 (by 1) only at `kept`."""
+    theta0 = torch.zeros(n, dtype=torch.bfloat16)
+    theta = theta0.clone()
+    theta[kept] = 1.0
+    sparse = theta.float() - theta0.float()
+    form, parts = encode(sparse, theta, theta0)
+    return CompactTensor((n,), form, parts[VALUES], parts.get(WHERE), parts.get(NEGZERO))
+
+
+@pytest.mark.parametrize("kept", [[5], list(range(0, 64, 2))])
+def test_positions_are_int64_ascending_on_the_cpu(kept):
+    """`positions`: the flat positions of the kept entries, int64 (the index form stores int32
+    below 2^31 entries, the bitmask form bits), ascending, on the CPU."""
+    ct = _compact(kept, 64)
+    assert ct.form == ("index" if len(kept) == 1 else "bitmask")  # 4 bytes a kept entry vs n/8
+    positions = ct.positions()
+    assert positions.dtype == torch.int64 and positions.device.type == "cpu"
+    assert positions.tolist() == kept == np.flatnonzero(ct.dense(torch.zeros(64)).numpy()).tolist()
+
+
+def test_resident_bytes_adds_up_what_the_docstring_lists():
+    """θ0 (every tensor) with the added rows, plus one output per merged tensor (with its added
+    rows) unless `outputs` is False, plus τ̃ and the float32 scratch for the largest merged tensor."""
+    tensors = {"a": TensorInfo((4, 8), torch.bfloat16), "b": TensorInfo((16,), torch.float32)}
+    extra = {"a": 32}  # two added bf16 rows of 8
+    scratch = scratch_bytes("cpu", 32)
+    theta0 = 4 * 8 * 2 + 16 * 4 + 32
+    assert resident_bytes(tensors, ["a"], extra, 100, "cpu", outputs=False) == theta0 + 100 + scratch
+    assert resident_bytes(tensors, ["a"], extra, 100, "cpu") == theta0 + (64 + 32) + 100 + scratch
+    assert resident_bytes(tensors, ["b"], {}, 0, "cpu") == (64 + 64) + 64 + scratch_bytes("cpu", 16)
+
+
+def test_bad_engine_choices_name_the_choices():
+    """One line naming every choice, comma-separated, and the value given."""
+    with pytest.raises(DotsError, match=r"one of auto, dense, sparse, index, bitmask, got 'fast'"):
+        check_resident_form("fast")
+    with pytest.raises(DotsError, match=r"one of auto, disk, memory, got 'ram'"):
+        check_synth_cache("ram")
+    assert check_resident_form("index") == "index" and check_synth_cache("disk") == "disk"
