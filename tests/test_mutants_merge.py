@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
+from dots.errors import DotsError
 from dots.merge.methods import METHODS, merge_method
 from dots.merge.methods.declare import NoOptions
+from dots.merge.methods.dots_fixed import DotsFixedOptions
 
 
 @dataclass(frozen=True)
@@ -67,3 +71,10 @@ def test_renamed_is_the_same_method_with_other_options():
     assert again.merge is ram.merge and again.first_pass is ram.first_pass
     assert (again.min_sources, again.max_sources, again.blockwise) == (ram.min_sources, ram.max_sources, ram.blockwise)
     assert ram_plus.merge is ram.merge and ram_plus.options is not ram.options
+
+
+@pytest.mark.parametrize("values,option", [({"density": 0.0}, "method.density"), ({"scope": "row"}, "method.scope")])
+def test_dots_fixed_options_name_the_option_in_their_errors(values, option):
+    """Each check names the option as the user writes it (`method.density`, `method.scope`)."""
+    with pytest.raises(DotsError, match=option.replace(".", r"\.")):
+        DotsFixedOptions(**values)

@@ -3,8 +3,14 @@ follows from the docstrings of dots/scoring/extract.py and dots/scoring/grade.py
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 from dots.scoring.extract import clean_phrase, extract_choice
-from dots.scoring.grade import is_correct
+from dots.scoring.grade import consistency_and_majority, is_correct
+from dots.scoring.normalize import shape, to_latex
+from dots.scoring.numbers import read_number
+from dots.scoring.perplexity import PromptNLL, perplexity
 
 
 def test_a_phrase_that_opens_with_a_box_states_its_content():
@@ -33,3 +39,39 @@ def test_a_lowercase_gold_letter_is_that_option():
     assert is_correct("The answer is (B).", "b", mode="choice")
     assert not is_correct("The answer is (C).", "b", mode="choice")
     assert is_correct("The answer is (B).", "(B)", mode="choice")
+
+
+def test_consistency_and_majority_gives_the_majority_answer():
+    """Eq. 4 and a representative answer of the largest answered class; none answered → None."""
+    c, answer = consistency_and_majority(["\\boxed{2}", "so \\boxed{3}", "\\boxed{2.0}", "no idea"])
+    assert c == 2 / 4 and answer == "2"  # 2 and 2.0 are one class, first seen "2"; m counts all 4
+    assert consistency_and_majority(["(B)", "The answer is (B).", "(C)"], mode="choice") == (2 / 3, "B")
+    assert consistency_and_majority(["no idea", "none"]) == (0.0, None)
+
+
+def test_perplexity_means_over_tokens_or_over_texts():
+    """tokens: exp(Σ NLL / Σ tokens); queries: exp of the mean of each text's NLL per token, texts
+    without a scored token left out; NaN when none has one."""
+    nlls = [PromptNLL(1.0, 1), PromptNLL(9.0, 3), PromptNLL(0.0, 0)]
+    assert math.isclose(perplexity(nlls), math.exp(10.0 / 4))
+    assert math.isclose(perplexity(nlls, "queries"), math.exp((1.0 + 3.0) / 2))
+    assert math.isnan(perplexity([PromptNLL(0.0, 0)], "queries")) and math.isnan(perplexity([]))
+
+
+def test_numbers_in_braces_and_with_latex_thousands_separators():
+    """`{,}` is LaTeX's thousands separator and balanced outer braces wrap nothing: the number."""
+    assert read_number("1{,}000").value == 1000 and read_number("10{,}080").value == 10080
+    assert read_number("{{5}}").value == 5 and read_number("{-\\frac{1}{2}}").value == Fraction(-1, 2)
+    assert read_number("{1}{2}") is None  # two groups, not one wrapped number
+
+
+def test_to_latex_drops_the_dot_of_numpy_style_fractions():
+    """numpy-style `-1./3` is `-1/3` for math-verify; a decimal point before digits stays."""
+    assert to_latex("-1./3") == "-1/3" and to_latex("2. / 5") == "2 / 5"
+    assert to_latex("1.5/3") == "1.5/3"
+
+
+def test_only_a_closed_bracketed_list_is_a_tuple():
+    """`tuple` for a bracketed list `(a, b)` / `[a, b]` (an interval may mix them); unclosed, it is not."""
+    assert shape("(1, 2)") == shape("[0, 1)") == "tuple"
+    assert shape("(0, X") == shape("[0, 1") == shape("1, 2") == "other"
