@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from dots.scoring.extract import clean_phrase, extract_choice
 from dots.scoring.grade import consistency_and_majority, is_correct
-from dots.scoring.normalize import shape, to_latex
+from dots.scoring.normalize import normalize, shape, strip_delimiters, to_latex
 from dots.scoring.numbers import read_number
 from dots.scoring.perplexity import PromptNLL, perplexity
 
@@ -75,3 +75,18 @@ def test_only_a_closed_bracketed_list_is_a_tuple():
     """`tuple` for a bracketed list `(a, b)` / `[a, b]` (an interval may mix them); unclosed, it is not."""
     assert shape("(1, 2)") == shape("[0, 1)") == "tuple"
     assert shape("(0, X") == shape("[0, 1") == shape("1, 2") == "other"
+
+
+def test_normalize_ignores_what_the_docstring_says_does_not_matter():
+    """`\\%` vs `%`, `^\\circ`, `\\dfrac`, `\\left`/`\\right` and spaces give one canonical string."""
+    assert normalize("50\\%") == normalize("50%") == "50%"
+    assert normalize("$90^\\circ$") == normalize("90^{\\circ}") == "90"
+    assert normalize("\\left( \\dfrac{1}{2}, 3 \\right)") == "(\\frac{1}{2},3)"
+
+
+def test_strip_delimiters_needs_both_ends_and_keeps_a_decimal_point():
+    """`\\(…\\)` / `\\[…\\]` only when they wrap the answer; a final period is dropped, except
+    right after a digit, where it may be the number's own point (numpy-style `1.`)."""
+    assert strip_delimiters("\\(x+1\\)") == strip_delimiters("\\[x+1\\]") == "x+1"
+    assert strip_delimiters("\\(x+1") == "\\(x+1" and strip_delimiters("x+1\\]") == "x+1\\]"
+    assert strip_delimiters("$\\pi r$.") == "\\pi r" and strip_delimiters("5.") == "5."
