@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from dots.errors import DotsError
 from dots.merge.methods import METHODS, merge_method
 from dots.merge.methods.declare import NoOptions
 from dots.merge.methods.dots_fixed import DotsFixedOptions
+from dots.merge.methods.sar import _private_magnitudes
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,12 @@ def test_dots_fixed_options_name_the_option_in_their_errors(values, option):
     """Each check names the option as the user writes it (`method.density`, `method.scope`)."""
     with pytest.raises(DotsError, match=option.replace(".", r"\.")):
         DotsFixedOptions(**values)
+
+
+def test_sar_private_entries_are_changed_by_exactly_one_model():
+    """sar.py: changed is |δ| > ε (strictly), private is changed in exactly one of A, B, and the
+    tensor pass ranks |r| = |δA + δB| there. ε = 0.25 (exact in float32) makes the bound exact."""
+    a = torch.tensor([0.0, 0.5, 0.0, 0.25, 0.75, -1.0])
+    b = torch.tensor([0.25, 0.0, -0.375, 0.0, 0.5, 0.0])
+    # 0: |δB| = ε is unchanged, 3: |δA| = ε likewise; 4: both changed, not private
+    assert _private_magnitudes(a, b, 0.25).tolist() == [0.5, 0.375, 1.0]
