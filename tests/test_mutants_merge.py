@@ -13,7 +13,7 @@ from dots.errors import DotsError
 from dots.merge.methods import METHODS, merge_method
 from dots.merge.methods.declare import NoOptions
 from dots.merge.methods.dots_fixed import DotsFixedOptions
-from dots.merge.methods.sar import _private_magnitudes
+from dots.merge.methods.sar import SarOptions, _private_magnitudes
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,21 @@ def test_renamed_is_the_same_method_with_other_options():
     assert ram_plus.merge is ram.merge and ram_plus.options is not ram.options
 
 
-@pytest.mark.parametrize("values,option", [({"density": 0.0}, "method.density"), ({"scope": "row"}, "method.scope")])
-def test_dots_fixed_options_name_the_option_in_their_errors(values, option):
-    """Each check names the option as the user writes it (`method.density`, `method.scope`)."""
+@pytest.mark.parametrize(
+    "options,values,option",
+    [
+        (DotsFixedOptions, {"density": 0.0}, "method.density"),
+        (DotsFixedOptions, {"scope": "row"}, "method.scope"),
+        (SarOptions, {"epsilon": -1.0}, "method.epsilon"),
+        (SarOptions, {"calibration_size": 0}, "method.calibration_size"),
+        (SarOptions, {"max_new_tokens": 0}, "method.max_new_tokens"),
+        (SarOptions, {"fisher_dtype": "int8"}, "method.fisher_dtype"),
+    ],
+)
+def test_bad_options_name_the_option_in_their_errors(options, values, option):
+    """Each check names the option as the user writes it (`method.density`, …)."""
     with pytest.raises(DotsError, match=option.replace(".", r"\.")):
-        DotsFixedOptions(**values)
+        options(**values)
 
 
 def test_sar_private_entries_are_changed_by_exactly_one_model():
