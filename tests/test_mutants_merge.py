@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from dots.errors import DotsError
+from dots.keys import name_seed
 from dots.merge.methods import METHODS, merge_method
+from dots.merge.methods.base import DROP_BLOCK, drop_mask
 from dots.merge.methods.declare import NoOptions
 from dots.merge.methods.dots_fixed import DotsFixedOptions
 from dots.merge.methods.sar import SarOptions, _private_magnitudes
@@ -99,3 +101,22 @@ def test_sar_private_entries_are_changed_by_exactly_one_model():
     b = torch.tensor([0.25, 0.0, -0.375, 0.0, 0.5, 0.0])
     # 0: |δB| = ε is unchanged, 3: |δA| = ε likewise; 4: both changed, not private
     assert _private_magnitudes(a, b, 0.25).tolist() == [0.5, 0.375, 1.0]
+
+
+def test_a_drop_mask_of_several_blocks_drawn_on_threads_is_its_definition():
+    """drop_mask's docstring: block b is `torch.rand(len) < p` seeded by name_seed("name|index|b",
+    seed), whichever thread draws it; with two intra-op threads the blocks go to a thread pool."""
+    n = 2 * DROP_BLOCK + 5
+    expected = torch.cat(
+        [
+            torch.rand(min(n, (b + 1) * DROP_BLOCK) - b * DROP_BLOCK, generator=torch.Generator().manual_seed(s)) < 0.3
+            for b, s in ((b, name_seed(f"w|1|{b}", 7)) for b in range(3))
+        ]
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        mask = drop_mask((n,), 0.3, "w", 7, index=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(mask, expected)

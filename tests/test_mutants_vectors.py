@@ -9,9 +9,10 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.safetensors import TensorInfo
-from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode
+from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode, estimate_bytes
 from dots.vectors.forms import check_resident_form
 from dots.vectors.residency import check_synth_cache, resident_bytes, scratch_bytes
+from dots.vectors.sparsify import ties_cut_mask
 
 
 def _compact(kept: list[int], n: int) -> CompactTensor:
@@ -54,3 +55,19 @@ def test_bad_engine_choices_name_the_choices():
     with pytest.raises(DotsError, match=r"one of auto, disk, memory, got 'ram'"):
         check_synth_cache("ram")
     assert check_resident_form("index") == "index" and check_synth_cache("disk") == "disk"
+
+
+def test_estimate_bytes_is_the_smaller_form():
+    """The smaller of bitmask (n/8 + k·itemsize) and positions (k·(4 + itemsize)) for k = round(d·n),
+    θ_i whole at density 1: bf16, n = 1000."""
+    assert estimate_bytes(1000, 0.3, 2) == 125 + 300 * 2  # bitmask
+    assert estimate_bytes(1000, 0.01, 2) == 10 * (4 + 2)  # positions
+    assert estimate_bytes(1000, 1.0, 2) == 2000
+
+
+def test_the_official_ties_cut_keeps_every_entry_tied_at_the_kth():
+    """M = |x| ≥ t, t the k-th largest |x|, k = ⌊d·n⌋: |x| = 1, 3, 2, 2 at d = 0.5 gives t = 2 and
+    three kept; k = ⌊0.8⌋ = 0 keeps nothing."""
+    x = torch.tensor([[1.0, -3.0], [2.0, -2.0]])
+    assert ties_cut_mask(x, 0.5).tolist() == [[False, True], [True, True]]
+    assert not ties_cut_mask(x, 0.2).any() and ties_cut_mask(x, 0.2).shape == (2, 2)
