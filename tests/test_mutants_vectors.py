@@ -11,6 +11,7 @@ from dots.errors import DotsError
 from dots.io.safetensors import TensorInfo
 from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode, estimate_bytes
 from dots.vectors.forms import check_resident_form
+from dots.vectors.fused import FusedCombine, describe
 from dots.vectors.residency import check_synth_cache, resident_bytes, scratch_bytes
 from dots.vectors.sparsify import ties_cut_mask
 
@@ -71,3 +72,10 @@ def test_the_official_ties_cut_keeps_every_entry_tied_at_the_kth():
     x = torch.tensor([[1.0, -3.0], [2.0, -2.0]])
     assert ties_cut_mask(x, 0.5).tolist() == [[False, True], [True, True]]
     assert not ties_cut_mask(x, 0.2).any() and ties_cut_mask(x, 0.2).shape == (2, 2)
+
+
+def test_a_fused_pass_that_compiled_nothing_took_no_compile_time():
+    """`compile_s` is the time compiling and checking took: none before the first compile;
+    no fused pass at all reports the same."""
+    assert describe(FusedCombine(torch.device("cpu"))) == {"fused": True, "compile_s": 0.0}
+    assert describe(None) == {"fused": False, "compile_s": 0.0}
