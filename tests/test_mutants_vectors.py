@@ -35,6 +35,8 @@ def test_positions_are_int64_ascending_on_the_cpu(kept):
     positions = ct.positions()
     assert positions.dtype == torch.int64 and positions.device.type == "cpu"
     assert positions.tolist() == kept == np.flatnonzero(ct.dense(torch.zeros(64)).numpy()).tolist()
+    indexed = ct.indexed()  # a bitmask unpacked to the `index` form: int32 positions below 2^31 entries
+    assert indexed.form == "index" and indexed.where.dtype == torch.int32 and indexed.where.tolist() == kept
 
 
 def test_resident_bytes_adds_up_what_the_docstring_lists():
