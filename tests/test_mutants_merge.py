@@ -11,7 +11,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.keys import name_seed
-from dots.merge.methods import METHODS, merge_method
+from dots.merge.methods import METHODS, build_options, merge_method
 from dots.merge.methods.base import DROP_BLOCK, drop_mask
 from dots.merge.methods.declare import NoOptions
 from dots.merge.methods.dots_fixed import DotsFixedOptions
@@ -120,3 +120,11 @@ def test_a_drop_mask_of_several_blocks_drawn_on_threads_is_its_definition():
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(mask, expected)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_an_int_option_is_a_whole_number_of_at_least_zero(bad):
+    """build_options: an `int` field takes a whole number >= 0 ("3" from a command line is 3)."""
+    assert build_options(METHODS["dare"], {"seed": "3"}).seed == 3
+    with pytest.raises(DotsError, match=r"method\.seed must be"):
+        build_options(METHODS["dare"], {"seed": bad})
