@@ -14,6 +14,7 @@ from dots.vectors.forms import check_resident_form
 from dots.vectors.fused import FusedCombine, describe
 from dots.vectors.residency import check_synth_cache, resident_bytes, scratch_bytes
 from dots.vectors.sparsify import ties_cut_mask
+from dots.vectors.topk import SAMPLE, kth_largest
 
 
 def _compact(kept: list[int], n: int) -> CompactTensor:
@@ -81,3 +82,13 @@ def test_a_fused_pass_that_compiled_nothing_took_no_compile_time():
     no fused pass at all reports the same."""
     assert describe(FusedCombine(torch.device("cpu"))) == {"fused": True, "compile_s": 0.0}
     assert describe(None) == {"fused": False, "compile_s": 0.0}
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_kth_largest_of_signed_values_on_the_sampled_path(absolute):
+    """The k-th largest value (|value| with `absolute`) of a tensor larger than the sample, and how
+    many entries equal to it complete the top k (distinct values here: one)."""
+    x = torch.randn(4 * SAMPLE, generator=torch.Generator().manual_seed(3))
+    for k in (1, 1000, 2 * SAMPLE):
+        ranked = torch.sort(x.abs() if absolute else x, descending=True).values
+        assert kth_largest(x, k, absolute=absolute) == (float(ranked[k - 1]), 1)
