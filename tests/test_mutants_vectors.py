@@ -14,6 +14,7 @@ from dots.vectors.forms import check_resident_form
 from dots.vectors.fused import FusedCombine, describe
 from dots.vectors.residency import check_synth_cache, resident_bytes, scratch_bytes
 from dots.vectors.sparsify import ties_cut_mask
+from dots.vectors.synth import ResidentSynthesizer
 from dots.vectors.topk import SAMPLE, kth_largest
 
 
@@ -59,6 +60,8 @@ def test_bad_engine_choices_name_the_choices():
     with pytest.raises(DotsError, match=r"one of auto, disk, memory, got 'ram'"):
         check_synth_cache("ram")
     assert check_resident_form("index") == "index" and check_synth_cache("disk") == "disk"
+    with pytest.raises(DotsError, match=r"resident form must be one of dense, sparse, index, bitmask, got 'auto'"):
+        ResidentSynthesizer(None, form="auto")  # checked before the task vectors are read  # type: ignore[arg-type]
 
 
 def test_estimate_bytes_is_the_smaller_form():
