@@ -6,6 +6,8 @@
 #
 #   scripts/mutation.sh [--sample K]  fresh run (removes mutants/) of every K-th mutant of the
 #                                     sorted list (default K=$SAMPLE; K=1: all 6522 mutants)
+#   scripts/mutation.sh --resume      runs the mutants of mutants/sample.txt not run yet (after an
+#                                     interruption), then the score
 #   scripts/mutation.sh --survivors   reruns only the mutants in mutants/survivors.txt (after
 #                                     adding tests), then the score
 #   scripts/mutation.sh --score       the score of the last run, nothing rerun
@@ -17,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-SAMPLE=${MUTATION_SAMPLE:-10}
+SAMPLE=${MUTATION_SAMPLE:-30}
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
   "$PY" -m pip install "mutmut>=3.8,<4"
 fi
@@ -25,14 +27,22 @@ MUTMUT="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/mut
 # mutmut puts mutants/ first on sys.path itself (and drops the repository root)
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DOTS_PROGRESS=0
 
+# mutants/results.txt keeps every mutant run and its last status: a rerun replaces the statuses
+# of the mutants it ran and keeps the others' (mutmut itself forgets all results when the test
+# selection in pyproject.toml changes, e.g. when a test file is added to kill survivors); only
+# the mutants of mutants/sample.txt count
 score() {
-  "$MUTMUT" export-cicd-stats >/dev/null
-  "$MUTMUT" results --all true | grep -v ": not checked$" | "$PY" scripts/mutation_score.py mutants/survivors.txt
+  "$MUTMUT" results --all true | "$PY" scripts/mutation_score.py mutants/results.txt mutants/survivors.txt mutants/sample.txt
 }
 
 start=$(date +%s)
 case "${1:-}" in
   --score) score; exit 0 ;;
+  --resume)
+    mapfile -t names < <("$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' \
+      | grep -Fxf mutants/sample.txt)
+    echo "${#names[@]} mutants of mutants/sample.txt not run yet"
+    [ ${#names[@]} -eq 0 ] || nice -n 10 "$MUTMUT" run --max-children 1 "${names[@]}" ;;
   --survivors)
     mapfile -t names < mutants/survivors.txt
     [ ${#names[@]} -gt 0 ] || { echo "no survivors listed"; exit 0; }
@@ -43,7 +53,7 @@ case "${1:-}" in
     # the first call generates the mutants and the test stats, and stops: no mutant is named
     nice -n 10 "$MUTMUT" run --max-children 1 "no-mutant-has-this-name" >mutants-generate.log 2>&1 || true
     mv mutants-generate.log mutants/generate.log
-    "$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' | sort \
+    "$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' | LC_ALL=C sort \
       | awk -v k="$SAMPLE" '(NR - 1) % k == 0' >mutants/sample.txt
     echo "$(wc -l <mutants/sample.txt) mutants: every $SAMPLE-th of $("$MUTMUT" results --all true | wc -l)"
     mapfile -t names < mutants/sample.txt
