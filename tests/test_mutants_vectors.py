@@ -12,7 +12,7 @@ from dots.io.safetensors import TensorInfo
 from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode, estimate_bytes
 from dots.vectors.forms import check_resident_form
 from dots.vectors.fused import FusedCombine, describe
-from dots.vectors.residency import check_synth_cache, resident_bytes, scratch_bytes
+from dots.vectors.residency import check_synth_cache, resident_bytes, scratch_bytes, sharded_resident_bytes
 from dots.vectors.sparsify import ties_cut_mask
 from dots.vectors.synth import ResidentSynthesizer
 from dots.vectors.topk import SAMPLE, kth_largest
@@ -51,6 +51,16 @@ def test_resident_bytes_adds_up_what_the_docstring_lists():
     assert resident_bytes(tensors, ["a"], extra, 100, "cpu", outputs=False) == theta0 + 100 + scratch
     assert resident_bytes(tensors, ["a"], extra, 100, "cpu") == theta0 + (64 + 32) + 100 + scratch
     assert resident_bytes(tensors, ["b"], {}, 0, "cpu") == (64 + 64) + 64 + scratch_bytes("cpu", 16)
+
+
+def test_a_vllm_workers_share_counts_the_added_rows():
+    """sharded_resident_bytes: 1/tp of θ0 of the merged tensors with their added rows and of τ̃,
+    plus the larger of (the largest shard's output + the float32 scratch) and a second θ0 shard."""
+    tensors = {"a": TensorInfo((4, 8), torch.bfloat16), "b": TensorInfo((16,), torch.float32)}
+    theta0 = (64 + 32) + 64  # a with two added bf16 rows of 8, b
+    swap = (64 + 32) // 2 + scratch_bytes("cpu", 32 // 2)
+    expected = (theta0 + 100) // 2 + max(swap, theta0 // 2)
+    assert sharded_resident_bytes(tensors, ["a", "b"], {"a": 32}, 100, "cpu", 2) == expected
 
 
 def test_bad_engine_choices_name_the_choices():
