@@ -12,7 +12,13 @@ from dots.io.safetensors import TensorInfo
 from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode, estimate_bytes
 from dots.vectors.forms import check_resident_form
 from dots.vectors.fused import FusedCombine, describe
-from dots.vectors.residency import check_synth_cache, resident_bytes, scratch_bytes, sharded_resident_bytes
+from dots.vectors.residency import (
+    check_synth_cache,
+    resident_bytes,
+    scratch_bytes,
+    sharded_resident_bytes,
+    stream_bytes,
+)
 from dots.vectors.sparsify import ties_cut_mask
 from dots.vectors.synth import ResidentSynthesizer
 from dots.vectors.topk import SAMPLE, kth_largest
@@ -61,6 +67,15 @@ def test_a_vllm_workers_share_counts_the_added_rows():
     swap = (64 + 32) // 2 + scratch_bytes("cpu", 32 // 2)
     expected = (theta0 + 100) // 2 + max(swap, theta0 // 2)
     assert sharded_resident_bytes(tensors, ["a", "b"], {"a": 32}, 100, "cpu", 2) == expected
+
+
+def test_streaming_a_tensor_with_added_rows_holds_one_more_copy():
+    """stream_bytes: θ0 and the output, one more copy with the added rows when a source adds
+    rows, the τ̃ of it, + the float32 scratch; the largest such tensor."""
+    tensors = {"a": TensorInfo((4, 8), torch.bfloat16)}
+    scratch = scratch_bytes("cpu", 32)
+    assert stream_bytes(tensors, ["a"], {}, {"a": 10}, "cpu") == 2 * 64 + 10 + scratch
+    assert stream_bytes(tensors, ["a"], {"a": 32}, {"a": 10}, "cpu") == 2 * 64 + (64 + 32) + 10 + scratch
 
 
 def test_bad_engine_choices_name_the_choices():
