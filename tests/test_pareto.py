@@ -82,3 +82,17 @@ def test_model_card_tags_dots_once():
         card = render_model_card(method=method, options={}, base="b", sources={"sft": "s"})
         tags = yaml.safe_load(card.split("---")[1])["tags"]
         assert tags.count("dots") == 1 and method in tags
+
+
+def test_trials_csv_has_every_key_once_in_first_seen_order(tmp_path):
+    """trials.csv: one column per key any row has (first seen first), a row per trial, blank where
+    a trial lacks a key."""
+    import csv
+
+    from dots.search.pick.pareto import write_trials_csv
+
+    path = tmp_path / "trials.csv"
+    write_trials_csv([{"number": 0, "c": 0.5}, {"number": 1, "ppl": 3.0, "c": 0.25}], path)
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows == [["number", "c", "ppl"], ["0", "0.5", ""], ["1", "0.25", "3.0"]]
