@@ -12,7 +12,7 @@ from typing import Any
 
 from harness.results import write_json
 from lab_confirm_jobs import VARIANTS, root
-from lab_samplers_lab import lab_paths, locked
+from lab_samplers_lab import lab_paths, locked, out_root
 from lab_samplers_truth import GRID, GroundTruth
 from lab_study_picks import fmt_ci
 
@@ -38,11 +38,17 @@ def lab_truth(lab: int, test_size: int, lock_held: bool = False, limit: int | No
 
 
 def _truth(lab: int, test_size: int, limit: int | None) -> bool:
-    gt = GroundTruth(lab, test_size)
-    before = len(gt.cache)
     todo: list = [("merge", v["params"]) for r in runs_of(lab) for v in r["variants"].values()]
     todo += [("model", s) for s in ("base", "sft", "rlvr")]
     todo += [("merge", {"sft": a, "rlvr": b}) for a in GRID for b in GRID]
+    path = out_root() / f"lab{lab}" / f"gt-{test_size}.json"  # GroundTruth's cache and its keys
+    cached = json.loads(path.read_text()) if path.exists() else {}
+    keys = ["lambda:" + ",".join(f"{s}={w[s]:.10f}" for s in ("sft", "rlvr")) if k == "merge" else f"model:{w}"
+            for k, w in todo]  # fmt: skip
+    if all(k in cached for k in keys):
+        return False  # (loading the lab's engine for nothing costs seconds of a shared CPU)
+    gt = GroundTruth(lab, test_size)
+    before = len(gt.cache)
     for kind, what in todo:
         if limit is not None and len(gt.cache) - before >= limit:
             break
