@@ -27,6 +27,24 @@ def runs_of(lab: int) -> list[dict]:
     return sorted(out, key=lambda r: r["seed"])
 
 
+POOLED = ("max_consistency", "smoothed")  # pooled-<rule>: derived from confirm-<rule>'s rows, no extra tokens
+REPORTED = [*VARIANTS, *(f"pooled-{rule}" for rule in POOLED)]
+
+
+def picks_of(r: dict) -> dict[str, dict]:
+    """Every reported variant's pick in a job: the stored ones, and pooled-<rule>: among
+    confirm-<rule>'s candidates the highest mean of the search's C and the fresh C (both on the
+    selection with k = 8: 16 samples per query), ties → the rule's rank."""
+    out = {name: r["variants"][name] for name in VARIANTS}
+    by_number = {t["number"]: t for t in r["trials"]}
+    for rule in POOLED:
+        v = r["variants"][f"confirm-{rule}"]
+        best = min(v["candidates"], key=lambda c: (-(c["search"]["consistency"] + c["consistency"]), c["rank"]))
+        out[f"pooled-{rule}"] = {"trial": best["trial"], "params": by_number[best["trial"]]["params"],
+                                 "tokens": v["tokens"]}  # fmt: skip
+    return out
+
+
 def lab_truth(lab: int, test_size: int, lock_held: bool = False, limit: int | None = None) -> bool:
     """Score what the lab's truth cache lacks (the picks first, then the sources, then the grid;
     at most `limit` of them); True if anything was scored. Callers hold the lab's truth lock (or
@@ -38,9 +56,11 @@ def lab_truth(lab: int, test_size: int, lock_held: bool = False, limit: int | No
 
 
 def _truth(lab: int, test_size: int, limit: int | None) -> bool:
-    todo: list = [("merge", v["params"]) for r in runs_of(lab) for v in r["variants"].values()]
+    runs = runs_of(lab)
+    todo: list = [("merge", v["params"]) for r in runs for v in picks_of(r).values()]
     todo += [("model", s) for s in ("base", "sft", "rlvr")]
     todo += [("merge", {"sft": a, "rlvr": b}) for a in GRID for b in GRID]
+    todo += [("merge", t["params"]) for r in runs for t in r["trials"] if t["complete"]]  # the oracle
     path = out_root() / f"lab{lab}" / f"gt-{test_size}.json"  # GroundTruth's cache and its keys
     cached = json.loads(path.read_text()) if path.exists() else {}
     keys = ["lambda:" + ",".join(f"{s}={w[s]:.10f}" for s in ("sft", "rlvr")) if k == "merge" else f"model:{w}"
@@ -69,9 +89,10 @@ def lab_summary(lab: int, test_size: int) -> dict | None:
                            "grid": {f"{a},{b}": v for (a, b), v in grid.items()}, "runs": []}  # fmt: skip
     for r in runs:
         row: dict[str, Any] = {"seed": r["seed"], "trials": len(r["trials"]), "study_tokens": r["study_tokens"]}
-        for name, v in r["variants"].items():
+        for name, v in picks_of(r).items():
             row[name] = {"trial": v["trial"], "params": v["params"], "gt": gt.merge(v["params"])["all"],
                          "tokens": v["tokens"]}  # fmt: skip
+        row["oracle"] = max(gt.merge(t["params"])["all"] for t in r["trials"] if t["complete"])
         out["runs"].append(row)
     return out
 
@@ -81,15 +102,17 @@ def acc(x: float) -> str:
 
 
 def lab_rows(reps: dict[int, dict]) -> list[str]:
-    md = ["| lab | base | SFT | RLVR | best grid cell (λ_SFT, λ_RLVR) | seeds | trials (median) | study tokens "
-          "(median) |",
-          "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    md = ["| lab | base | SFT | RLVR | best grid cell (λ_SFT, λ_RLVR) | best trial of the study (seed mean) | seeds "
+          "| trials (median) | study tokens (median) |",
+          "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for lab, rep in reps.items():
         m, runs = rep["models"], rep["runs"]
+        oracle = statistics.mean(r["oracle"] for r in runs)
+        trials, tokens = (statistics.median(r[k] for r in runs) for k in ("trials", "study_tokens"))
         md.append(
             f"| {lab} | {acc(m['base'])} | {acc(m['sft'])} | {acc(m['rlvr'])} | {acc(rep['best_grid'])} "
-            f"{tuple(rep['best_grid_lambda'])} | {len(runs)} | {statistics.median(r['trials'] for r in runs):.0f} | "
-            f"{statistics.median(r['study_tokens'] for r in runs):,.0f} |"
+            f"{tuple(rep['best_grid_lambda'])} | {acc(oracle)} | {len(runs)} | "
+            f"{trials:.0f} | {tokens:,.0f} |"
         )
     return md
 
@@ -99,9 +122,9 @@ def beats(rep: dict, r: dict, v: str) -> bool:
 
 
 def per_lab_rows(reps: dict[int, dict], cell: Any) -> list[str]:
-    md = ["| lab | " + " | ".join(VARIANTS) + " |", "|---" * (len(VARIANTS) + 1) + "|"]
+    md = ["| lab | " + " | ".join(REPORTED) + " |", "|---" * (len(REPORTED) + 1) + "|"]
     for lab, rep in reps.items():
-        md.append(f"| {lab} | " + " | ".join(cell(rep, v) for v in VARIANTS) + " |")
+        md.append(f"| {lab} | " + " | ".join(cell(rep, v) for v in REPORTED) + " |")
     return md
 
 
@@ -123,7 +146,7 @@ def overall_rows(reps: dict[int, dict]) -> list[str]:
           "(seed mean) | runs beating both sources | labs where every run beats both | pick differs from today | "
           "tokens vs today: median | max |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for v in VARIANTS:
+    for v in REPORTED:
         runs = [(rep, r) for rep in reps.values() for r in rep["runs"]]
         ratio = [(r["study_tokens"] + r[v]["tokens"]) / r["study_tokens"] for _, r in runs]
         at_grid = sum(statistics.mean(r[v]["gt"] for r in rep["runs"]) >= rep["best_grid"] - 1e-12
