@@ -28,7 +28,7 @@ def runs_of(lab: int) -> list[dict]:
 
 
 POOLED = ("max_consistency", "smoothed")  # pooled-<rule>: derived from confirm-<rule>'s rows, no extra tokens
-REPORTED = [*VARIANTS, *(f"pooled-{rule}" for rule in POOLED)]
+REPORTED = [*VARIANTS, *(f"pooled-{rule}" for rule in POOLED), "knee"]
 
 
 def picks_of(r: dict) -> dict[str, dict]:
@@ -42,7 +42,18 @@ def picks_of(r: dict) -> dict[str, dict]:
         best = min(v["candidates"], key=lambda c: (-(c["search"]["consistency"] + c["consistency"]), c["rank"]))
         out[f"pooled-{rule}"] = {"trial": best["trial"], "params": by_number[best["trial"]]["params"],
                                  "tokens": v["tokens"]}  # fmt: skip
+    out["knee"] = knee_of(r)
     return out
+
+
+def knee_of(r: dict) -> dict:
+    """dots' `knee` rule (the front's point nearest the ideal, C against PPL) on the job's trial rows."""
+    from dots.search.pick.pareto import Point
+    from dots.search.pick.rules import rank
+
+    points = [Point(t["number"], t["consistency"], t["perplexity"], t["params"]) for t in r["trials"] if t["complete"]]
+    p = rank("knee", points)[0]
+    return {"trial": p.number, "params": dict(p.params), "tokens": 0}
 
 
 def lab_truth(lab: int, test_size: int, lock_held: bool = False, limit: int | None = None) -> bool:
