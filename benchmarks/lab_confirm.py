@@ -124,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         q.add_argument("--threads", type=int, default=1)
         q.add_argument("--truth", action=argparse.BooleanOptionalAction, default=True,
                        help="run: score ground truth while no job is ready")  # fmt: skip
+        q.add_argument("--oracle", action=argparse.BooleanOptionalAction, default=True,
+                       help="report: score every trial of every study (the best trial each holds)")  # fmt: skip
         q.add_argument("--lab-overrides", nargs="*", default=None, help="LAB:key=value,... (default: L:threads=1, L>0)")
     args = p.parse_args(argv)
     parse_lab_overrides(

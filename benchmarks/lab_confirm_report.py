@@ -56,26 +56,30 @@ def knee_of(r: dict) -> dict:
     return {"trial": p.number, "params": dict(p.params), "tokens": 0}
 
 
-def lab_truth(lab: int, test_size: int, lock_held: bool = False, limit: int | None = None) -> bool:
+def gt_key(params: dict) -> str:
+    """GroundTruth.merge's cache key of a λ."""
+    return "lambda:" + ",".join(f"{s}={params[s]:.10f}" for s in ("sft", "rlvr"))
+
+
+def lab_truth(lab: int, test_size: int, lock_held: bool = False, limit: int | None = None, oracle: bool = True) -> bool:
     """Score what the lab's truth cache lacks (the picks first, then the sources, then the grid;
     at most `limit` of them); True if anything was scored. Callers hold the lab's truth lock (or
     pass lock_held=False to wait for it)."""
     if lock_held:
-        return _truth(lab, test_size, limit)
+        return _truth(lab, test_size, limit, oracle)
     with locked(root() / f"lab{lab}" / ".truth.lock"):
-        return _truth(lab, test_size, limit)
+        return _truth(lab, test_size, limit, oracle)
 
 
-def _truth(lab: int, test_size: int, limit: int | None) -> bool:
+def _truth(lab: int, test_size: int, limit: int | None, oracle: bool) -> bool:
     runs = runs_of(lab)
     todo: list = [("merge", v["params"]) for r in runs for v in picks_of(r).values()]
     todo += [("model", s) for s in ("base", "sft", "rlvr")]
     todo += [("merge", {"sft": a, "rlvr": b}) for a in GRID for b in GRID]
-    todo += [("merge", t["params"]) for r in runs for t in r["trials"] if t["complete"]]  # the oracle
+    todo += [("merge", t["params"]) for r in runs for t in r["trials"] if t["complete"] and oracle]
     path = out_root() / f"lab{lab}" / f"gt-{test_size}.json"  # GroundTruth's cache and its keys
     cached = json.loads(path.read_text()) if path.exists() else {}
-    keys = ["lambda:" + ",".join(f"{s}={w[s]:.10f}" for s in ("sft", "rlvr")) if k == "merge" else f"model:{w}"
-            for k, w in todo]  # fmt: skip
+    keys = [gt_key(w) if k == "merge" else f"model:{w}" for k, w in todo]
     if all(k in cached for k in keys):
         return False  # (loading the lab's engine for nothing costs seconds of a shared CPU)
     gt = GroundTruth(lab, test_size)
@@ -87,11 +91,11 @@ def _truth(lab: int, test_size: int, limit: int | None) -> bool:
     return len(gt.cache) > before
 
 
-def lab_summary(lab: int, test_size: int) -> dict | None:
+def lab_summary(lab: int, test_size: int, oracle: bool = True) -> dict | None:
     runs = runs_of(lab)
     if not runs or lab_paths(lab) is None:
         return None
-    lab_truth(lab, test_size)
+    lab_truth(lab, test_size, oracle=oracle)
     gt = GroundTruth(lab, test_size)
     models = {s: gt.checkpoint(s, gt.paths[s])["all"] for s in ("base", "sft", "rlvr")}
     grid = {(a, b): gt.merge({"sft": a, "rlvr": b})["all"] for a in GRID for b in GRID}
@@ -103,7 +107,8 @@ def lab_summary(lab: int, test_size: int) -> dict | None:
         for name, v in picks_of(r).items():
             row[name] = {"trial": v["trial"], "params": v["params"], "gt": gt.merge(v["params"])["all"],
                          "tokens": v["tokens"]}  # fmt: skip
-        row["oracle"] = max(gt.merge(t["params"])["all"] for t in r["trials"] if t["complete"])
+        scored = [gt.cache.get(gt_key(t["params"])) for t in r["trials"] if t["complete"]]
+        row["oracle"] = max(x["all"] for x in scored) if all(scored) else None  # (all scored, or None)
         out["runs"].append(row)
     return out
 
@@ -118,11 +123,11 @@ def lab_rows(reps: dict[int, dict]) -> list[str]:
           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for lab, rep in reps.items():
         m, runs = rep["models"], rep["runs"]
-        oracle = statistics.mean(r["oracle"] for r in runs)
+        oracle = statistics.mean(r["oracle"] for r in runs) if all(r["oracle"] for r in runs) else None
         trials, tokens = (statistics.median(r[k] for r in runs) for k in ("trials", "study_tokens"))
         md.append(
             f"| {lab} | {acc(m['base'])} | {acc(m['sft'])} | {acc(m['rlvr'])} | {acc(rep['best_grid'])} "
-            f"{tuple(rep['best_grid_lambda'])} | {acc(oracle)} | {len(runs)} | "
+            f"{tuple(rep['best_grid_lambda'])} | {acc(oracle) if oracle else '—'} | {len(runs)} | "
             f"{trials:.0f} | {tokens:,.0f} |"
         )
     return md
@@ -179,7 +184,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("DOTS_PROGRESS", "0")
-    reps = {lab: rep for lab in args.labs if (rep := lab_summary(lab, args.test_size)) is not None}
+    reps = {lab: rep for lab in args.labs if (rep := lab_summary(lab, args.test_size, args.oracle)) is not None}
     md = ["# Beyond the grid: confirmation and smoothed picks (benchmarks/lab_confirm.py, #42)", "",
           "## Labs (greedy accuracy on the test problems; search seeds measured)", ""]  # fmt: skip
     md += lab_rows(reps)
