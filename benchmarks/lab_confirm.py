@@ -15,8 +15,11 @@ and every pick variant is applied to it with dots' own code (`benchmarks/lab_con
                              smoothed, agreement
     confirm-held-out         the same for max_consistency on 64 held-out pool queries
 
-`report` scores every pick, the 5×5 λ grid and the sources by greedy accuracy on 1,024 test
-problems (cached per lab) and writes the tables (`benchmarks/lab_confirm_report.py`).
+`report` adds two picks from the stored rows (no tokens): pooled-<rule> (confirm-<rule>'s
+candidates by the mean of the search's and the fresh C) and dots' knee rule; it scores every
+pick, the 5×5 λ grid, the sources and every trial (the best trial each study holds) by greedy
+accuracy on 1,024 test problems (cached per lab) and writes the tables
+(`benchmarks/lab_confirm_report.py`). docs/lab.md "Beyond the grid" has the results.
 
     python benchmarks/lab_confirm.py run &    # one per core; resumable; waits for labs being built
     python benchmarks/lab_confirm.py run &
