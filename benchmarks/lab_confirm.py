@@ -24,6 +24,7 @@ accuracy on 1,024 test problems (cached per lab) and writes the tables
     python benchmarks/lab_confirm.py run &    # one per core; resumable; waits for labs being built
     python benchmarks/lab_confirm.py run &
     python benchmarks/lab_confirm.py report   # → outputs/bench/lab_confirm/{results.md,results.json}
+    python benchmarks/lab_confirm.py surrogate  # the surrogate's maximum as a pick; a finer grid at the top
 
 Labs other than 0 are looked up with `threads=1` (how they are built here: `python -m dots.lab
 seed=L threads=1 eval.enabled=false`); `--lab-overrides` changes that. While no job is ready (labs
@@ -118,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, text in (("run", "run the studies and the pick variants (resumable; one process per core)"),
                        ("report", "ground truth, tables → outputs/bench/lab_confirm/"),
-                       ("status", "one line per job")):  # fmt: skip
+                       ("status", "one line per job"),
+                       ("surrogate", "the smoothed C's maximum as a pick; a finer grid at the top")):  # fmt: skip
         q = sub.add_parser(name, help=text)
         q.add_argument("--labs", type=int, nargs="+", default=LABS)
         q.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -138,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from lab_confirm_report import cmd_report
 
         cmd_report(args)
+    elif args.cmd == "surrogate":
+        from lab_confirm_surrogate import cmd_surrogate
+
+        cmd_surrogate(args)
     else:
         {"run": cmd_run, "status": cmd_status}[args.cmd](args)
 

@@ -15,7 +15,7 @@ from dots.merge.methods import METHODS, build_options, merge_method
 from dots.merge.methods.base import DROP_BLOCK, drop_mask
 from dots.merge.methods.declare import NoOptions
 from dots.merge.methods.dots_fixed import DotsFixedOptions
-from dots.merge.methods.sar import SarOptions, _private_magnitudes
+from dots.merge.methods.sar import SarOptions, private_entry_magnitudes
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def test_sar_private_entries_are_changed_by_exactly_one_model():
     a = torch.tensor([0.0, 0.5, 0.0, 0.25, 0.75, -1.0])
     b = torch.tensor([0.25, 0.0, -0.375, 0.0, 0.5, 0.0])
     # 0: |δB| = ε is unchanged, 3: |δA| = ε likewise; 4: both changed, not private
-    assert _private_magnitudes(a, b, 0.25).tolist() == [0.5, 0.375, 1.0]
+    assert private_entry_magnitudes(a, b, 0.25).tolist() == [0.5, 0.375, 1.0]
 
 
 def test_a_drop_mask_of_several_blocks_drawn_on_threads_is_its_definition():

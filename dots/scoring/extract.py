@@ -30,7 +30,7 @@ import logging
 import re
 from typing import Iterable
 
-__all__ = ["DEFAULT_FALLBACKS", "boxed_answers", "extract_answer", "extract_choice", "final_boxes"]
+__all__ = ["DEFAULT_FALLBACKS", "boxed_answers", "extract_answer", "extract_choice", "final_boxes", "clean_phrase"]
 
 log = logging.getLogger(__name__)
 

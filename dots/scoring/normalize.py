@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["shape", "to_latex"]
+__all__ = ["shape", "to_latex", "normalize", "strip_delimiters"]
 
 _TEXT_RE = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\{\s*([^{}]*?)\s*\}")
 _SCI_E_RE = re.compile(r"(?<![\w.\\])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")

@@ -44,6 +44,7 @@ __all__ = [
     "form_bytes",
     "has_negative_zero",
     "position_dtype",
+    "estimate_bytes",
 ]
 
 FORMS = ("bitmask", "index", "full")

@@ -32,6 +32,7 @@ __all__ = [
     "sharded_resident_bytes",
     "stream_bytes",
     "tau_bytes_per_form",
+    "scratch_bytes",
 ]
 
 log = logging.getLogger(__name__)

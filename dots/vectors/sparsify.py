@@ -26,7 +26,7 @@ from dots.vectors.topk import CHUNK, Threshold, global_kth_largest, kth_largest
 if TYPE_CHECKING:
     from dots.io.align import Alignment
 
-__all__ = ["RESCALES", "SCOPES", "SparseStats", "SparsifyConfig", "sparsify_source"]
+__all__ = ["RESCALES", "SCOPES", "SparseStats", "SparsifyConfig", "sparsify_source", "ties_cut_mask"]
 
 log = logging.getLogger(__name__)
 

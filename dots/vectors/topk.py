@@ -33,6 +33,7 @@ __all__ = [
     "kth_largest",
     "magnitude_bits",
     "streamed_kth_largest",
+    "SAMPLE",
 ]
 
 CHUNK = 1 << 22  # entries per chunk in bounded-memory scans

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from dots.checks import finite_number, positive_int
 from dots.errors import DotsError
 
-__all__ = ["Declared"]
+__all__ = ["Declared", "NoOptions"]
 
 MERGE_INPUTS = {
     "name": "the tensor's name",

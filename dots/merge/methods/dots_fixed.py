@@ -24,6 +24,8 @@ from dots.merge.methods.declare import merge_method
 if TYPE_CHECKING:
     from dots.io.align import Alignment
 
+__all__ = ["DotsFixedOptions"]
+
 
 @dataclass(frozen=True)
 class DotsFixedOptions:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from dots.io.align import Alignment
 from dots.vectors.topk import RadixSelect, magnitude_bits
 
-__all__ = ["SarStats"]
+__all__ = ["SarStats", "SarOptions", "private_entry_magnitudes"]
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def fisher_pass(
     return SarStats(tables)
 
 
-def _private_magnitudes(a: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
+def private_entry_magnitudes(a: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
     """|r| = |a + b| on the private entries (changed by exactly one model; no conflict is
     private, so the Fisher never decides them)."""
     private = (a.abs() > eps) ^ (b.abs() > eps)
@@ -130,14 +130,14 @@ def private_median(blocks: BlockStream, options: SarOptions) -> Any:
         return None
     select = RadixSelect([])
     for _start, _base, (a, b) in blocks():
-        select.add_high(magnitude_bits(_private_magnitudes(a, b, eps)))
+        select.add_high(magnitude_bits(private_entry_magnitudes(a, b, eps)))
     n = select.total
     if n == 0:
         return None
     k = n - (n - 1) // 2  # the lower middle value, as torch.median: the k-th largest
     select.ks = [k]
     for _start, _base, (a, b) in blocks():
-        select.add_low(magnitude_bits(_private_magnitudes(a, b, eps)))
+        select.add_low(magnitude_bits(private_entry_magnitudes(a, b, eps)))
     return torch.tensor(select.thresholds()[k].value, dtype=torch.float32)
 
 

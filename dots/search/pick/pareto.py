@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from dots.errors import DotsError
 from dots.vectors.coefficients import Coefficients, format_coefficients
 
-__all__ = ["Point", "front_figure", "pareto_front", "pick", "plot_front"]
+__all__ = ["Point", "front_figure", "pareto_front", "pick", "plot_front", "write_trials_csv"]
 
 PICKS = ("max_consistency", "knee")
 

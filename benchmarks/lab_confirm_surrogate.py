@@ -1,0 +1,74 @@
+"""`python benchmarks/lab_confirm.py surrogate`: two checks beside the pick variants of #42, on the
+finished studies of `run` (no tokens; ground truth cached per lab like every pick's).
+
+- The surrogate's maximum as a pick: dots' smoothed C (dots.search.pick.smoothing, fitted to a
+  study's complete trials) maximised over a 31 × 31 grid of [0.5, 2]², that λ scored by greedy
+  accuracy and paired with today's pick — what proposing points there would aim at.
+- How flat the top is: a finer grid around the best 5×5 cells (λ_SFT ∈ FINE_SFT × λ_RLVR ∈
+  FINE_RLVR), its best point against the best 5×5 cell.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+from harness.results import write_json
+from lab_confirm_jobs import root
+from lab_samplers_truth import GroundTruth
+from lab_study_picks import fmt_ci
+
+FINE_SFT = (0.5, 0.55, 0.6, 0.7)
+FINE_RLVR = (0.5, 0.75, 1.0, 1.25, 1.5)
+
+
+def surrogate_maximum(trials: list[dict]) -> dict[str, float]:
+    """The λ of the highest smoothed C over a 31 × 31 grid of the search range [0.5, 2]²."""
+    from dots.search.pick.smoothing import fit_smoother
+
+    done = [t for t in trials if t["complete"]]
+    fit = fit_smoother(
+        [[t["params"]["sft"], t["params"]["rlvr"]] for t in done], [t["consistency"] for t in done], 0.5, 2.0
+    )
+    axis = [0.5 + 1.5 * i / 30 for i in range(31)]
+    a, b = max(((a, b) for a in axis for b in axis), key=lambda p: fit.at(p)[0])
+    return {"sft": a, "rlvr": b}
+
+
+def lab_surrogate(lab: int, test_size: int) -> dict | None:
+    runs = [json.loads(p.read_text()) for p in sorted((root() / f"lab{lab}").glob("seed*/result.json"))]
+    runs = [r for r in runs if "today" in r.get("variants", {})]
+    if not runs:
+        return None
+    gt = GroundTruth(lab, test_size)
+    paired = []
+    for r in runs:
+        point = surrogate_maximum(r["trials"])
+        paired.append({"seed": r["seed"], "lambda": point, "accuracy": gt.merge(point)["all"],
+                       "today": gt.merge(r["variants"]["today"]["params"])["all"]})  # fmt: skip
+    grid = max(
+        gt.merge({"sft": a, "rlvr": b})["all"] for a in (0.0, 0.5, 1.0, 1.5, 2.0) for b in (0.0, 0.5, 1.0, 1.5, 2.0)
+    )
+    fine = {f"{a},{b}": gt.merge({"sft": a, "rlvr": b})["all"] for a in FINE_SFT for b in FINE_RLVR}
+    return {"runs": paired, "best_grid": grid, "fine": fine}
+
+
+def cmd_surrogate(args: Any) -> None:
+    reps = {lab: rep for lab in args.labs if (rep := lab_surrogate(lab, args.test_size))}
+    lines = ["| lab | today (mean) | surrogate's maximum (mean) | paired | best 5×5 cell | best fine-grid point (λ) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    diffs = []
+    for lab, rep in reps.items():
+        d = [r["accuracy"] - r["today"] for r in rep["runs"]]
+        diffs += d
+        at, best = max(rep["fine"].items(), key=lambda kv: kv[1])
+        lines.append(
+            f"| {lab} | {statistics.mean(r['today'] for r in rep['runs']):.3f} | "
+            f"{statistics.mean(r['accuracy'] for r in rep['runs']):.3f} | {fmt_ci(d)} | {rep['best_grid']:.3f} | "
+            f"{best:.3f} ({at}) |"
+        )
+    lines.append(f"| all ({len(diffs)} runs) | | | {fmt_ci(diffs)} | | |")
+    print("\n".join(lines))
+    write_json(root() / "surrogate.json", {str(k): v for k, v in reps.items()})
+    (root() / "surrogate.md").write_text("\n".join(lines) + "\n")
