@@ -49,17 +49,23 @@ def pick(front: Sequence[Point], rule: str = "max_consistency") -> Point:
     if rule == "max_consistency":
         return min(front, key=lambda p: (-p.consistency, p.perplexity, p.number))
     if rule == "knee":
-        cs = [p.consistency for p in front]
-        ps = [p.perplexity for p in front]
-        c_lo, c_hi, p_lo, p_hi = min(cs), max(cs), min(ps), max(ps)
-
-        def distance(p: Point) -> float:
-            dc = 0.0 if c_hi == c_lo else (c_hi - p.consistency) / (c_hi - c_lo)
-            dp = 0.0 if p_hi == p_lo else (p.perplexity - p_lo) / (p_hi - p_lo)
-            return math.hypot(dc, dp)
-
-        return min(front, key=lambda p: (distance(p), -p.consistency, p.number))
+        return by_knee(front)[0]
     raise DotsError(f"unknown pick rule {rule!r}; choose one of {', '.join(PICKS)}")
+
+
+def by_knee(front: Sequence[Point]) -> list[Point]:
+    """The front by distance to the ideal (max C, min PPL) after min-max scaling each objective
+    over the front, nearest first (ties → higher C, then the earlier trial)."""
+    cs = [p.consistency for p in front]
+    ps = [p.perplexity for p in front]
+    c_lo, c_hi, p_lo, p_hi = min(cs), max(cs), min(ps), max(ps)
+
+    def distance(p: Point) -> float:
+        dc = 0.0 if c_hi == c_lo else (c_hi - p.consistency) / (c_hi - c_lo)
+        dp = 0.0 if p_hi == p_lo else (p.perplexity - p_lo) / (p_hi - p_lo)
+        return math.hypot(dc, dp)
+
+    return sorted(front, key=lambda p: (distance(p), -p.consistency, p.number))
 
 
 def write_trials_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:

@@ -13,7 +13,6 @@ and the confirmation stage (dots.search.pick.confirm) re-scores the first few.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -21,7 +20,7 @@ from dots.errors import DotsError
 from dots.registry import Registry
 from dots.search.pick.confirm import interval_of
 from dots.search.pick.diagnosis import agreement, flat_coefficients, same_answer
-from dots.search.pick.pareto import Point, pareto_front
+from dots.search.pick.pareto import Point, by_knee, pareto_front
 from dots.search.pick.smoothing import Smoothed, fit_smoother
 
 __all__ = ["PICK_RULES", "PickContext", "rank", "smoother_of", "uncertainty", "agreement_of"]
@@ -53,17 +52,7 @@ def max_consistency(points: Sequence[Point], context: PickContext) -> list[Point
 
 @PICK_RULES.register("knee")
 def knee(points: Sequence[Point], context: PickContext) -> list[Point]:
-    front = pareto_front(points)
-    cs = [p.consistency for p in front]
-    ps = [p.perplexity for p in front]
-    c_lo, c_hi, p_lo, p_hi = min(cs), max(cs), min(ps), max(ps)
-
-    def distance(p: Point) -> float:
-        dc = 0.0 if c_hi == c_lo else (c_hi - p.consistency) / (c_hi - c_lo)
-        dp = 0.0 if p_hi == p_lo else (p.perplexity - p_lo) / (p_hi - p_lo)
-        return math.hypot(dc, dp)
-
-    return sorted(front, key=lambda p: (distance(p), -p.consistency, p.number))
+    return by_knee(pareto_front(points))
 
 
 def agreement_of(p: Point, context: PickContext) -> float:
