@@ -808,6 +808,10 @@ MERGE_CASES = [
     ("ties", "method.scale", "nan"),  # main wrote a NaN model, exit 0
     ("task_arithmetic", "method.weights", "abc"),  # a traceback on main
     ("sar", "method.fisher_dtype", "abc"),  # a traceback on main, mid-merge
+    # found by the long run of 2026-11-28 (seed 20261128): refused, but the line named only the leaf
+    ("dare_ties", "method.p", "-1.0"),
+    ("task_arithmetic", "method.weights", "[1,2,3]"),
+    ("ties", "method.density", "0.0"),
 ]
 EVALUATE_CASES = [
     ("seed", "abc"),  # a traceback on main, after the evaluation directory was written

@@ -56,7 +56,7 @@ def resolve_weights(weights: Any, keys: Sequence[str]) -> list[float]:
     elif isinstance(weights, (list, tuple)):
         values = [finite_number(w, "method.weights") for w in weights]
         if len(values) != len(keys):
-            raise DotsError(f"{len(values)} weights for {len(keys)} sources")
+            raise DotsError(f"method.weights has {len(values)} values for {len(keys)} sources ({', '.join(keys)})")
     else:
         values = [finite_number(weights, "method.weights")] * len(keys)
     return values

@@ -29,7 +29,7 @@ class DareOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_probability(self.p)
+        check_probability(self.p, "method.p")
         check_choice(self.combine, COMBINES, "method.combine")
 
 

@@ -61,7 +61,7 @@ class SarOptions:
     fisher_dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        check_probability(self.p)
+        check_probability(self.p, "method.p")
         positive_int(self.calibration_size, "method.calibration_size")
         positive_int(self.max_new_tokens, "method.max_new_tokens")
         number_in(self.epsilon, "method.epsilon", 0.0, math.inf, high_open=True)

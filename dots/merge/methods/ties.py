@@ -36,7 +36,7 @@ class TiesOptions:
     scale: float = 1.0
 
     def __post_init__(self) -> None:
-        check_density(self.density)
+        check_density(self.density, "method.density")  # the option's own name in each error
 
 
 def trim(deltas: list[torch.Tensor], density: float, part: Part = WHOLE) -> list[torch.Tensor]:
