@@ -202,10 +202,8 @@ def build_pick(run: Run) -> dict:
     from dots.search.pick.diagnosis import pick_warnings
     from dots.search.pick.report import pick_and_report
 
-    record = run.run_dir / f"difficulty-{stable_hash(selection_inputs(run))}.jsonl"
-    selected = [q.id for q in run.selection]
-    mode = run.options.search.answer_mode
-    low = run.bounds[0]
+    context = pick_context(run)  # (the sources' answers read once, for the rules and the warnings)
+    mode, low = context.mode, run.bounds[0]
     return pick_and_report(
         run.results.study,
         run.sources,
@@ -213,8 +211,8 @@ def build_pick(run: Run) -> dict:
         run.run_dir,
         f"DoTS on {run.options.backbone.name}",
         run.granularity,
-        lambda study, result: pick_warnings(study, result, selected, record, mode, low),
-        context=pick_context(run),
+        lambda study, result: pick_warnings(study, result, context.selected, context.sources, mode, low),
+        context=context,
         confirmation=getattr(run.results, "confirm", None),
     )
 

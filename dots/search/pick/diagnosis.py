@@ -107,11 +107,11 @@ def diagnose_pick(
 
 
 def pick_warnings(
-    study: Any, result: dict, selected: Sequence[str], record: Path, mode: str, range_low: float
+    study: Any, result: dict, selected: Sequence[str], sources: Mapping[str, Answers], mode: str, range_low: float
 ) -> list[str]:
     """The warnings (`diagnose_pick`) of the pick in `result`: its trial's majority answers on the
-    `selected` queries against the sources' in the selection's difficulty `record`."""
+    `selected` queries against the sources' (`source_answers` of the selection's difficulty record)."""
     trial = next(t for t in study.get_trials(deepcopy=False) if t.number == result["trial"])
     answers = trial.user_attrs.get("majority_answers")
     pick_answers = dict(zip(selected, answers)) if answers and len(answers) == len(selected) else None
-    return diagnose_pick(result["coefficients"], pick_answers, source_answers(record), mode, range_low=range_low)
+    return diagnose_pick(result["coefficients"], pick_answers, sources, mode, range_low=range_low)
