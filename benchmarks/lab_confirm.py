@@ -131,8 +131,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                        help="run: score ground truth while no job is ready")  # fmt: skip
         q.add_argument("--oracle", action=argparse.BooleanOptionalAction, default=True,
                        help="report: score every trial of every study (the best trial each holds)")  # fmt: skip
+        q.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                       help="search overrides of today's defaults (results in lab_confirm/set-<hash>/)")  # fmt: skip
         q.add_argument("--lab-overrides", nargs="*", default=None, help="LAB:key=value,... (default: L:threads=1, L>0)")
     args = p.parse_args(argv)
+    import lab_confirm_jobs
+
+    lab_confirm_jobs.SETTINGS[:] = args.set
     parse_lab_overrides(
         args.lab_overrides if args.lab_overrides is not None else [f"{lab}:threads=1" for lab in args.labs if lab]
     )

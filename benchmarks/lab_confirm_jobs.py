@@ -17,6 +17,7 @@ from lab_samplers_study import MemoScorer
 from lab_study_runs import trial_rows
 
 TODAY = ["search.range=[0.5,2.0]", "search.adaptive.enabled=true"]  # the defaults search_cfg resets for old studies
+SETTINGS: list[str] = []  # --set: overrides of today's defaults; their studies live in lab_confirm/set-<hash>
 STUDY_NAME = "lab-confirm"
 CANDIDATE_KEYS = ("trial", "rank", "coefficients", "search", "consistency", "interval", "tokens")
 
@@ -33,7 +34,12 @@ VARIANTS: dict[str, tuple[str, dict | None]] = {
 
 
 def root() -> Path:
-    return out_root().parent / "lab_confirm"
+    base = out_root().parent / "lab_confirm"
+    if not SETTINGS:
+        return base
+    from dots.keys import stable_hash
+
+    return base / f"set-{stable_hash(sorted(SETTINGS))[:8]}"
 
 
 def jobs(labs: Sequence[int], seeds: Sequence[int], n_trials: int) -> list[dict]:
@@ -53,7 +59,7 @@ def finished(job: dict) -> bool:
 
 
 def job_cfg(lab: Any, job: dict) -> Any:
-    extra = [*TODAY, f"seed={job['seed']}", f"search.n_trials={job['n_trials']}", f"run_dir={job_dir(job)}"]
+    extra = [*TODAY, *SETTINGS, f"seed={job['seed']}", f"search.n_trials={job['n_trials']}", f"run_dir={job_dir(job)}"]
     return search_cfg(job["lab"], lab.paths, extra)
 
 
@@ -100,7 +106,7 @@ def run_job(lab: Any, job: dict) -> None:
         scorer = Scorer(lab.engine, lab.prompts, options.search, lab.tokenizer)
         began = time.perf_counter()
         run_study(study, scorer, sources, tuple(options.search.range), int(job["n_trials"]), int(options.seed),
-                  stop=options.search.stop)  # fmt: skip
+                  stop=options.search.stop, seeds=options.search.seeds)  # fmt: skip
         seconds = time.perf_counter() - began
         result = {**job, "ids": lab.ids, "trials": rows_of(study, sources), "study_seconds": seconds}
         trials = study.get_trials(deepcopy=False)
@@ -149,7 +155,9 @@ def apply_variant(lab: Any, cfg: Any, options: Any, study: Any, name: str) -> di
     scorer = Scorer(lab.engine, [prompts[i] for i in ids], confirm_options(options.search, confirm), lab.tokenizer)
     memo = MemoScorer(scorer, job_dir_of(cfg) / f"memo-{confirm.queries}-k{confirm.k}.jsonl")  # shared by variants
     key = stable_hash({"variant": name, "confirm": spec, "pick": rule})
-    rows = confirm_candidates(lambda lam, seed: memo(lam, seed), candidates, options.seed, job_dir_of(cfg), key)
+    rows = confirm_candidates(
+        lambda lam, seed: memo(lam, seed), candidates, options.seed, job_dir_of(cfg), key, options.search.seeds
+    )
     chosen = confirmed_choice(rows)
     p = next(p for p in points if p.number == chosen["trial"])
     return {

@@ -147,6 +147,11 @@ def test_sampling(engine):
     assert a == b and [len(x) for x in a] == [4, 4]
     assert len(set(a[0])) > 1  # distinct samples
     assert a[0] != a[1]
+    # a prompt's draws are keyed by the prompt, not its place in the call (common random numbers
+    # across an adaptive round's differing active queries); a repeated prompt gets a stream of its own
+    alone = engine.generate(PROMPTS[1:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5)
+    twice = engine.generate([PROMPTS[0], PROMPTS[0]], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5)
+    assert alone[0] == a[1] and twice[0] == a[0] and twice[1] != twice[0]
     g = engine.generate(PROMPTS[:1], n=3, temperature=0.0, max_tokens=8)
     assert len(g[0]) == 3 and len(set(g[0])) == 1
     assert perplexity(engine.prompt_nll(PROMPTS)) > 1.0

@@ -23,6 +23,7 @@ __all__ = [
     "AdaptiveConfig",
     "DEFAULT_RANGE",
     "GRANULARITIES",
+    "TRIAL_SEEDS",
     "SAMPLERS",
     "SamplerOptions",
     "StopRule",
@@ -34,6 +35,7 @@ __all__ = [
 INF = math.inf
 ANSWER_MODES = ("math", "choice")
 GRANULARITIES = ("model", "module")  # one λ per source | one per source and module group
+TRIAL_SEEDS = ("common", "per_trial")  # every trial samples with the run's seed | seed + trial number
 STOP_RULES = ("none", "hypervolume")
 SAMPLERS = ("tpe", "gp", "nsga2", "random")  # dots.search.study.samplers builds each
 DEFAULT_RANGE = (0.5, 2.0)  # search.range (conf/search.yaml; docs/lab.md, the five-lab study)
@@ -144,6 +146,7 @@ class StudyOptions:
     max_tokens: int
     range: tuple[float, float] = DEFAULT_RANGE
     granularity: str = "model"
+    seeds: str = "per_trial"
     answer_mode: str = "math"
     consistency: str = "majority"
     perplexity: str = "tokens"
@@ -166,6 +169,7 @@ class StudyOptions:
         check_choice(self.consistency, CONSISTENCY_RULES, "search.consistency")
         check_choice(self.perplexity, PERPLEXITY_MEANS, "search.perplexity")
         check_choice(self.granularity, GRANULARITIES, "search.granularity")
+        check_choice(self.seeds, TRIAL_SEEDS, "search.seeds")
         workers = positive_int(self.workers, "search.workers")
         worker = positive_int(self.worker, "search.worker", minimum=0)
         if worker >= workers:

@@ -133,6 +133,7 @@ def run_trials(run: Run) -> Any:
             granularity=run.granularity,
             stop=search.stop,
             told=run.tracking.callbacks(),
+            seeds=search.seeds,
         )
     except BaseException:
         run.engine.close()
@@ -174,7 +175,7 @@ def build_confirm(run: Run) -> dict:
     scorer = Scorer(run.engine, [run.prompts[i] for i in ids], confirm_options(options.search, confirm), run.tokenizer)
     key = stable_hash({"identity": run.identity, "confirm": options.config["confirm"], "pick": options.pick})
     try:
-        rows = confirm_candidates(scorer, candidates, options.seed, run.run_dir, key)
+        rows = confirm_candidates(scorer, candidates, options.seed, run.run_dir, key, options.search.seeds)
     finally:
         run.engine.close()  # the export's synthesis gets the memory
     trials = run.results.study.get_trials(deepcopy=False)

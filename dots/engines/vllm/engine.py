@@ -57,9 +57,12 @@ __all__ = ["VLLMEngine"]
 log = logging.getLogger(__name__)
 
 
-def _prompt_seed(seed: int, index: int, n: int) -> int:
-    """A seed for prompt `index` whose n per-sample seeds (seed + j) stay below 2**31."""
-    digest = hashlib.sha256(f"{seed}:prompt:{index}".encode()).digest()
+def _prompt_seed(seed: int, prompt: str, occurrence: int, n: int) -> int:
+    """A seed for the `occurrence`-th copy of `prompt` in a call, whose n per-sample seeds (seed + j)
+    stay below 2**31. Keyed by the prompt, not its position, so a query draws the same numbers
+    whichever other queries share the call (an adaptive round's active queries differ by trial:
+    `search.seeds=common` stays common there)."""
+    digest = hashlib.sha256(f"{seed}:prompt:{occurrence}:{prompt}".encode()).digest()
     return int.from_bytes(digest[:8], "little") % (2**31 - n)
 
 
@@ -120,18 +123,21 @@ class VLLMEngine:
             raise DotsError(f"n must be >= 1, got {n}")
         greedy = temperature <= 0
 
-        def params(i: int) -> Any:
+        seen: dict[str, int] = {}
+
+        def params(prompt: str) -> Any:
             # vLLM seeds sample j of a request with seed + j; give each prompt its own stream
             # (one shared seed would make different prompts draw the same random numbers)
+            occurrence = seen[prompt] = seen.get(prompt, -1) + 1
             return SamplingParams(
                 n=1 if greedy else n,
                 temperature=0.0 if greedy else float(temperature),
                 top_p=1.0 if greedy else float(top_p),
                 max_tokens=int(max_tokens),
-                seed=None if seed is None else _prompt_seed(seed, i, n),
+                seed=None if seed is None else _prompt_seed(seed, prompt, occurrence, n),
             )
 
-        outputs = self.llm.generate(list(prompts), [params(i) for i in range(len(prompts))], use_tqdm=False)
+        outputs = self.llm.generate(list(prompts), [params(p) for p in prompts], use_tqdm=False)
         results = []
         for out in outputs:
             texts = [c.text for c in sorted(out.outputs, key=lambda c: c.index)]

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 from dots.options.pick import ConfirmOptions
 from dots.options.study import StudyOptions
 from dots.search.pick.pareto import Point
+from dots.search.study.scorer import trial_seed
 
 __all__ = [
     "CONFIRM_SEED",
@@ -32,7 +33,7 @@ __all__ = [
     "PARTIAL",
 ]
 
-CONFIRM_SEED = 10_000_019  # candidate i samples with seed + CONFIRM_SEED + i: never a trial's seed
+CONFIRM_SEED = 10_000_019  # candidate i samples with trial_seed(seed + CONFIRM_SEED, i, search.seeds): no trial's
 PARTIAL = "confirm.partial.jsonl"
 
 
@@ -65,16 +66,18 @@ def confirm_candidates(
     seed: int,
     run_dir: Path,
     key: str,
+    seeds: str = "per_trial",
 ) -> list[dict]:
     """Each candidate scored by `score(coefficients, seed)` (a Scorer set to the confirmation's
-    queries and k), in rank order; rows already in the partial file under this `key` are reused."""
+    queries and k), in rank order, with fresh draws common to the candidates or one stream each
+    (`seeds`, as the search's trials); rows already in the partial file under this `key` are reused."""
     done = read_partial(run_dir / PARTIAL, key)
     rows = []
     for i, p in enumerate(candidates):
         if i < len(done) and done[i]["trial"] == p.number:
             rows.append(done[i])
             continue
-        res = score(dict(p.params), seed + CONFIRM_SEED + i)
+        res = score(dict(p.params), trial_seed(seed + CONFIRM_SEED, i, seeds))
         row = {
             "trial": p.number,
             "rank": i,

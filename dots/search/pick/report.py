@@ -35,7 +35,7 @@ def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANUL
 
 def trial_row(t: Any, names: list[str]) -> dict:
     """A trial's row of trials.csv (a `FrozenTrial`; `names` its λ parameters): number, state, λ,
-    objectives, tokens, samples, where the bound pruned it, phase times."""
+    objectives, tokens, samples, the sampling seed, where the bound pruned it, phase times."""
     from optuna.trial import TrialState
 
     times = t.user_attrs.get("time", {})
@@ -48,6 +48,7 @@ def trial_row(t: Any, names: list[str]) -> dict:
             "perplexity": t.values[1] if ok else None,
             "tokens_generated": t.user_attrs.get("tokens_generated"),
             "samples_drawn": t.user_attrs.get("samples_drawn"),
+            "sampling_seed": t.user_attrs.get("sampling_seed"),
             "pruned_after_queries": t.user_attrs.get(PRUNED_BY, {}).get("queries_scored"),
         }
     )

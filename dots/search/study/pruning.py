@@ -108,6 +108,7 @@ def tell_scored(study: Any, trial: Any, res: Any) -> None:
         ("tokens_generated", res.tokens),
         ("samples_drawn", res.samples),
         ("majority_answers", res.answers),
+        ("sampling_seed", getattr(res, "seed", None)),
         ("time", res.times),
     ):
         trial.set_user_attr(name, value)

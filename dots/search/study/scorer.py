@@ -34,6 +34,14 @@ class TrialResult:
     samples: int = 0  # completions drawn (k per query, fewer with adaptive sampling)
     answers: list[str | None] | None = None  # each query's majority answer (None: no answer)
     pruned: dict | None = None  # the pruning record (dots.search.study.pruning.PRUNED_BY) of a stopped trial
+    seed: int | None = None  # the sampling seed it was scored with (trial_seed; blocks add b·BLOCK_SEED)
+
+
+def trial_seed(seed: int, number: int, seeds: str) -> int:
+    """The sampling seed of trial `number`: the run's seed for every trial under `common` (common
+    random numbers: two trials' C then differ by their merges far more than by their draws,
+    docs/method.md §4), seed + number under `per_trial` (independent draws)."""
+    return int(seed) if seeds == "common" else int(seed) + int(number)
 
 
 BLOCK_SEED = 1_000_003  # block b of a trial samples with seed + b·BLOCK_SEED (block 0: the trial's seed)
@@ -121,6 +129,7 @@ class Scorer:
             len(texts),
             [answer for _, answer in graded],
             pruned,
+            int(seed),
         )
 
 

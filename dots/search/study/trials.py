@@ -23,7 +23,7 @@ from dots.runtime.signals import sigterm_deferred
 from dots.search.study.granularity import DEFAULT_GRANULARITY, coefficients_from_params, fixed_point, param_names
 from dots.search.study.optuna_adapter import enqueued_point, trial_id, was_enqueued
 from dots.search.study.pruning import attach, count_bound_pruned, is_bound_pruned, outcome, tell_scored
-from dots.search.study.scorer import Scorer
+from dots.search.study.scorer import Scorer, trial_seed
 from dots.search.study.stopping import StopRule, stop_reason
 from dots.search.study.workers import Heartbeat, fail_and_requeue, recover_stale_trials
 from dots.vectors.coefficients import format_coefficients
@@ -55,6 +55,7 @@ def run_study(
     granularity: str = DEFAULT_GRANULARITY,
     stop: StopRule | None = None,
     told: Sequence[Callable[[Any, Any], None]] = (),
+    seeds: str = "per_trial",
 ) -> None:
     """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored).
 
@@ -64,11 +65,14 @@ def run_study(
     target, waits while others run the last ones, and takes over a dead worker's trial
     once its heartbeat is older than `grace_s` (dots.search.study.workers). Trials pruned by the bound
     count as scored (dots.search.study.pruning); `stop` may end the study early (dots.search.study.stopping);
-    each of `told` is called with (study, trial) once a trial is told (dots.search.study.tracking)."""
+    each of `told` is called with (study, trial) once a trial is told (dots.search.study.tracking);
+    `seeds` gives each trial its sampling seed (`trial_seed`: common or per trial)."""
     from dots.runtime.progress import new_progress
 
     attach(scorer, study, fixed is None)
-    loop = StudyLoop(study, scorer, sources, bounds, seed, fixed, heartbeat_s, grace_s, poll_s, granularity, stop, told)
+    loop = StudyLoop(
+        study, scorer, sources, bounds, seed, fixed, heartbeat_s, grace_s, poll_s, granularity, stop, told, seeds
+    )
     target = loop.resume(n_trials)
     start = loop.count(TrialState.COMPLETE)
     if start >= target:
@@ -110,6 +114,7 @@ class StudyLoop:
     granularity: str
     stop: StopRule | None = None
     told: Sequence[Callable[[Any, Any], None]] = ()  # called once a trial is told
+    seeds: str = "per_trial"  # search.seeds: common | per_trial (dots.search.study.scorer.trial_seed)
     repeats: int = 0  # duplicate proposals in a row
     names: list[str] = field(init=False)
 
@@ -194,7 +199,7 @@ class StudyLoop:
         trial = proposal.trial
         try:
             with Heartbeat(self.study, trial_id(trial), self.heartbeat_s):
-                return self.scorer(proposal.coefficients, seed=self.seed + trial.number)
+                return self.scorer(proposal.coefficients, seed=trial_seed(self.seed, trial.number, self.seeds))
         except BaseException as exc:
             self.give_back(trial, exc)
             raise
