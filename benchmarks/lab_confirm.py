@@ -7,7 +7,7 @@ study loop and scorer on the lab's fast batched sampler (`benchmarks/lab_sampler
 `Lab`, as `benchmarks/lab_study.py`). The optuna study is kept (study.db in the job's directory)
 and every pick variant is applied to it with dots' own code (`benchmarks/lab_confirm_jobs.py`):
 
-    today                    rank("max_consistency")[0]: today's default pick
+    today                    rank("max_consistency")[0]: the default pick until #42 (confirm-smoothed since)
     agreement, smoothed      rank(rule)[0]
     confirm-<rule>           the rule's top 3 re-scored with k = 8 fresh samples on the selection
                              (dots.search.steps.build_confirm: confirm_options, seeds seed +
@@ -25,6 +25,10 @@ accuracy on 1,024 test problems (cached per lab) and writes the tables
     python benchmarks/lab_confirm.py run &
     python benchmarks/lab_confirm.py report   # → outputs/bench/lab_confirm/{results.md,results.json}
     python benchmarks/lab_confirm.py surrogate  # the surrogate's maximum as a pick; a finer grid at the top
+    python benchmarks/lab_confirm.py run --set search.seeds=common &  # a second set: common random numbers
+    python benchmarks/lab_confirm.py report --set search.seeds=common
+    python benchmarks/lab_confirm.py pooled --set search.seeds=common  # both sets' runs → pooled.md
+    python benchmarks/lab_confirm.py population --labs 1 2 3 4 5  # C's maximum and its accuracy
 
 Labs other than 0 are looked up with `threads=1` (how they are built here: `python -m dots.lab
 seed=L threads=1 eval.enabled=false`); `--lab-overrides` changes that. While no job is ready (labs
@@ -120,7 +124,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, text in (("run", "run the studies and the pick variants (resumable; one process per core)"),
                        ("report", "ground truth, tables → outputs/bench/lab_confirm/"),
                        ("status", "one line per job"),
-                       ("surrogate", "the smoothed C's maximum as a pick; a finer grid at the top")):  # fmt: skip
+                       ("surrogate", "the smoothed C's maximum as a pick; a finer grid at the top"),
+                       ("pooled", "report's tables over today's studies and --set's together"),
+                       ("population", "the mean C of a λ grid (16 scorings each) beside its accuracy")):  # fmt: skip
         q = sub.add_parser(name, help=text)
         q.add_argument("--labs", type=int, nargs="+", default=LABS)
         q.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -145,10 +151,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         from lab_confirm_report import cmd_report
 
         cmd_report(args)
-    elif args.cmd == "surrogate":
-        from lab_confirm_surrogate import cmd_surrogate
+    elif args.cmd == "pooled":
+        from lab_confirm_report import cmd_pooled
 
-        cmd_surrogate(args)
+        cmd_pooled(args)
+    elif args.cmd in ("surrogate", "population"):
+        import lab_confirm_surrogate
+
+        getattr(lab_confirm_surrogate, f"cmd_{args.cmd}")(args)
     else:
         {"run": cmd_run, "status": cmd_status}[args.cmd](args)
 

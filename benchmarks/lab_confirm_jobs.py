@@ -96,7 +96,7 @@ def run_job(lab: Any, job: dict) -> None:
     out = job_dir(job)
     cfg = job_cfg(lab, job)
     options = search_options(cfg)
-    assert options.pick == "max_consistency", options.pick  # today's default pick on the lab
+    assert options.pick == "max_consistency", options.pick  # the pick before #42 (search_cfg pins it)
     sources = list(lab.tv.sources)
     path = out / "result.json"
     result = json.loads(path.read_text()) if path.exists() else None

@@ -202,3 +202,24 @@ def cmd_report(args: argparse.Namespace) -> None:
     (out / "results.md").write_text("\n".join(md) + "\n")
     write_json(out / "results.json", {str(k): v for k, v in reps.items()})
     print("\n".join(md))
+
+
+def cmd_pooled(args: argparse.Namespace) -> None:
+    """The tables of `report` over the runs of today's studies and those of `--set` together (each
+    `report` first): lab_confirm/pooled.md."""
+    import lab_confirm_jobs
+
+    settings = list(lab_confirm_jobs.SETTINGS)
+    with_set = json.loads((root() / "results.json").read_text())
+    lab_confirm_jobs.SETTINGS[:] = []  # root() is today's again
+    today = json.loads((root() / "results.json").read_text())
+    reps = {int(lab): {**rep, "runs": rep["runs"] + with_set[lab]["runs"]} for lab, rep in today.items()}
+    md = [f"# Pooled: today's studies and those with {' '.join(settings)} (benchmarks/lab_confirm.py pooled)", "",
+          "## Per lab: pick − best 5×5 grid cell, mean [95% bootstrap interval] over both sets' runs", ""]  # fmt: skip
+    md += per_lab_rows(reps, grid_cell)
+    md += ["", "## Per lab: paired with today's pick (same study)", ""]
+    md += per_lab_rows(reps, today_cell)
+    md += ["", "## Per variant, all runs", ""]
+    md += overall_rows(reps)
+    (root() / "pooled.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))

@@ -72,3 +72,49 @@ def cmd_surrogate(args: Any) -> None:
     print("\n".join(lines))
     write_json(root() / "surrogate.json", {str(k): v for k, v in reps.items()})
     (root() / "surrogate.md").write_text("\n".join(lines) + "\n")
+
+
+POP_SFT = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8, 1.0)
+POP_RLVR = (0.5, 1.0, 1.5)
+POP_SEEDS = 16  # × k = 8 samples per query: the population C a search's estimates scatter around
+
+
+def cmd_population(args: Any) -> None:
+    """The consistency each λ of a grid would score on average (the mean of POP_SEEDS scorings at
+    k = 8 on the lab's selection, full k, seeds 1000 + s shared by every λ), beside its accuracy:
+    where C's maximum is, and how accurate it is → lab_confirm/population.jsonl."""
+    from lab_samplers_lab import Lab, search_cfg
+
+    from dots.options.search import search_options
+    from dots.search.study.scorer import Scorer
+
+    out = root() / "population.jsonl"
+    for lab in args.labs:
+        rows = []
+        the_lab, gt = Lab(lab), GroundTruth(lab, args.test_size)
+        cfg = search_cfg(lab, the_lab.paths, ["search.k=8", "search.adaptive.enabled=false"])
+        scorer = Scorer(the_lab.engine, the_lab.prompts, search_options(cfg).search, the_lab.tokenizer)
+        for a in POP_SFT:
+            for b in POP_RLVR:
+                point = {"sft": a, "rlvr": b}
+                cs = [scorer(point, 1000 + s).consistency for s in range(POP_SEEDS)]
+                row = {"lab": lab, "lambda": point, "consistency": statistics.mean(cs), "per_seed": cs,
+                       "accuracy": gt.merge(point)["all"]}  # fmt: skip
+                with open(out, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                rows.append(row)
+                print(lab, a, b, f"C={row['consistency']:.4f} accuracy={row['accuracy']:.4f}", flush=True)
+        independent, common = difference_spread(rows)
+        print(f"lab {lab}: spread of two nearby λ's C difference: {independent:.4f} independent, {common:.4f} common")
+
+
+def difference_spread(rows: list[dict]) -> tuple[float, float]:
+    """Mean over pairs of λ with λ_SFT in [0.45, 0.8], at most 0.1 apart: the sd of their C difference
+    with independent draws (√(var_a + var_b)) and with common ones (sd of the per-seed differences)."""
+    import itertools
+
+    near = [r for r in rows if 0.45 <= r["lambda"]["sft"] <= 0.8]
+    pairs = [(x, y) for x, y in itertools.combinations(near, 2) if abs(x["lambda"]["sft"] - y["lambda"]["sft"]) < 0.11]
+    independent = [(statistics.variance(x["per_seed"]) + statistics.variance(y["per_seed"])) ** 0.5 for x, y in pairs]
+    common = [statistics.stdev([a - b for a, b in zip(x["per_seed"], y["per_seed"])]) for x, y in pairs]
+    return statistics.mean(independent), statistics.mean(common)

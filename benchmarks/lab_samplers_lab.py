@@ -63,6 +63,8 @@ def search_cfg(lab: int, paths: dict[str, Path], extra: Sequence[str] = ()) -> A
             "export.enabled=false",
             "search.range=[0.0,2.0]",  # the space these studies searched (the default became [0.5, 2.0] after them)
             "search.adaptive.enabled=false",  # all k samples unless a job asks (the default became adaptive after them)
+            "pick=max_consistency",  # the pick they measured against (the default became smoothed, confirmed, in #42)
+            "confirm.enabled=false",
             *extra,
         ],
     )

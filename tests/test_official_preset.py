@@ -137,6 +137,9 @@ def test_default_options_keep_the_keys_runs_and_caches_had():
     default = run_identity(compose([]), Fingerprinted(), {"sft": Fingerprinted()})
     assert "cut" not in default["sparsify"] and "split" not in default["selection"]
     assert "consistency" not in default["search"] and "perplexity" not in default["search"]
+    assert "seeds" not in default["search"]  # search.seeds came later: per_trial keeps old runs' keys
+    common = run_identity(compose(["search.seeds=common"]), Fingerprinted(), {"sft": Fingerprinted()})
+    assert common["search"]["seeds"] == "common"
     official = run_identity(compose(["preset=official"]), Fingerprinted(), {"sft": Fingerprinted()})
     assert official["sparsify"]["cut"] == "ties" and official["search"]["consistency"] == "official"
 
@@ -153,6 +156,7 @@ def test_the_preset_resolves_to_the_official_rules():
     assert (cfg.search.consistency, cfg.search.perplexity) == ("official", "queries")
     # every trial, every vote: dots' defaults stop a converged study and draw the votes in rounds
     assert cfg.search.stop.rule == "none" and cfg.search.adaptive.enabled is False
+    assert cfg.pick == "max_consistency" and cfg.confirm.enabled is False  # dots: smoothed, confirmed
     defaults = compose([])
     assert defaults.search.stop.rule == "hypervolume" and defaults.search.adaptive.enabled is True
     assert compose(["preset=official", "sampler=tpe", "search.k=3"]).sampler.name == "tpe"  # the command line wins

@@ -58,7 +58,7 @@ def test_a_rerun_loads_the_confirmation_and_other_options_confirm_again(tiny, tm
 
 
 def test_no_confirmation_when_off_or_for_the_knee(tiny, tmp_path):
-    plain = run(overrides(tiny, tmp_path / "off", trials=3))
+    plain = run(overrides(tiny, tmp_path / "off", trials=3, extra=["confirm.enabled=false"]))
     assert not (plain / "confirm.json").exists()
     result = yaml.safe_load((plain / "result.yaml").read_text())
     assert result["uncertainty"]["from"] == "search" and "confirmation" not in result

@@ -276,7 +276,8 @@ def test_wandb_offline_run_holds_every_trial_the_pick_and_the_files_and_a_resume
     assert summary["landscape/_type"] == "image-file"
     (png,) = run_dir.glob("wandb/offline-run-*/files/" + summary["landscape/path"])
     assert png.read_bytes() == (run_dir / "landscape.png").read_bytes()
-    assert logged["artifacts"] == [{"config.yaml", "result.yaml", "trials.csv", "pareto.png", "landscape.png"}]
+    files = {"config.yaml", "result.yaml", "trials.csv", "pareto.png", "landscape.png", "confirm.json"}
+    assert logged["artifacts"] == [files]  # confirm.json: the confirmation runs by default
 
     done = search(run_dir, "tracking=wandb", "search.n_trials=4", env=wandb_env)  # resumed: the same W&B run
     assert done.returncode == 0, done.stderr[-3000:]

@@ -18,7 +18,7 @@ class ConfirmOptions:
     """Re-score the pick rule's `top` candidates with `k` fresh samples per query before picking
     (dots.search.pick.confirm); `queries`: on the selection again or on held-out pool queries."""
 
-    enabled: bool = False
+    enabled: bool = True
     top: int = 3
     k: int = 8
     queries: str = "selection"

@@ -25,6 +25,7 @@ IDENTITY_ONLY_IF_NOT: dict[str, dict[str, Any]] = {
         "perplexity": "tokens",
         "batch": None,
         "prune": False,
+        "seeds": "per_trial",
     },
     "sparsify": {"cut": "exact"},
     "selection": {"split": "median"},

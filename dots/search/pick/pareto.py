@@ -40,8 +40,9 @@ def pareto_front(points: Sequence[Point]) -> list[Point]:
     return sorted(front, key=lambda p: (-p.consistency, p.perplexity, p.number))
 
 
-def pick(front: Sequence[Point], rule: str = "max_consistency") -> Point:
-    """max_consistency: highest C, ties → lower PPL (then the earlier trial).
+def pick(front: Sequence[Point], rule: str) -> Point:
+    """The front-only rules (no default: a search's pick is `pick`, smoothed by default, through
+    dots.search.pick.rules). max_consistency: highest C, ties → lower PPL (then the earlier trial).
     knee: min-max normalise both objectives over the front and take the point nearest to
     the ideal (max C, min PPL) in Euclidean distance."""
     if not front:

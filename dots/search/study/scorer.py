@@ -21,7 +21,7 @@ from dots.vectors.coefficients import Coefficients
 if TYPE_CHECKING:
     from dots.engines.base import Engine
 
-__all__ = ["Scorer", "TrialResult"]
+__all__ = ["Scorer", "TrialResult", "trial_seed"]
 
 
 @dataclass
