@@ -127,7 +127,10 @@ def test_the_readme_landscape_is_redrawn_from_its_runs_trials_csv():
     land = landscape_from_run(run_dir)
     result = yaml.safe_load((run_dir / "result.yaml").read_text())
     assert len(land.numbers) == result["complete_trials"] and land.pick == result["trial"]
-    assert max(land.c) == pytest.approx(result["objectives"]["consistency"])  # max_consistency's pick
+    assert land.c[land.numbers.index(land.pick)] == pytest.approx(result["objectives"]["consistency"])
+    # the default pick: smoothed, its top 3 confirmed; the pick is the candidate with the best fresh C
+    assert result["pick"] == "smoothed" and [r["rank"] for r in land.confirmed] == [0, 1, 2]
+    assert max(land.confirmed, key=lambda r: r["consistency"])["trial"] == land.pick
     lo, hi = result["uncertainty"]["interval"]
     assert f"[{lo:.3f}, {hi:.3f}]" in land.pick_label()
     assert f"interval {lo:.3f}–{hi:.3f}" in (REPO / "README.md").read_text()  # what the README says of it

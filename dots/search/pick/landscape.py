@@ -146,13 +146,18 @@ def draw_map(ax: Any, land: Landscape, norm: Any, pair: tuple[int, int] | None) 
     marks(ax, land, [p[0] for p in xy], [p[1] for p in xy], norm)
     ax.set_xlabel(labels[0])
     ax.set_ylabel(labels[1] if len(labels) > 1 else "")
-    if len(land.names) == 2:
-        for row in land.confirmed:
-            k = land.numbers.index(row["trial"]) if row["trial"] in land.numbers else None
-            if k is not None:
-                lo, hi = row["interval"]
-                ax.annotate(f"#{row['trial']}: {row['consistency']:.3f} [{lo:.3f}, {hi:.3f}]", tuple(xy[k]),
-                            xytext=(6, -10 - 9 * row["rank"]), textcoords="offset points", fontsize=7)  # fmt: skip
+    if len(land.names) == 2 and land.confirmed:  # the candidates named in a column, their intervals above
+        import textwrap
+
+        shown = [row for row in land.confirmed if row["trial"] in land.numbers]
+        for i, row in enumerate(shown):
+            ax.annotate(f"#{row['trial']}", tuple(xy[land.numbers.index(row["trial"])]),
+                        xytext=(0.3, 0.34 - 0.07 * i), textcoords="axes fraction", fontsize=7, zorder=6,
+                        arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "tab:orange"})  # fmt: skip
+        cells = [f"#{r['trial']} {r['consistency']:.3f} [{r['interval'][0]:.3f}, {r['interval'][1]:.3f}]"
+                 for r in shown]  # fmt: skip
+        whole = [c.replace(" ", "\u00a0") for c in cells]  # a line breaks between candidates, not inside one
+        ax.set_title("\n".join(textwrap.wrap("confirmed C, 95% interval: " + ";  ".join(whole), 72)), fontsize=7)
 
 
 def draw_curve(ax: Any, land: Landscape, norm: Any) -> None:
@@ -191,7 +196,7 @@ def marks(ax: Any, land: Landscape, xs: Sequence[float], ys: Sequence[float], no
         ax.scatter([xs[k]], [ys[k]], marker="*", s=300, color="gold", edgecolor="black", zorder=5,
                    label=land.pick_label())  # fmt: skip
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="lower right")
 
 
 def landscape_from_run(run_dir: Path) -> Landscape:
