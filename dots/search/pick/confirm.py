@@ -33,7 +33,7 @@ __all__ = [
     "PARTIAL",
 ]
 
-CONFIRM_SEED = 10_000_019  # candidate i samples with trial_seed(seed + CONFIRM_SEED, i, search.seeds): no trial's
+CONFIRM_SEED = 10_000_019  # candidate i: trial_seed(seed + CONFIRM_SEED, i, search.seeds), never a trial's seed
 PARTIAL = "confirm.partial.jsonl"
 
 

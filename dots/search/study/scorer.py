@@ -39,7 +39,7 @@ class TrialResult:
 
 def trial_seed(seed: int, number: int, seeds: str) -> int:
     """The sampling seed of trial `number`: the run's seed for every trial under `common` (common
-    random numbers: two trials' C then differ by their merges far more than by their draws,
+    random numbers: nearby trials draw the same numbers, so their C differ less by chance,
     docs/method.md §4), seed + number under `per_trial` (independent draws)."""
     return int(seed) if seeds == "common" else int(seed) + int(number)
 
