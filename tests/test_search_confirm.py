@@ -112,6 +112,13 @@ def test_bad_confirmation_options_are_one_line_errors(tmp_path, extra, message):
     assert not (tmp_path / "run").exists()
 
 
+def test_the_confirmation_is_on_by_default_with_as_many_samples_as_a_trial():
+    default = search_options(compose("search", []))
+    assert default.confirm.enabled and default.pick == "smoothed" and default.confirm.k == default.search.k
+    assert search_options(compose("search", ["search.k=3"])).confirm.k == 3
+    assert search_options(compose("search", ["search.k=3", "confirm.k=5"])).confirm.k == 5
+
+
 def test_the_official_preset_does_not_confirm():
     assert search_options(compose("search", ["preset=official", "confirm.enabled=true"])).confirm.enabled
     assert not search_options(compose("search", ["preset=official"])).confirm.enabled

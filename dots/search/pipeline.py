@@ -283,7 +283,8 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     if confirmed:
         cost = result["confirmation"]
         share = f", {cost['share']:.0%} of the study's" if cost.get("share") is not None else ""
-        print(f"confirmation: {len(cost['points'])} candidates re-scored, {cost['tokens']} tokens{share}")
+        n = len(cost["points"])
+        print(f"confirmation: {n} candidate{'s' * (n != 1)} re-scored, {cost['tokens']} tokens{share}")
     for warning in result.get("warnings", []):
         print(f"warning: {warning}")
     print(f"dashboard: {dashboard_command(options.search.storage, run.run_dir)}")

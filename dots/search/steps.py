@@ -189,7 +189,7 @@ def build_confirm(run: Run) -> dict:
     }  # fmt: skip
     (run.run_dir / "confirm.json").write_text(json.dumps(result, indent=1))
     share = f" ({result['share']:.0%} of the study's)" if result["share"] is not None else ""
-    log.info("confirmation: %d candidates, %d tokens%s", len(rows), tokens, share)
+    log.info("confirmation: %d candidate%s, %d tokens%s", len(rows), "s" * (len(rows) != 1), tokens, share)
     return result
 
 
