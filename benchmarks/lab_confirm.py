@@ -42,14 +42,13 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lab_confirm_jobs import finished, job_dir, jobs, root  # noqa: E402
-from lab_samplers_lab import Lab, claim, lab_paths, parse_lab_overrides, try_lock  # noqa: E402
+from lab_samplers_lab import lab_paths, parse_lab_overrides, try_lock, work_through  # noqa: E402
 
 log = logging.getLogger("lab_confirm")
 LABS = [0, 1, 2, 3, 4, 5, 6]
@@ -82,30 +81,12 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("DOTS_PROGRESS", "0")
-    todo = jobs(args.labs, args.seeds, args.trials)
-    labs: dict[int, Any] = {}
-    while True:  # any number of these processes share the jobs: each claims one by a file lock
-        pending = [j for j in todo if not finished(j)]
-        if not pending:
-            break
-        ready = [j for j in pending if j["lab"] in labs or lab_paths(j["lab"]) is not None]  # built
-        job, lock = claim(ready, job_dir)
-        if job is None:
-            if args.truth and truth_pass(args.labs, args.test_size, block=False):
-                continue
-            log.info("nothing to claim (labs being built or jobs held by other workers); waiting")
-            time.sleep(20)
-            continue
-        try:
-            if job["lab"] not in labs:
-                labs[job["lab"]] = Lab(job["lab"])
-            t0 = time.perf_counter()
-            from lab_confirm_jobs import run_job
+    from lab_confirm_jobs import run_job
 
-            run_job(labs[job["lab"]], job)
-            log.info("%s done in %.0f s", job_dir(job).relative_to(root()), time.perf_counter() - t0)
-        finally:
-            lock.close()
+    def idle() -> bool:  # score ground truth while no job is ready
+        return bool(args.truth) and truth_pass(args.labs, args.test_size, block=False)
+
+    work_through(jobs(args.labs, args.seeds, args.trials), finished, job_dir, run_job, log, idle)
 
 
 def cmd_status(args: argparse.Namespace) -> None:

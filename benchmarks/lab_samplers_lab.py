@@ -10,7 +10,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from harness.results import REPO as ROOT
 from harness.results import write_json
@@ -214,3 +214,38 @@ def claim(jobs: Sequence[dict], directory: Any) -> tuple[dict | None, Any]:
         if lock is not None:
             return job, lock
     return None, None
+
+
+def work_through(
+    todo: Sequence[dict],
+    finished: Callable[[dict], bool],
+    directory: Callable[[dict], Path],
+    run: Callable[[Any, dict], None],
+    log: Any,
+    idle: Callable[[], bool] = lambda: False,
+) -> None:
+    """One worker of a lab study: claim an unfinished job of a built lab (a file lock; any number of
+    processes share the jobs), `run(lab, job)` with the worker's Lab for it, until none is left.
+    While none can be claimed, `idle()` may do other work (True: it did some); else wait 20 s."""
+    import time
+
+    labs: dict[int, Any] = {}
+    while True:
+        pending = [j for j in todo if not finished(j)]
+        if not pending:
+            break
+        ready = [j for j in pending if j["lab"] in labs or lab_paths(j["lab"]) is not None]  # built
+        job, lock = claim(ready, directory)
+        if job is None:
+            if not idle():
+                log.info("nothing to claim (labs being built or jobs held by other workers); waiting")
+                time.sleep(20)
+            continue
+        try:
+            if job["lab"] not in labs:
+                labs[job["lab"]] = Lab(job["lab"])
+            t0 = time.perf_counter()
+            run(labs[job["lab"]], job)
+            log.info("%s done in %.0f s", "/".join(directory(job).parts[-2:]), time.perf_counter() - t0)
+        finally:
+            lock.close()

@@ -42,15 +42,14 @@ import argparse
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab_samplers_lab import LAB_OVERRIDES, Lab, claim, lab_paths, parse_lab_overrides  # noqa: E402
+from lab_samplers_lab import LAB_OVERRIDES, lab_paths, parse_lab_overrides, work_through  # noqa: E402
 from lab_study_report import cmd_report  # noqa: E402
-from lab_study_runs import job_dir, jobs, root, run_grid_job, run_study_job  # noqa: E402
+from lab_study_runs import job_dir, jobs, run_grid_job, run_study_job  # noqa: E402
 
 log = logging.getLogger("lab_study")
 
@@ -60,26 +59,14 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("DOTS_PROGRESS", "0")
-    todo = jobs(args.labs, args.seeds, args.trials)
-    labs: dict[int, Any] = {}
-    while True:  # any number of these processes share the jobs: each claims one by a file lock
-        pending = [j for j in todo if not (job_dir(j) / "result.json").exists()]
-        if not pending:
-            break
-        ready = [j for j in pending if j["lab"] in labs or lab_paths(j["lab"]) is not None]  # built
-        job, lock = claim(ready, job_dir)
-        if job is None:
-            log.info("nothing to claim (labs being built or jobs held by other workers); waiting")
-            time.sleep(20)
-            continue
-        try:
-            if job["lab"] not in labs:
-                labs[job["lab"]] = Lab(job["lab"])
-            t0 = time.perf_counter()
-            (run_grid_job if job["kind"] == "grid" else run_study_job)(labs[job["lab"]], job)
-            log.info("%s done in %.0f s", job_dir(job).relative_to(root()), time.perf_counter() - t0)
-        finally:
-            lock.close()
+
+    def run(lab: Any, job: dict) -> None:
+        (run_grid_job if job["kind"] == "grid" else run_study_job)(lab, job)
+
+    def finished(job: dict) -> bool:
+        return (job_dir(job) / "result.json").exists()
+
+    work_through(jobs(args.labs, args.seeds, args.trials), finished, job_dir, run, log)
 
 
 def cmd_all(args: argparse.Namespace) -> None:
