@@ -28,7 +28,8 @@ accuracy on 1,024 test problems (cached per lab) and writes the tables
     python benchmarks/lab_confirm.py run --set search.seeds=common &  # a second set: common random numbers
     python benchmarks/lab_confirm.py report --set search.seeds=common
     python benchmarks/lab_confirm.py pooled --set search.seeds=common  # both sets' runs → pooled.md
-    python benchmarks/lab_confirm.py population --labs 1 2 3 4 5  # C's maximum and its accuracy
+    python benchmarks/lab_confirm.py population  # C's maximum and its accuracy (every lab; --labs)
+    python benchmarks/lab_confirm.py heldout --set search.seeds=common  # a grid chosen on other labels
 
 Labs other than 0 are looked up with `threads=1` (how they are built here: `python -m dots.lab
 seed=L threads=1 eval.enabled=false`); `--lab-overrides` changes that. While no job is ready (labs
@@ -107,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                        ("status", "one line per job"),
                        ("surrogate", "the smoothed C's maximum as a pick; a finer grid at the top"),
                        ("pooled", "report's tables over today's studies and --set's together"),
-                       ("population", "the mean C of a λ grid (16 scorings each) beside its accuracy")):  # fmt: skip
+                       ("population", "the mean C of a λ grid (16 scorings each) beside its accuracy"),
+                       ("heldout", "the picks against a grid that chooses its cell on other labels")):  # fmt: skip
         q = sub.add_parser(name, help=text)
         q.add_argument("--labs", type=int, nargs="+", default=LABS)
         q.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -136,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from lab_confirm_report import cmd_pooled
 
         cmd_pooled(args)
+    elif args.cmd == "heldout":
+        from lab_confirm_heldout import cmd_heldout
+
+        cmd_heldout(args)
     elif args.cmd in ("surrogate", "population"):
         import lab_confirm_surrogate
 

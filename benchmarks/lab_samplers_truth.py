@@ -51,9 +51,10 @@ def hv_curve(res: dict, ref: tuple[float, float]) -> list[float]:
 
 
 class GroundTruth:
-    """Greedy accuracy on the lab's test split, cached in gt.json per lab."""
+    """Greedy accuracy on `size` problems of the lab's test split from `offset` on (skills
+    interleaved: an even offset keeps them balanced), cached per lab in gt-<size>[@<offset>].json."""
 
-    def __init__(self, lab: int, size: int):
+    def __init__(self, lab: int, size: int, offset: int = 0):
         import torch
 
         from dots.lab.sampling import LocalEngine
@@ -64,9 +65,11 @@ class GroundTruth:
 
         self.lab, self.size = lab, size
         self.paths = lab_paths(lab)
-        self.path = out_root() / f"lab{lab}" / f"gt-{size}.json"
+        self.path = out_root() / f"lab{lab}" / (f"gt-{size}.json" if not offset else f"gt-{size}@{offset}.json")
         self.cache = json.loads(self.path.read_text()) if self.path.exists() else {}
-        self.problems = test_problems({"size": size})
+        self.problems = test_problems({"size": offset + size})[offset:]
+        if len(self.problems) < size:
+            raise ValueError(f"the lab's test split has {len(self.problems) + offset} problems, not {offset + size}")
         cfg = search_cfg(lab, self.paths, [f"run_dir={out_root() / f'lab{lab}' / 'selection'}"])
         self.tv = build_vectors(prepare(cfg))
         self.engine = LocalEngine(self.paths["base"])
