@@ -14,6 +14,8 @@ and every pick variant is applied to it with dots' own code (`benchmarks/lab_con
                              CONFIRM_SEED + i), pick = confirmed_choice; rule ∈ max_consistency,
                              smoothed, agreement
     confirm-held-out         the same for max_consistency on 64 held-out pool queries
+    confirm-proposal         confirm-smoothed's 3 and a 4th candidate no trial scored: the smoothed C's
+                             maximum over a 31 × 31 grid of the range (#42's optional proposals)
 
 `report` adds two picks from the stored rows (no tokens): pooled-<rule> (confirm-<rule>'s
 candidates by the mean of the search's and the fresh C) and dots' knee rule; it scores every

@@ -35,7 +35,7 @@ from lab_samplers_lab import locked
 from lab_samplers_truth import GRID, GroundTruth
 from lab_study_picks import fmt_ci
 
-SHOWN = ("today", "smoothed", "agreement", "confirm-smoothed", "confirm-agreement", "C max")  # the columns
+SHOWN = ("today", "smoothed", "confirm-smoothed", "confirm-agreement", "confirm-proposal", "C max")  # the columns
 
 
 def both_sets() -> dict[str, dict]:

@@ -21,7 +21,8 @@ SETTINGS: list[str] = []  # --set: overrides of today's defaults; their studies 
 STUDY_NAME = "lab-confirm"
 CANDIDATE_KEYS = ("trial", "rank", "coefficients", "search", "consistency", "interval", "tokens")
 
-# name → (rule, confirmation or None); a confirmation is ConfirmOptions' fields (enabled=True)
+# name → (rule, confirmation or None); a confirmation is ConfirmOptions' fields (enabled=True) and
+# `propose`: that many more candidates, the smoothed C's maximum (#42's "points proposed around the best")
 VARIANTS: dict[str, tuple[str, dict | None]] = {
     "today": ("max_consistency", None),
     "agreement": ("agreement", None),
@@ -30,7 +31,9 @@ VARIANTS: dict[str, tuple[str, dict | None]] = {
     "confirm-smoothed": ("smoothed", {"top": 3, "k": 8, "queries": "selection"}),
     "confirm-agreement": ("agreement", {"top": 3, "k": 8, "queries": "selection"}),
     "confirm-held-out": ("max_consistency", {"top": 3, "k": 8, "queries": "held_out"}),
+    "confirm-proposal": ("smoothed", {"top": 3, "k": 8, "queries": "selection", "propose": 1}),
 }
+PROPOSAL = -1  # the trial number of a proposed candidate (no trial scored it)
 
 
 def root() -> Path:
@@ -145,8 +148,8 @@ def apply_variant(lab: Any, cfg: Any, options: Any, study: Any, name: str) -> di
     if spec is None:
         p = ranked[0]
         return {"rule": rule, "trial": p.number, "params": dict(p.params), "tokens": 0, "candidates": None}
-    confirm = ConfirmOptions(enabled=True, **spec)
-    candidates = ranked[: confirm.top]
+    confirm = ConfirmOptions(enabled=True, **{k: v for k, v in spec.items() if k != "propose"})
+    candidates = ranked[: confirm.top] + proposals(study, sources, int(spec.get("propose", 0)))
     ids = list(lab.ids)
     prompts = dict(zip(lab.ids, lab.prompts))
     if confirm.queries == "held_out":
@@ -159,12 +162,29 @@ def apply_variant(lab: Any, cfg: Any, options: Any, study: Any, name: str) -> di
         lambda lam, seed: memo(lam, seed), candidates, options.seed, job_dir_of(cfg), key, options.search.seeds
     )
     chosen = confirmed_choice(rows)
-    p = next(p for p in points if p.number == chosen["trial"])
+    p = next(p for p in [*points, *candidates] if p.number == chosen["trial"])
     return {
         "rule": rule, "confirm": spec, "trial": p.number, "params": dict(p.params), "n_queries": len(ids),
         "tokens": sum(r["tokens"] for r in rows), "samples": sum(r["samples"] for r in rows),
         "candidates": [{k: r[k] for k in CANDIDATE_KEYS} for r in rows],
     }  # fmt: skip
+
+
+def proposals(study: Any, sources: list[str], n: int) -> list:
+    """At most one proposed candidate: the maximum of the smoothed C fitted to the study's
+    complete trials over a 31 × 31 grid of the range (lab_confirm_surrogate), as a Point with no
+    trial (number PROPOSAL, C the smoothed estimate there, no perplexity)."""
+    from lab_confirm_surrogate import surrogate_maximum
+
+    from dots.search.pick.pareto import Point
+    from dots.search.pick.report import complete_points
+
+    if n <= 0:
+        return []
+    points = complete_points(study, sources)
+    trials = [{"complete": True, "params": dict(p.params), "consistency": p.consistency} for p in points]
+    at, c_hat = surrogate_maximum(trials, with_value=True)
+    return [Point(PROPOSAL, c_hat, float("nan"), at)]
 
 
 def job_dir_of(cfg: Any) -> Path:

@@ -202,13 +202,17 @@ def try_lock(path: Path) -> Any:
     return fh
 
 
-def claim(jobs: Sequence[dict], directory: Any) -> tuple[dict | None, Any]:
-    """The first of `jobs` no other process holds and none has finished (its `directory(job)`
-    has no result.json), with the file lock that holds it; (None, None) when there is none."""
+def claim(
+    jobs: Sequence[dict], directory: Any, finished: Callable[[dict], bool] | None = None
+) -> tuple[dict | None, Any]:
+    """The first of `jobs` no other process holds and none has finished (`finished(job)`; by
+    default: its `directory(job)` has a result.json), with the file lock that holds it; (None,
+    None) when there is none."""
+    done = finished or (lambda job: (directory(job) / "result.json").exists())
     for job in jobs:
         directory(job).mkdir(parents=True, exist_ok=True)
         lock = try_lock(directory(job) / ".claim.lock")
-        if lock is not None and (directory(job) / "result.json").exists():  # finished meanwhile
+        if lock is not None and done(job):  # finished meanwhile
             lock.close()
             lock = None
         if lock is not None:
@@ -235,7 +239,7 @@ def work_through(
         if not pending:
             break
         ready = [j for j in pending if j["lab"] in labs or lab_paths(j["lab"]) is not None]  # built
-        job, lock = claim(ready, directory)
+        job, lock = claim(ready, directory, finished)
         if job is None:
             if not idle():
                 log.info("nothing to claim (labs being built or jobs held by other workers); waiting")
