@@ -102,7 +102,7 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path, shared_storage):
 
     run_dir, storage, n = tmp_path / "run", shared_storage, 5
     env = {**os.environ, "DOTS_PROGRESS": "0"}
-    # worker 0 first alone long enough to build the shared stages, then worker 1 joins
+    # worker 1 alone builds the shared stages and starts the trials; it is frozen inside one, then killed
     slow = subprocess.Popen(
         worker_cmd(tiny, run_dir, storage, n, 1),
         cwd=REPO,
@@ -111,17 +111,28 @@ def test_dead_workers_trial_is_recovered(tiny, tmp_path, shared_storage):
         stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 300
-    victim = None
+    victim, study = None, None
     while time.time() < deadline and victim is None and slow.poll() is None:
-        time.sleep(0.1)
-        if isinstance(storage, str) or storage.exists():
-            try:
-                running = load(storage).get_trials(states=(TrialState.RUNNING,))
-            except Exception:
-                continue
-            # a trial whose coefficients are all chosen (one killed between two suggestions
-            # evaluated nothing and is not retried: test_partial_point_is_not_retried)
-            victim = next((t.number for t in running if len(t.params) == 2), None)
+        time.sleep(0.02)
+        try:  # the study loaded once it exists, then one query per poll: a short trial is not missed
+            study = study or (load(storage) if isinstance(storage, str) or storage.exists() else None)
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if study else []
+        except Exception:
+            continue
+        # a trial whose coefficients are all chosen (one killed between two suggestions
+        # evaluated nothing and is not retried: test_partial_point_is_not_retried)
+        seen = next((t.number for t in running if len(t.params) == 2), None)
+        if seen is None:
+            continue
+        slow.send_signal(signal.SIGSTOP)  # frozen: the trial cannot finish between this look and the kill
+        try:
+            state = next(t.state for t in study.get_trials(deepcopy=False) if t.number == seen)
+        except Exception:
+            state = None
+        if state == TrialState.RUNNING:
+            victim = seen
+        else:  # it finished before the worker stopped (or the look failed): go on and look again
+            slow.send_signal(signal.SIGCONT)
     slow.send_signal(signal.SIGKILL)
     slow.wait()
     assert victim is not None, "worker 1 never started a trial"
