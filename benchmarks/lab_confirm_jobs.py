@@ -22,7 +22,7 @@ STUDY_NAME = "lab-confirm"
 CANDIDATE_KEYS = ("trial", "rank", "coefficients", "search", "consistency", "interval", "tokens")
 
 # name → (rule, confirmation or None); a confirmation is ConfirmOptions' fields (enabled=True) and
-# `propose`: that many more candidates, the smoothed C's maximum (#42's "points proposed around the best")
+# `propose` (0 or 1): the smoothed C's maximum as one more candidate (#42's "points proposed around the best")
 VARIANTS: dict[str, tuple[str, dict | None]] = {
     "today": ("max_consistency", None),
     "agreement": ("agreement", None),
