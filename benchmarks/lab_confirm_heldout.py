@@ -30,23 +30,12 @@ import statistics
 from typing import Callable
 
 from lab_confirm_jobs import root
-from lab_confirm_report import REPORTED, gt_key
+from lab_confirm_report import REPORTED, both_sets, gt_key
 from lab_samplers_lab import locked
 from lab_samplers_truth import GRID, GroundTruth
 from lab_study_picks import fmt_ci
 
 SHOWN = ("today", "smoothed", "confirm-smoothed", "confirm-agreement", "confirm-proposal", "C max")  # the columns
-
-
-def both_sets() -> dict[str, dict]:
-    """results.json of today's studies and of --set's (when given), their runs pooled per lab;
-    root() is today's again afterwards."""
-    import lab_confirm_jobs
-
-    with_set = json.loads((root() / "results.json").read_text()) if lab_confirm_jobs.SETTINGS else {}
-    lab_confirm_jobs.SETTINGS[:] = []
-    today = json.loads((root() / "results.json").read_text())
-    return {lab: {**rep, "runs": rep["runs"] + with_set.get(lab, {}).get("runs", [])} for lab, rep in today.items()}
 
 
 def population_max(lab: int, low: float = 0.5, high: float = 2.0) -> dict | None:
@@ -77,8 +66,8 @@ def lab_diffs(rep: dict, b: dict[str, float]) -> dict[str, Callable[[str], list[
 
     def chosen_on(on: dict[str, float], scored: dict[str, float]) -> float:
         """`scored` accuracy of the cell with the best `on` accuracy; tied cells averaged (a fair tie-break)."""
-        tied = [k for k in a if on[k] == max(on[c] for c in a)]
-        return statistics.mean(scored[k] for k in tied)
+        best = max(on[k] for k in a)
+        return statistics.mean(scored[k] for k in a if on[k] == best)
 
     runs = list(rep["runs"])
     if (top := population_max(rep["lab"])) is not None:  # C's maximum: a variant with one run

@@ -149,7 +149,7 @@ def apply_variant(lab: Any, cfg: Any, options: Any, study: Any, name: str) -> di
         p = ranked[0]
         return {"rule": rule, "trial": p.number, "params": dict(p.params), "tokens": 0, "candidates": None}
     confirm = ConfirmOptions(enabled=True, **{k: v for k, v in spec.items() if k != "propose"})
-    candidates = ranked[: confirm.top] + proposals(study, sources, int(spec.get("propose", 0)))
+    candidates = ranked[: confirm.top] + proposals(points, int(spec.get("propose", 0)))
     ids = list(lab.ids)
     prompts = dict(zip(lab.ids, lab.prompts))
     if confirm.queries == "held_out":
@@ -170,20 +170,18 @@ def apply_variant(lab: Any, cfg: Any, options: Any, study: Any, name: str) -> di
     }  # fmt: skip
 
 
-def proposals(study: Any, sources: list[str], n: int) -> list:
+def proposals(points: list, n: int) -> list:
     """At most one proposed candidate: the maximum of the smoothed C fitted to the study's
-    complete trials over a 31 × 31 grid of the range (lab_confirm_surrogate), as a Point with no
-    trial (number PROPOSAL, C the smoothed estimate there, no perplexity)."""
+    complete trials (`points`) over a 31 × 31 grid of the range (lab_confirm_surrogate), as a
+    Point with no trial (number PROPOSAL, C the smoothed estimate there, no perplexity)."""
     from lab_confirm_surrogate import surrogate_maximum
 
     from dots.search.pick.pareto import Point
-    from dots.search.pick.report import complete_points
 
     if n <= 0:
         return []
-    points = complete_points(study, sources)
     trials = [{"complete": True, "params": dict(p.params), "consistency": p.consistency} for p in points]
-    at, c_hat = surrogate_maximum(trials, with_value=True)
+    at, c_hat = surrogate_maximum(trials)
     return [Point(PROPOSAL, c_hat, float("nan"), at)]
 
 

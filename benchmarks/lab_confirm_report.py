@@ -204,16 +204,24 @@ def cmd_report(args: argparse.Namespace) -> None:
     print("\n".join(md))
 
 
+def both_sets() -> dict[str, dict]:
+    """results.json of today's studies and of --set's (when given), their runs pooled per lab;
+    root() is today's again afterwards."""
+    import lab_confirm_jobs
+
+    with_set = json.loads((root() / "results.json").read_text()) if lab_confirm_jobs.SETTINGS else {}
+    lab_confirm_jobs.SETTINGS[:] = []
+    today = json.loads((root() / "results.json").read_text())
+    return {lab: {**rep, "runs": rep["runs"] + with_set.get(lab, {}).get("runs", [])} for lab, rep in today.items()}
+
+
 def cmd_pooled(args: argparse.Namespace) -> None:
     """The tables of `report` over the runs of today's studies and those of `--set` together (each
     `report` first): lab_confirm/pooled.md."""
     import lab_confirm_jobs
 
     settings = list(lab_confirm_jobs.SETTINGS)
-    with_set = json.loads((root() / "results.json").read_text())
-    lab_confirm_jobs.SETTINGS[:] = []  # root() is today's again
-    today = json.loads((root() / "results.json").read_text())
-    reps = {int(lab): {**rep, "runs": rep["runs"] + with_set[lab]["runs"]} for lab, rep in today.items()}
+    reps = {int(lab): rep for lab, rep in both_sets().items()}
     md = [f"# Pooled: today's studies and those with {' '.join(settings)} (benchmarks/lab_confirm.py pooled)", "",
           "## Per lab: pick − best 5×5 grid cell, mean [95% bootstrap interval] over both sets' runs", ""]  # fmt: skip
     md += per_lab_rows(reps, grid_cell)

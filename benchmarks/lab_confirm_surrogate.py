@@ -23,9 +23,8 @@ FINE_SFT = (0.5, 0.55, 0.6, 0.7)
 FINE_RLVR = (0.5, 0.75, 1.0, 1.25, 1.5)
 
 
-def surrogate_maximum(trials: list[dict], with_value: bool = False) -> Any:
-    """The λ of the highest smoothed C over a 31 × 31 grid of the search range [0.5, 2]² (and
-    that C, with_value)."""
+def surrogate_maximum(trials: list[dict]) -> tuple[dict[str, float], float]:
+    """The λ of the highest smoothed C over a 31 × 31 grid of the search range [0.5, 2]², and that C."""
     from dots.search.pick.smoothing import fit_smoother
 
     done = [t for t in trials if t["complete"]]
@@ -34,7 +33,7 @@ def surrogate_maximum(trials: list[dict], with_value: bool = False) -> Any:
     )
     axis = [0.5 + 1.5 * i / 30 for i in range(31)]
     a, b = max(((a, b) for a in axis for b in axis), key=lambda p: fit.at(p)[0])
-    return ({"sft": a, "rlvr": b}, fit.at((a, b))[0]) if with_value else {"sft": a, "rlvr": b}
+    return {"sft": a, "rlvr": b}, fit.at((a, b))[0]
 
 
 def lab_surrogate(lab: int, test_size: int) -> dict | None:
@@ -45,7 +44,7 @@ def lab_surrogate(lab: int, test_size: int) -> dict | None:
     gt = GroundTruth(lab, test_size)
     paired = []
     for r in runs:
-        point = surrogate_maximum(r["trials"])
+        point, _ = surrogate_maximum(r["trials"])
         paired.append({"seed": r["seed"], "lambda": point, "accuracy": gt.merge(point)["all"],
                        "today": gt.merge(r["variants"]["today"]["params"])["all"]})  # fmt: skip
     grid = max(
