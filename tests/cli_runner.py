@@ -22,15 +22,23 @@ runs no torch op before forking. The imported objects are frozen out of the garb
 while the command runs (a child's collections would otherwise touch, and copy, all of them)
 and unfrozen when it exits, so its shutdown collects and finalizes everything, as python -m's.
 The environment (DOTS_OUTPUTS, HF_HOME, TMPDIR, ...) is the runner's, fixed when it starts:
-huggingface_hub reads HF_HOME at import, as it would in a fresh `python -m`.
+huggingface_hub reads HF_HOME at import, as it would in a fresh `python -m`; a request's own
+"env" is added in its child only (the crash-point injector's settings, tests/crash_points.py,
+which the child rearms). With DOTS_RUNNER_KEEP_COMPOSED=1 a configuration a child composed is
+kept by the runner (a pickle the child leaves) and handed ready-made to later children with the
+same command line: composing writes nothing, and it is most of a lab merge's time.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import copy
+import ctypes
 import gc
 import json
 import os
+import pickle
 import resource
 import runpy
 import signal
@@ -90,6 +98,10 @@ def _child(request: dict, out: str, err: str) -> None:
     os.dup2(null, 0)
     for fd, path in ((1, out), (2, err)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+    os.environ.update(request.get("env", {}))
+    rearm = getattr(ctypes.CDLL(None), "dots_fault_configure", None)  # the injector, when preloaded
+    if rearm is not None:
+        rearm()
     os.chdir(request["cwd"])
     sys.path[0] = os.getcwd()
     sys.argv = [request["module"], *request["argv"]]
@@ -119,15 +131,42 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class Composed:
+    """The configurations children composed (DOTS_RUNNER_KEEP_COMPOSED=1), handed to later children."""
+
+    def __init__(self, spill: str):
+        import dots.options.compose as composing
+
+        self.spill, self.kept, self.real = spill, {}, composing.compose
+        composing.compose = self.compose
+
+    def compose(self, name, overrides, check=True):
+        key = (name, tuple(overrides), check)
+        if key not in self.kept:  # (in a child: left for the runner in the spill file)
+            self.kept[key] = self.real(name, overrides, check)
+            with open(self.spill, "wb") as fh:
+                pickle.dump((key, self.kept[key]), fh)
+        return copy.deepcopy(self.kept[key])
+
+    def take(self) -> None:
+        """In the runner, after a child: keep what it composed."""
+        with contextlib.suppress(OSError, EOFError, pickle.UnpicklingError):
+            with open(self.spill, "rb") as fh:
+                key, config = pickle.load(fh)
+            self.kept[key] = config
+            os.unlink(self.spill)
+
+
 def serve() -> None:
     """Answer requests until stdin closes."""
     import importlib
 
     for name in PRELOAD:
         importlib.import_module(name)
+    io_dir = tempfile.mkdtemp(prefix="dots-cli-runner-", dir=os.environ.get("DOTS_RUNNER_IO"))
+    keep = Composed(os.path.join(io_dir, "composed")) if os.environ.get("DOTS_RUNNER_KEEP_COMPOSED") else None
     gc.collect()
     gc.freeze()  # the imported objects: never traversed (nor copied on write) by a child's collector
-    io_dir = tempfile.mkdtemp(prefix="dots-cli-runner-", dir=os.environ.get("DOTS_RUNNER_IO"))
     out, err = os.path.join(io_dir, "stdout"), os.path.join(io_dir, "stderr")
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
@@ -139,11 +178,42 @@ def serve() -> None:
             _child(request, out, err)
         cpu = _children_cpu()
         code, timed_out = _wait(pid, float(request.get("timeout", 120)))
+        if keep is not None:
+            keep.take()
         with open(out, errors="replace") as fo, open(err, errors="replace") as fe:
             reply = {"rc": code, "stdout": fo.read(), "stderr": fe.read(), "timed_out": timed_out}
         reply["cpu_s"] = round(_children_cpu() - cpu, 3)
         print(json.dumps(reply), flush=True)
     gc.unfreeze()
+
+
+class Runner:
+    """The client: a runner started with `env` added to this process's environment."""
+
+    def __init__(self, env: dict[str, str] | None = None):
+        import subprocess
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.pathsep.join(filter(None, [os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(here, "cli_runner.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": path, **(env or {})},
+        )
+        assert json.loads(self.proc.stdout.readline())["ready"]  # type: ignore[union-attr]
+
+    def run(self, module: str, argv: list[str], cwd: str, timeout: float = 300, **env: str) -> dict:
+        """`python -m module argv` in `cwd` with `env` added: {"rc", "stdout", "stderr", "timed_out", "cpu_s"}."""
+        request = {"module": module, "argv": argv, "cwd": cwd, "timeout": timeout, "env": env}
+        self.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        return json.loads(self.proc.stdout.readline())  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        self.proc.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,23 @@ def test_cache_entry_missing_its_shard_is_rebuilt_and_said_once(tiny, tmp_path):
     assert not [p for p in shard.parent.parent.iterdir() if ".damaged-" in p.name]
 
 
+def test_cache_entry_with_scrambled_bytes_is_rebuilt_and_said_once(tiny, tmp_path):
+    """Same size, other bytes (a bad disk block): found by the entry's digest, not deep in the swap."""
+    cache = tmp_path / "cache"
+    ovr = overrides(tiny, tmp_path / "run", extra=["export.enabled=false", f"cache_dir={cache}"])
+    run(ovr)
+    shard = sorted((cache / "taskvec").glob("*/tau.safetensors"))[0]
+    before = shard.read_bytes()
+    middle = len(before) // 2 + 4
+    shard.write_bytes(before[:middle] + bytes(b ^ 0x5A for b in before[middle : middle + 64]) + before[middle + 64 :])
+    proc = cli(ovr[:-1] + [f"cache_dir={cache}", "search.n_trials=4"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stdout.splitlines() if "is damaged" in line]
+    assert len(said) == 1 and "do not match their digest" in said[0] and "rebuilding it" in said[0], proc.stdout
+    assert shard.read_bytes() == before
+    assert complete(tmp_path / "run" / "study.db") == 4
+
+
 def test_selection_cut_mid_line_is_selected_again_the_same(tiny, tmp_path):
     ovr = overrides(tiny, tmp_path / "run", extra=["export.enabled=false"])
     run(ovr)

@@ -33,6 +33,7 @@ import yaml
 
 from dots.engines.base import Engine
 from dots.errors import DotsError
+from dots.io.commit import write_atomic
 
 __all__ = ["checked", "read_canary", "run_canary", "summary"]
 
@@ -153,7 +154,7 @@ def run_canary(engine: Engine, sources: list[str], run_dir: Path | None = None) 
         [x for x, _ in fresh],
     )
     if run_dir is not None:
-        (Path(run_dir) / FILE).write_text(yaml.safe_dump(asdict(canary), sort_keys=False, allow_unicode=True))
+        write_atomic(Path(run_dir) / FILE, yaml.safe_dump(asdict(canary), sort_keys=False, allow_unicode=True))
     print(canary.line())
     if verdict == "failed":
         raise DotsError(f"{canary.line()}; weight swaps do not reach the model on this engine: see dots.doctor")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Callable
 
 from dots.errors import DotsError
 
@@ -44,3 +45,26 @@ def edited_file(directory: Path, record: dict) -> str | None:
         if os.path.lexists(file) and (file.is_file() or file.is_symlink()) and digest(file) != known:
             return name
     return None
+
+
+def hashed_names(digits: int) -> Callable[[str], bool]:
+    """Recognises the names a cache gives its entries: a hash of `digits` hex digits, with a
+    leading dot and suffixes for its locks and unfinished entries."""
+
+    def own(name: str) -> bool:
+        stem = name.lstrip(".").split(".")[0]
+        return len(stem) == digits and all(c in "0123456789abcdef" for c in stem)
+
+    return own
+
+
+def discard(entry: Path, owned: Callable[[str], bool]) -> None:
+    """Remove a cache entry (a folder): the files `owned` recognises as its own, then the
+    folder; a file dots did not write there stops it with one line, and is kept."""
+    for f in list(entry.iterdir()):
+        if owned(f.name) and (f.is_file() or f.is_symlink()):
+            f.unlink()
+    rest = sorted(entry.iterdir())
+    if rest:
+        raise DotsError(f"cache entry {entry} holds a file dots did not write ({rest[0]}): move it away")
+    entry.rmdir()

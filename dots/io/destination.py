@@ -11,84 +11,26 @@ output — is one DotsError line. `Destination.install` (the commit) removes onl
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-import shlex
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from dots.errors import DotsError
-from dots.io.contents import digest, edited_file, resolved
+from dots.io.commit import claim_temp, install_dir, release, sweep, sweep_inside
+from dots.io.contents import edited_file, hashed_names, resolved
+from dots.io.records import RECORD, discard_output, files_under, new_record, read_record, seal, write_record
 
-__all__ = ["Destination", "RECORD", "claim", "discard", "input_paths", "read_record", "seal"]
+__all__ = ["Destination", "RECORD", "claim", "input_paths", "read_record", "seal"]  # (the record: dots.io.records)
 
-RECORD = ".dots-output.json"
+log = logging.getLogger("dots.io")
+
 # outputs that grow in place (a rerun resumes them): their record lists no files and dots
 # writes only its own file names there; every other kind is replaced whole
 GROWING = ("search-run", "evaluate", "analyze", "taskvec-cache", "fisher-cache")
 # the option that replaces a previous output of each kind replaced whole
 OVERWRITE = {"merge": "overwrite=true", "export": "export.overwrite=true", "convert": "--overwrite"}
-
-
-def read_record(directory: str | os.PathLike) -> dict | None:
-    """The record of a dots output in `directory`, or None (none, or not one dots wrote)."""
-    try:
-        record = json.loads((Path(directory) / RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("kind"), str) else None
-
-
-def _files_under(root: Path) -> list[str]:
-    """Every file (and symbolic link) under `root`, as sorted relative POSIX paths."""
-    found = []
-    for folder, dirs, files in os.walk(root):
-        here = Path(folder)
-        for name in files + [d for d in dirs if (here / d).is_symlink()]:
-            found.append((here / name).relative_to(root).as_posix())
-    return sorted(found, key=lambda p: (p.count("/"), p))
-
-
-def new_record(
-    kind: str,
-    files: Iterable[str] | None = None,
-    run_dir: str | os.PathLike | None = None,
-    root: Path | None = None,
-) -> dict:
-    """The record of an output of `kind` written now by this command (with the digest of each of
-    `files` when `root`, their directory, is given)."""
-    from dots import __version__
-
-    record: dict = {
-        "kind": kind,
-        "dots_version": __version__,
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    if files is not None:
-        record["files"] = sorted(f for f in files if f != RECORD)
-        if root is not None:
-            record["digests"] = {f: digest(root / f) for f in record["files"]}
-    if run_dir is not None:
-        record["run_dir"] = str(Path(run_dir).expanduser().resolve())
-    return record
-
-
-def seal(directory: str | os.PathLike, kind: str, run_dir: str | os.PathLike | None = None) -> None:
-    """Write the record of a finished output of `kind` in `directory`, listing every file in it
-    (the files a later replacement removes)."""
-    root = Path(directory)
-    _write_record(root, new_record(kind, _files_under(root), run_dir, root))
-
-
-def _write_record(directory: Path, record: dict) -> None:
-    """Write the record whole or not at all (a concurrent claim never reads half of one)."""
-    tmp = directory / f"{RECORD}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, directory / RECORD)
 
 
 def _entries(directory: Path) -> list[Path]:
@@ -124,7 +66,7 @@ class Destination:
     overwrite: bool = False
     inputs: tuple[Path, ...] = ()
     run_dir: Path | None = None
-    identity: str | None = None  # a search run's identity, recorded in its run directory
+    identity: str | None = None  # what the output is made of (a search run's, a merge's), in its record
     given: str = field(default="", repr=False)
     own: Callable[[str], bool] | None = field(default=None, repr=False)
 
@@ -174,10 +116,11 @@ class Destination:
                 )
             return record
         listed = set(record.get("files") or ()) | {RECORD}
-        foreign = [f for f in _files_under(path) if f not in listed]
+        foreign = [f for f in files_under(path) if f not in listed]
         if foreign:
             raise self.refuse("it holds files dots did not write", path / foreign[0])
         same_run = self.run_dir is not None and record.get("run_dir") == str(self.run_dir)
+        same_run |= self.identity is not None and record.get("identity") == self.identity  # this command's own
         option = OVERWRITE.get(self.kind, "overwrite=true")
         if not (self.overwrite or same_run):
             raise DotsError(f"output exists: {path} is a previous dots {self.kind} output (pass {option} to replace)")
@@ -189,78 +132,35 @@ class Destination:
         return record
 
     def create(self) -> Path:
-        """Make the directory of a growing output and record it (kept when already there)."""
+        """Make the directory of a growing output and record it (kept when already there); what
+        dead writers left in it is removed (`dots.io.commit.sweep_inside`)."""
         self.check()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            sweep_inside(self.path, discard_output)
             record = read_record(self.path)
             if record is None or (self.identity and record.get("identity") != self.identity):
                 mine = {"identity": self.identity} if self.identity else {}
-                _write_record(self.path, {**new_record(self.kind, None, self.run_dir), **mine})
+                write_record(self.path, {**new_record(self.kind, None, self.run_dir), **mine})
         except OSError as exc:  # a full or read-only disk: one line
             raise DotsError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         return self.path
 
+    def begin(self) -> Path:
+        """A new temporary folder beside the output, for its new version (`install`), once what
+        dead writers left beside it is removed or finished (`dots.io.commit.sweep`)."""
+        sweep(self.path, discard_output)
+        return claim_temp(self.path)
+
     def install(self, finished: Path) -> Path:
-        """Put the finished output `finished` (a directory beside `path`) in place: renamed onto
-        a new path; into an existing one (checked again now) after removing exactly the files
-        its record lists, never anything else. Seals `finished` with its record first."""
-        seal(finished, self.kind, self.run_dir)
-        old = self.check()
-        if not os.path.lexists(self.path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(finished, self.path)
-            return self.path
-        for name in (old or {}).get("files") or ():
-            _remove_listed(self.path, name)
-        (self.path / RECORD).unlink(missing_ok=True)
-        for entry in sorted(finished.iterdir(), key=lambda p: p.name == RECORD):  # the record last
-            target = self.path / entry.name
-            if os.path.lexists(target):  # appeared since the check: theirs, kept
-                raise self.refuse("a file appeared in it while dots wrote", target)
-            os.rename(entry, target)
-        finished.rmdir()
+        """Switch the finished output `finished` (from `begin`) in: sealed with its record, the
+        destination checked again, then one rename or atomic exchange (`dots.io.commit.install_dir`);
+        of the old version dots removes exactly the files its record lists, never anything else."""
+        seal(finished, self.kind, self.run_dir, self.identity)
+        self.check()
+        install_dir(finished, self.path, discard_output)
+        release(finished)
         return self.path
-
-
-def _remove_listed(root: Path, name: str) -> None:
-    """Remove the file `name` (relative to `root`, as a record lists it) and the folders it
-    leaves empty; a name that leads outside `root` is ignored."""
-    target = root / name
-    if ".." in Path(name).parts or Path(name).is_absolute():
-        return
-    if target.is_symlink() or target.is_file():
-        target.unlink()
-    folder = target.parent
-    while folder != root and _inside(folder, root):
-        try:
-            folder.rmdir()
-        except OSError:
-            break
-        folder = folder.parent
-
-
-def hashed_names(digits: int) -> Callable[[str], bool]:
-    """Recognises the names a cache gives its entries: a hash of `digits` hex digits, with a
-    leading dot and suffixes for its locks and unfinished entries."""
-
-    def own(name: str) -> bool:
-        stem = name.lstrip(".").split(".")[0]
-        return len(stem) == digits and all(c in "0123456789abcdef" for c in stem)
-
-    return own
-
-
-def discard(entry: Path, owned: Callable[[str], bool]) -> None:
-    """Remove a cache entry (a folder): the files `owned` recognises as its own, then the
-    folder; a file dots did not write there stops it with one line, and is kept."""
-    for f in list(entry.iterdir()):
-        if owned(f.name) and (f.is_file() or f.is_symlink()):
-            f.unlink()
-    rest = _entries(entry)
-    if rest:
-        raise DotsError(f"cache entry {entry} holds a file dots did not write ({rest[0]}): move it away")
-    entry.rmdir()
 
 
 # entries of the caches an older dots wrote without a record: hash-named (`dots.keys.stable_hash`)

@@ -12,6 +12,7 @@ straight from its memory (`safetensors.torch.save_file` first builds a copy of t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import torch
 
 from dots.errors import DotsError, first_line
 
-__all__ = ["AppendedFile", "TensorInfo", "dtype_size", "write_file"]
+__all__ = ["AppendedFile", "TensorInfo", "check_data_digest", "data_digest", "dtype_size", "write_file"]
 
 ST_DTYPES = {
     torch.float64: "F64",
@@ -210,3 +211,27 @@ class AppendedFile:
         self.fh.write(self.room.to_bytes(8, "little"))
         self.fh.write(raw + b" " * (self.room - len(raw)))
         self.fh.close()
+
+
+def data_digest(tensors: Mapping[str, torch.Tensor]) -> str:
+    """The SHA-256 of the data section `write_file` writes for `tensors` (kept in the file's own
+    metadata, so that a reader can tell a scrambled file from the one written: `check_data_digest`)."""
+    h = hashlib.sha256()
+    for tensor in tensors.values():
+        h.update(tensor_bytes(tensor).numpy().data)
+    return "sha256:" + h.hexdigest()
+
+
+def check_data_digest(path: Path) -> None:
+    """A DotsError when `path`'s data section does not hash to the digest its metadata holds
+    (files without one — written by an older dots — are not checked)."""
+    with open(path, "rb") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        known = json.loads(fh.read(size)).get("__metadata__", {}).get("sha256")
+        if known is None:
+            return
+        h = hashlib.sha256()
+        while block := fh.read(16 << 20):
+            h.update(block)
+    if "sha256:" + h.hexdigest() != known:
+        raise DotsError(f"{path}: its bytes do not match their digest")

@@ -16,7 +16,6 @@ import os
 import queue
 import shutil
 import threading
-import uuid
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -24,6 +23,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
+from dots.io.commit import release
 from dots.io.destination import RECORD, Destination, claim
 from dots.io.modes import apply_umask, copy_file
 from dots.io.safetensors import TensorInfo, lay_out, tensor_bytes
@@ -75,7 +75,9 @@ class CheckpointWriter:
     a background thread, so disk writes overlap the caller's next computation).
     `out_dir` is a claimed `Destination`, or a path claimed here as a "checkpoint" output.
     `commit()` checks that everything was written, copies aux files and installs the
-    temporary directory at `out_dir`. On error (or `abort()`), nothing is left behind.
+    temporary directory at `out_dir` (`Destination.install`: synced, then one rename or atomic
+    exchange). On error (or `abort()`), nothing is left behind; after a kill, the next writer
+    of `out_dir` removes what this one left.
     """
 
     def __init__(
@@ -93,10 +95,11 @@ class CheckpointWriter:
             raise DotsError("nothing to write: the tensor plan is empty")
         self.plan = dict(plan)
         check_free_space(self.out_dir, sum(info.nbytes for info in self.plan.values()))
-        self.tmp_dir = self.out_dir.parent / f".{self.out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
         try:
-            self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp_dir.mkdir()
+            self.tmp_dir = self.destination.begin()  # beside out_dir; what a dead writer left is removed
+        except OSError as exc:
+            raise self._failure(exc) from None
+        try:
             self._lay_out(max_shard_bytes, {"format": "pt", **(metadata or {})}, weights_name)
         except OSError as exc:
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
@@ -256,6 +259,7 @@ class CheckpointWriter:
     def abort(self) -> None:
         self._finish_background()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        release(self.tmp_dir)
 
     def __enter__(self) -> CheckpointWriter:
         return self

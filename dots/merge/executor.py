@@ -30,6 +30,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.destination import claim, input_paths
 from dots.io.inputs import check_checkpoint, check_distinct_destinations, check_sources_differ, taskvec_dir
 from dots.io.writer import CheckpointWriter
+from dots.keys import stable_hash
 from dots.merge.methods import Method, build_options, get_method
 from dots.merge.methods.base import WHOLE, Part
 from dots.options.merge import Calibration
@@ -109,7 +110,7 @@ def merge_checkpoints(
         raise DotsError(f"block_entries must be a positive integer, got {block_entries!r}")
     # dots deletes only what it wrote: checked before opening anything large (a Hub id downloads)
     local = [p for p in (base, *sources.values()) if Path(p).expanduser().exists()]
-    claim(output, "merge", overwrite, local)
+    claim(output, "merge", True, local)  # (whether it may be replaced: below, once the inputs are known)
     check_distinct_destinations({"output": (output, "whole"), "cache_dir": (cache_dir, "cache")})
     # the writer makes a sibling of the output and renames it into place: its parent must take it
     check_creatable(Path(output).expanduser().absolute().parent, "output's parent directory")
@@ -117,7 +118,20 @@ def merge_checkpoints(
     base_ckpt = Checkpoint(base, revision)
     source_ckpts = {str(k): Checkpoint(v, revision) for k, v in sources.items()}
     inputs = input_paths([base_ckpt, *source_ckpts.values()])
-    out = claim(output, "merge", overwrite, inputs)
+    identity = stable_hash(  # a rerun of this very merge (after a crash, say) replaces its own output
+        {
+            "method": spec.name,
+            "options": repr(opts),
+            "weights": repr(weights),
+            "config_from": config_from,
+            "inputs": [c.fingerprint() for c in (base_ckpt, *source_ckpts.values())],
+            "shard": max_shard_bytes,
+            "keys": list(source_ckpts),
+            "calibration": repr(calibration),
+        },
+        16,
+    )
+    out = claim(output, "merge", overwrite, inputs, identity=identity)
     if cache_dir:
         taskvec_dir(cache_dir, inputs)  # the same cache root as the search's: new, empty or dots' caches
     for ckpt in (base_ckpt, *source_ckpts.values()):

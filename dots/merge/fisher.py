@@ -35,11 +35,12 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from dots.errors import DotsError
+from dots.errors import DotsError, first_line
 from dots.io.checkpoint import Checkpoint
+from dots.io.commit import atomic_file
 from dots.io.destination import claim
 from dots.io.modes import apply_umask
-from dots.io.safetensors import write_file
+from dots.io.safetensors import check_data_digest, data_digest, write_file
 from dots.keys import stable_hash
 from dots.merge.calibration import CalibrationExample
 from dots.paths import cache_root
@@ -177,14 +178,14 @@ def fisher_for(
     """Path of the cached Fisher safetensors of `ckpt`, computed first if absent."""
     root = Path(cache_root) if cache_root is not None else default_fisher_root()
     path = root / f"{fisher_key(ckpt, examples, max_new_tokens, dtype)}.safetensors"
-    if path.exists():
+    if path.exists() and _intact(path):
         log.info("reusing cached Fisher %s for %s", path, ckpt.source)
         return path
     # before the work: new, empty, or a Fisher cache (recorded, or an older dots' tables only)
     cache = claim(root, "fisher-cache", inputs=[ckpt.path])
     cache.create()
     with run_once_lock(root / f".{path.stem}.lock"):  # concurrent processes compute an entry once
-        if path.exists():
+        if path.exists() and _intact(path):
             log.info("reusing cached Fisher %s for %s (computed meanwhile)", path, ckpt.source)
             return path
         return _compute_and_write(ckpt, examples, path, device, max_new_tokens, dtype)
@@ -202,15 +203,26 @@ def _compute_and_write(
     with freeing_as_it_goes():  # one-off transients (whole-model gradients' pieces): not kept
         fisher = compute_fisher(ckpt.path, examples, device, max_new_tokens, dtype)
         gc.collect()  # the model's weights, before the table is written
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    meta = {"model": str(ckpt.path), "examples": str(len(examples)), "sha256": data_digest(fisher)}
     try:
-        write_file(fisher, tmp, {"model": str(ckpt.path), "examples": str(len(examples))})
-        apply_umask(tmp)
-        tmp.replace(path)  # atomic: a reader never sees a half-written file
-    except Exception as exc:  # safetensors reports a full disk as its own error
-        tmp.unlink(missing_ok=True)
+        with atomic_file(path) as tmp:  # synced, then renamed: a reader never sees a half-written file
+            write_file(fisher, tmp, meta)
+            apply_umask(tmp)
+    except OSError as exc:
         raise DotsError(f"cannot write the Fisher cache {path}: {str(exc).splitlines()[0]}") from None
     return path
+
+
+def _intact(path: Path) -> bool:
+    """The cached table's bytes are those written (its digest); a damaged one is removed, said in
+    one line, and computed again."""
+    try:
+        check_data_digest(path)
+        return True
+    except (DotsError, OSError, ValueError) as exc:
+        log.warning("the cached Fisher table %s is damaged (%s); computing it again", path, first_line(exc))
+        path.unlink(missing_ok=True)
+        return False
 
 
 class FisherTable:

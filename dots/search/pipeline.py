@@ -20,9 +20,11 @@ from typing import Any
 from dots.errors import DotsError
 from dots.io.align import Alignment, align, config_differences
 from dots.io.checkpoint import Checkpoint
+from dots.io.commit import write_atomic
 from dots.io.destination import Destination, claim, input_paths
 from dots.io.inputs import check_checkpoint, check_distinct_destinations, check_sources_differ, taskvec_dir
 from dots.io.problems import load_pool
+from dots.io.records import withdraw
 from dots.options.search import SearchOptions, config_yaml, search_options
 from dots.paths import check_creatable
 from dots.plan.decide import MemoryPlan
@@ -216,9 +218,15 @@ def run_search(config: Any) -> Path:
         raise DotsError(f"cannot load the tokenizer of {tokenizer_dir}: {str(exc).splitlines()[0]}") from None
     run.prompts = {q.id: format_prompt(q.question, options.backbone.prompt, run.tokenizer) for q in run.queries}
     # every input and option is checked: from here on the run writes
+    made = [d for d in (run.run_dir, taskvec_dir(options.cache_dir)) if not d.exists()]
     run_dir.create()
-    with run_held(run):
-        return run_in(run, plan)
+    try:
+        with run_held(run):
+            return run_in(run, plan)
+    except DotsError:  # a bad input found by reading it (NaN/Inf weights): what this run made is withdrawn
+        for made_here in made:
+            withdraw(made_here, ("config.yaml",))
+        raise
 
 
 def run_held(run: Run) -> Any:
@@ -235,7 +243,7 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     from dots.engines.factory import build_engine
 
     options = run.options
-    (run.run_dir / "config.yaml").write_text(config_yaml(options.config))
+    write_atomic(run.run_dir / "config.yaml", config_yaml(options.config))
     print(f"run directory: {run.run_dir}")
     engine = plan.engine_options(options.engine)  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(  # every start (a requeued run's too) proves its swaps first

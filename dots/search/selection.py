@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from dots.errors import DotsError
+from dots.io.commit import atomic_file
 from dots.io.problems import Query
 from dots.options.selection import SelectionConfig
 from dots.runtime.progress import progress_bar
@@ -158,8 +159,7 @@ def random_selection(queries: Sequence[Query], cfg: SelectionConfig) -> Selectio
 
 def save_selection(selection: Selection, path: Path, key: str) -> None:
     """selection.jsonl: one line per chosen query (consistency per source, difficulty, pool)."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
+    with atomic_file(path) as tmp, open(tmp, "w") as fh:
         fh.write(json.dumps({"key": key, "notes": selection.notes}) + "\n")
         for q in selection.queries:
             fh.write(
@@ -176,7 +176,6 @@ def save_selection(selection: Selection, path: Path, key: str) -> None:
                 )
                 + "\n"
             )
-    tmp.replace(path)
 
 
 class DamagedSelection(DotsError):

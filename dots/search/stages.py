@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from dots.io.commit import write_atomic
 from dots.keys import stable_hash
 from dots.runtime.locks import run_once_lock
 
@@ -63,7 +64,7 @@ def run_stage(run_dir: Path, stage: Stage, run: Any) -> Any:
         result = stage.build(run)
         record = _record(run_dir, stage)
         record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({"key": key, "output": stage.output}))
+        write_atomic(record, json.dumps({"key": key, "output": stage.output}))  # after the output: done
         return result
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from dots.errors import DotsError
+from dots.io.commit import write_atomic
 from dots.io.inputs import taskvec_dir
 from dots.io.problems import Query
 from dots.keys import stable_hash
@@ -187,7 +188,7 @@ def build_confirm(run: Run) -> dict:
         "tokens": tokens, "samples": sum(r["samples"] for r in rows), "study_tokens": study_tokens,
         "share": tokens / study_tokens if study_tokens else None,
     }  # fmt: skip
-    (run.run_dir / "confirm.json").write_text(json.dumps(result, indent=1))
+    write_atomic(run.run_dir / "confirm.json", json.dumps(result, indent=1))
     share = f" ({result['share']:.0%} of the study's)" if result["share"] is not None else ""
     log.info("confirmation: %d candidate%s, %d tokens%s", len(rows), "s" * (len(rows) != 1), tokens, share)
     return result
@@ -245,7 +246,7 @@ def build_push(run: Run) -> bool:
     assert run.results.export is not None  # (the export stage ran)
     pushed = try_push(run.results.export, repo, export.private)
     if pushed:
-        (run.run_dir / "pushed.json").write_text(repo)
+        write_atomic(run.run_dir / "pushed.json", repo)
     return pushed
 
 

@@ -9,10 +9,10 @@ a temporary folder and renamed into place when complete, so a reader never sees 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,8 @@ import torch
 from dots.errors import DotsError
 from dots.io.align import Alignment
 from dots.io.checkpoint import Checkpoint
-from dots.io.destination import discard
+from dots.io.commit import claim_temp, install_dir, release
+from dots.io.contents import discard
 from dots.io.safetensors import AppendedFile, dtype_size
 from dots.io.writer import check_free_space, disk_write_error
 from dots.vectors.compact import NEGZERO, VALUES, WHERE, CompactTensor, encode
@@ -94,8 +95,7 @@ def write_entry(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sour
     entry_names = [n + s for n in al.merged for s in (VALUES, WHERE, NEGZERO)] + [n + EXTRA_SUFFIX for n in extras]
     out.parent.mkdir(parents=True, exist_ok=True)
     check_free_space(out, entry_bytes_bound(al, key, cfg, extras))
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    tmp = claim_temp(out)  # locked while this process lives (a dead one's is removed: dots.io.commit)
     try:
         stats = SparseStats()
         tensors: dict[str, dict] = {}
@@ -124,17 +124,37 @@ def write_entry(al: Alignment, key: str, cfg: SparsifyConfig, out: Path) -> Sour
             "numel": stats.numel,
             "tensor_gamma": stats.tensor_gamma,
             "tensors": tensors,
+            "digests": {WEIGHTS_FILE: file_digest(tmp / WEIGHTS_FILE)},
         }
         (tmp / "taskvec.json").write_text(json.dumps(meta, indent=1))
         if out.exists():  # an unfinished entry at this path: replaced, never read
             discard(out, is_entry_file)
-        tmp.rename(out)
+        install_dir(tmp, out, lambda old: None)  # synced, then renamed (`out` is new here)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError):
             raise disk_write_error(out, exc) from exc
         raise
+    finally:
+        release(tmp)
     return SourceVector(key, out, meta)
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 16 MiB blocks (what an entry is checked against)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(16 << 20):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def check_digests(folder: Path, digests: dict) -> None:
+    """A DotsError naming the first file of `folder` whose bytes are not those its digest was taken
+    of (a scrambled entry: same size, other bytes). Entries of an older dots carry none: not checked."""
+    for name, known in sorted(digests.items()):
+        if file_digest(folder / name) != known:
+            raise DotsError(f"the bytes of {name} do not match their digest")
 
 
 def entry_bytes_bound(al: Alignment, key: str, cfg: SparsifyConfig, extras: list[str]) -> int:
@@ -160,12 +180,14 @@ def is_entry_file(name: str) -> bool:
 
 def reusable_entry(out: Path, key: str, al: Alignment) -> SourceVector | None:
     """The finished cache entry at `out`, or None after removing a damaged one's files (a
-    missing or cut shard, an unreadable taskvec.json, a tensor missing): the entry is derived
+    missing or cut shard, bytes that do not match their digest, an unreadable taskvec.json, a tensor
+    missing): the entry is derived
     data, so it is rebuilt — said once, in one line."""
     try:
         meta = json.loads((out / "taskvec.json").read_text())
         if meta.get("version") != CACHE_VERSION:
             raise DotsError(f"written by cache version {meta.get('version')}, this dots reads {CACHE_VERSION}")
+        check_digests(out, meta.get("digests") or {})
         vector = SourceVector(key, out, meta)
         stored = set(vector.weights.names)
         missing = [n for n in al.merged if n not in vector.meta["tensors"] or n + VALUES not in stored]

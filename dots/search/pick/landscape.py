@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from dots.io.commit import atomic_file
 from dots.search.pick.diagnosis import flat_coefficients
 from dots.search.pick.pareto import Point, pareto_front
 from dots.search.pick.smoothing import fit_smoother
@@ -82,7 +83,8 @@ def plot_landscape(
         chosen.number, bounds, (confirmation or {}).get("points", ()), uncertainty,
     )  # fmt: skip
     fig = landscape_figure(land, title)
-    fig.savefig(path)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dots.errors import DotsError
+from dots.io.commit import atomic_file
 from dots.vectors.coefficients import Coefficients, format_coefficients
 
 __all__ = ["Point", "front_figure", "pareto_front", "pick", "plot_front", "write_trials_csv"]
@@ -73,7 +74,7 @@ def write_trials_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     keys: list[str] = []
     for row in rows:
         keys += [k for k in row if k not in keys]
-    with open(path, "w", newline="") as fh:
+    with atomic_file(path) as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
@@ -92,7 +93,8 @@ def plot_front(points: Sequence[Point], front: Sequence[Point], chosen: Point, p
     import matplotlib.pyplot as plt
 
     fig = front_figure(points, front, chosen, title)
-    fig.savefig(path)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
 
 

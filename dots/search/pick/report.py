@@ -15,6 +15,7 @@ from typing import Any, Callable
 import yaml
 
 from dots.engines.canary import read_canary, summary
+from dots.io.commit import write_atomic
 from dots.search.pick.confirm import confirmed_choice
 from dots.search.pick.landscape import plot_landscape
 from dots.search.pick.pareto import Point, pareto_front, plot_front, write_trials_csv
@@ -134,7 +135,7 @@ def pick_and_report(
         result["stopped"] = study.user_attrs[STOPPED]
     if warnings is not None:  # what the pick looks like without labels (dots.search.pick.diagnosis)
         result["warnings"] = warnings(study, result)
-    (run_dir / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
+    write_atomic(run_dir / "result.yaml", yaml.safe_dump(result, sort_keys=False))
     study.set_user_attr("pick", {k: result[k] for k in ("trial", "pick", "coefficients", "objectives")})
     figures = [run_dir / "pareto.png", run_dir / "landscape.png"]
     attach_artifacts(study, run_dir, [*figures, run_dir / "result.yaml", run_dir / "trials.csv"])

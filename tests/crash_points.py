@@ -1,0 +1,194 @@
+"""The crash-point enumerator of tests/test_crash_points.py (docs/outputs.md, "What a crash leaves").
+
+A command runs once under the fault injector (tests/crash/faultshim.c, loaded with LD_PRELOAD),
+which numbers every write, truncate, create, mkdir, rename, link, delete and fsync it makes under
+the work folder: the crash points. Then, for each point in turn, the folder is reset to the state
+before the command, the command runs again and is sent a signal just before that point (SIGKILL, or
+SIGTERM, which dots turns into a clean exit), the destination is compared with the old version and
+the clean run's new one (it must be one of them, byte for byte), and the same command reruns to
+completion with the clean run's bytes and no temporary file left.
+
+Python, torch and dots are imported once, in a warm runner (tests/cli_runner.py) started under the
+injector; each run is a child forked from it (the injector rearmed there with the run's settings), so
+a crash point costs the command's own work, not an interpreter's start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from cli_runner import Runner
+
+SHIM_SOURCE = Path(__file__).parent / "crash" / "faultshim.c"
+TEMP = re.compile(r"\.(tmp|old|switch)-\d+@[0-9a-f]{4}-[0-9a-f]{6}$")
+RECORD = ".dots-output.json"
+VOLATILE = ("time",)  # record fields that differ between two runs of one command
+
+
+def build_shim(folder: Path) -> Path:
+    """Compile the injector (cc); the test fails, not skips, where no compiler is found."""
+    out = folder / "faultshim.so"
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    assert cc, "no C compiler: scripts/setup.sh installs one (g++ brings cc)"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(SHIM_SOURCE), "-ldl"], check=True)
+    return out
+
+
+def start(shim: Path) -> Runner:
+    """A warm runner (tests/cli_runner.py) with the injector preloaded and composed configurations kept."""
+    return Runner({"LD_PRELOAD": str(shim), "DOTS_RUNNER_KEEP_COMPOSED": "1", "DOTS_PROGRESS": "0"})
+
+
+def run(runner: Runner, command: Command, work: Path, log: Path, **env: str) -> int:
+    """One run of `command` in `work`; its exit code (negative: the signal that ended it), its output in `log`."""
+    reply = runner.run(command.module, command.args, str(work), **env)
+    log.write_text(reply["stdout"] + reply["stderr"])
+    return int(reply["rc"])
+
+
+def snapshot(folder: Path) -> dict[str, bytes] | None:
+    """Every file under `folder` with its bytes (a record without its volatile fields); None if absent."""
+    if not folder.exists():
+        return None
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            if path.name == RECORD:
+                record = json.loads(data)
+                data = json.dumps({k: v for k, v in record.items() if k not in VOLATILE}, sort_keys=True).encode()
+            files[path.relative_to(folder).as_posix()] = data
+    return files
+
+
+def crash_state(folder: Path) -> str:
+    """What a rerun can see of a crashed run: every path (a dead writer's temporary names without
+    their pid and random part) and the bytes of every file outside those temporaries. Two crash
+    points with one state are one state to rerun from: the rerun removes temporaries unread."""
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        inside = any(TEMP.search(part) for part in rel.split("/")[:-1])
+        if inside:
+            continue
+        h.update(TEMP.sub(lambda m: "." + m.group(1), rel).encode() + b"\0")
+        if path.is_file() and not TEMP.search(path.name):
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def leftovers(folder: Path) -> list[str]:
+    """The temporary names of dots' commit protocol anywhere under `folder`."""
+    return sorted(str(p) for p in folder.rglob("*") if TEMP.search(p.name))
+
+
+@dataclass
+class Command:
+    """One command of a crash-point test: `module` and `args` run in the work folder after the
+    commands `before` (module, args) made the state it starts from; `outputs` are the folders compared."""
+
+    name: str
+    module: str
+    args: list[str]
+    outputs: list[str]
+    before: list[tuple[str, list[str]]] = field(default_factory=list)
+    signals: tuple[int, ...] = (signal.SIGKILL, signal.SIGTERM)
+    compare: Callable[[str, dict[str, bytes]], dict[str, bytes]] = field(default=lambda name, files: files)
+
+
+@dataclass
+class Report:
+    command: str
+    points: list[str] = field(default_factory=list)  # "KIND PATH" per crash point, in order
+    killed: dict[int, int] = field(default_factory=dict)  # signal -> points where it ended the command
+    failures: list[str] = field(default_factory=list)
+    reruns: int = 0  # distinct crash states rerun from
+
+    def summary(self) -> str:
+        kinds: dict[str, int] = {}
+        for point in self.points:
+            kind = point.split()[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        per_kind = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        ends = ", ".join(f"{signal.Signals(s).name} {n}" for s, n in self.killed.items())
+        return (
+            f"{self.command}: {len(self.points)} crash points ({per_kind}); ended by {ends}; "
+            f"{self.reruns} distinct crash states, each rerun to completion"
+        )
+
+
+def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Path) -> Report:
+    """Run `command` clean, then crash it at every point with each of its signals (see the module)."""
+    report = Report(command.name)
+    pristine = scratch / f"{command.name}.before"
+
+    def reset() -> None:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(pristine, work, symlinks=True)
+
+    def state() -> dict[str, dict[str, bytes] | None]:
+        return {o: _compared(command, o, snapshot(work / o)) for o in command.outputs}
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for module, args in command.before:
+        log = scratch / f"{command.name}.before.log"
+        reply = server.run(module, args, str(work))
+        assert reply["rc"] == 0, reply["stderr"][-3000:]
+    shutil.copytree(work, pristine, symlinks=True)
+    old = state()
+    ops = scratch / f"{command.name}.ops"
+    ops.unlink(missing_ok=True)
+    log = scratch / f"{command.name}.log"
+    code = run(server, command, work, log, DOTS_FAULT_ROOTS=str(work), DOTS_FAULT_LOG=str(ops))
+    assert code == 0, f"{command.name}: the clean run failed ({code}):\n{log.read_text()[-3000:]}"
+    new = state()
+    assert new != old, f"{command.name}: the clean run changed nothing"
+    report.points = [line.split(" ", 1)[1] for line in ops.read_text().splitlines()]
+    rerun: set[str] = set()  # the crash states already rerun from
+    for sig in command.signals:
+        ended = 0
+        for point in range(1, len(report.points) + 1):
+            reset()
+            where = f"{command.name}, {signal.Signals(sig).name} at point {point} ({report.points[point - 1]})"
+            code = run(
+                server,
+                command,
+                work,
+                log,
+                DOTS_FAULT_ROOTS=str(work),
+                DOTS_FAULT_AT=str(point),
+                DOTS_FAULT_SIGNAL=str(int(sig)),
+            )
+            ended += code != 0
+            now = state()
+            for output in command.outputs:
+                if now[output] not in (old[output], new[output]):
+                    report.failures.append(f"{where}: {output} is neither the old version nor the new one")
+            seen = crash_state(work)
+            if seen in rerun:
+                continue
+            rerun.add(seen)
+            report.reruns += 1
+            code = run(server, command, work, log)
+            if code != 0:
+                report.failures.append(f"{where}: the rerun failed ({code}): {log.read_text()[-600:]}")
+                continue
+            if state() != new:
+                report.failures.append(f"{where}: the rerun's outputs differ from the clean run's")
+            if left := leftovers(work):
+                report.failures.append(f"{where}: the rerun left {left[0]}")
+        report.killed[sig] = ended
+    return report
+
+
+def _compared(command: Command, output: str, files: dict[str, bytes] | None) -> dict[str, bytes] | None:
+    return None if files is None else command.compare(output, files)
