@@ -138,3 +138,27 @@ def test_vllm_canary_catches_a_skipped_repack_through_the_cli(tmp_path):
     require_vllm()
     run_dir, out = search(tmp_path, "vllm", "search.fixed=[[0.5,0.5]]", broken="skip-repack")
     assert_caught(run_dir, out, PUBLIC_DIFFERS)
+
+
+def test_a_fast_swap_with_wrong_values_is_caught_only_by_the_public_path_check(tmp_path):
+    """In process, on the transformers engine: a fast swap that writes θ0 at λ = 0 and reaches the
+    model, but with λ 1.5 times too large, passes checks 1 and 2; only the comparison with the
+    public loading path (check 3) catches it, and the engine falls back to that path."""
+    from helpers import lab_scorer
+
+    from dots.engines.canary import run_canary
+
+    engine = lab_scorer(tmp_path / "cache", k=1, queries=1).engine
+    try:
+        swap = engine.swap_coefficients
+
+        def off(coefficients):
+            scale = 1.5 if engine.swap_path == "fast" else 1.0
+            swap({k: scale * v for k, v in coefficients.items()})
+
+        engine.swap_coefficients = off
+        canary = run_canary(engine, ["sft", "rlvr"], tmp_path)
+        assert canary.failures[0].startswith(PUBLIC_DIFFERS) and len(canary.failures) == 1, canary.failures
+        assert canary.verdict == "fell back" and engine.swap_path == "public"
+    finally:
+        engine.close()
