@@ -12,16 +12,23 @@
 #
 #   bash benchmarks/gpu_check.sh [results.md]
 #   bash benchmarks/gpu_check.sh --cpu-smoke [results.md]   # the same steps, reduced, on a CPU
+#   bash benchmarks/gpu_check.sh --fused [results.md]       # the swap's GPU-only lines (~3 min)
 #
+# --fused (#49): only what a CPU cannot reach of the swap: the CUDA cases of the fused pass, the
+# timers and the device stand-ins (Triton kernels, the real torch.cuda.synchronize, the race at
+# start), the canary's CUDA tolerance, and the per-form swap table.
 # --cpu-smoke (CI, machines without a GPU): the CPU device, tiny doctor shapes on the lab backbone
 # (qwen7b's memory plan does not fit a CPU host), a 3-trial lab search, the swap table at Qwen2.5-0.5B widths with a 4,096-row vocabulary and 1 layer.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$(command -v python || command -v python3)}
-smoke=0
+smoke=0 fused=0
 if [[ ${1:-} == --cpu-smoke ]]; then
   smoke=1
+  shift
+elif [[ ${1:-} == --fused ]]; then
+  fused=1
   shift
 fi
 OUT=${1:-benchmarks/results/gpu_check-$(date -u +%Y%m%dT%H%M%SZ).md}
@@ -65,7 +72,12 @@ step() {
 } >"$OUT"
 
 TESTS=(tests/test_timing.py tests/test_synth.py)
-if ((smoke)); then
+if ((fused)); then
+  step "CUDA tests of the swap" "$PYTHON" -m pytest -q -n0 -p no:cacheprovider tests/test_fused.py tests/test_timing.py \
+    tests/test_device_branches.py tests/test_canary.py -k "cuda or test_timing or test_device_branches or hf_canary_passes"
+  step "swap table, Qwen2.5-7B widths, 2 layers" "$PYTHON" benchmarks/fused_swap.py --device cuda --shape qwen2.5-7b \
+    --layers 2 --repeats 6 --workdir "$WORK/swap"
+elif ((smoke)); then
   step "tests (CUDA ones skip here)" "$PYTHON" -m pytest -q -n0 -p no:cacheprovider "${TESTS[@]}" \
     -k "cuda or timer or device or scorer"
   step "doctor, tiny shapes, the lab backbone" "$PYTHON" -m dots.doctor --shapes benchmarks/shapes/qwen2.5-0.5b.json \

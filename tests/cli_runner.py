@@ -88,6 +88,9 @@ PRELOAD = (
     *(f"dots.merge.methods.{m}" for m in ("dare", "dots_fixed", "linear", "ram", "sar", "task_arithmetic", "ties")),
     "hydra_plugins",
 )
+# installed only with some extras (hydra_plugins: the slurm extra's launcher): preloaded where
+# present, so that the runner starts in the README's plain `pip install -e .[test]` too
+OPTIONAL = {"hydra_plugins"}
 
 
 def _child(request: dict, out: str, err: str) -> None:
@@ -162,7 +165,11 @@ def serve() -> None:
     import importlib
 
     for name in PRELOAD:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if name not in OPTIONAL or exc.name != name:
+                raise
     io_dir = tempfile.mkdtemp(prefix="dots-cli-runner-", dir=os.environ.get("DOTS_RUNNER_IO"))
     keep = Composed(os.path.join(io_dir, "composed")) if os.environ.get("DOTS_RUNNER_KEEP_COMPOSED") else None
     gc.collect()

@@ -6,6 +6,7 @@ caught, the run says so in one line, falls back to the public loading path and g
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import require_vllm
+
+from dots.engines.canary import CPU_TOLERANCE, CUDA_TOLERANCE
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = [  # the smallest lab search: random selection, one trial of one sample of 4 tokens
@@ -51,10 +54,18 @@ def canary_of(run_dir: Path) -> dict:
     return yaml.safe_load((run_dir / "canary.yaml").read_text())
 
 
+def engine_device(out: str) -> str:
+    """The device the run's engine ran on, as its memory plan says ("engine hf on cuda, …")."""
+    found = re.search(r"; engine \w+ on (\w+)", out)
+    assert found, out[-2000:]
+    return found.group(1)
+
+
 def assert_passed_everywhere(run_dir: Path, out: str) -> None:
     canary = canary_of(run_dir)
     assert canary["verdict"] == "passed" and canary["path"] == "fast" and canary["failures"] == []
-    assert canary["tolerance"] == 0.0 and len(canary["nll_fresh"]) == 3  # CPU: bit for bit
+    expected = CPU_TOLERANCE if engine_device(out) == "cpu" else CUDA_TOLERANCE  # CPU: bit for bit
+    assert canary["tolerance"] == expected and len(canary["nll_fresh"]) == 3
     assert f"swap canary: passed, path fast, {canary['seconds']:.1f} s" in out
     cell = f"passed (fast path, {canary['seconds']:.1f} s)"
     assert yaml.safe_load((run_dir / "result.yaml").read_text())["swap_canary"] == cell
@@ -127,3 +138,27 @@ def test_vllm_canary_catches_a_skipped_repack_through_the_cli(tmp_path):
     require_vllm()
     run_dir, out = search(tmp_path, "vllm", "search.fixed=[[0.5,0.5]]", broken="skip-repack")
     assert_caught(run_dir, out, PUBLIC_DIFFERS)
+
+
+def test_a_fast_swap_with_wrong_values_is_caught_only_by_the_public_path_check(tmp_path):
+    """In process, on the transformers engine: a fast swap that writes θ0 at λ = 0 and reaches the
+    model, but with λ 1.5 times too large, passes checks 1 and 2; only the comparison with the
+    public loading path (check 3) catches it, and the engine falls back to that path."""
+    from helpers import lab_scorer
+
+    from dots.engines.canary import run_canary
+
+    engine = lab_scorer(tmp_path / "cache", k=1, queries=1).engine
+    try:
+        swap = engine.swap_coefficients
+
+        def off(coefficients):
+            scale = 1.5 if engine.swap_path == "fast" else 1.0
+            swap({k: scale * v for k, v in coefficients.items()})
+
+        engine.swap_coefficients = off
+        canary = run_canary(engine, ["sft", "rlvr"], tmp_path)
+        assert canary.failures[0].startswith(PUBLIC_DIFFERS) and len(canary.failures) == 1, canary.failures
+        assert canary.verdict == "fell back" and engine.swap_path == "public"
+    finally:
+        engine.close()

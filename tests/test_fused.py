@@ -93,10 +93,24 @@ def test_fused_pass_on_cuda_gives_the_streaming_bytes(tv, form):
     """The production path on a GPU (Triton kernels from inductor): the streaming path's bytes on
     the same device, with and without each source, and the check at start left it on."""
     streaming = ResidentSynthesizer(tv, device="cuda", form=form, fused=False)
-    fused = ResidentSynthesizer(tv, device="cuda", form=form)  # the default on CUDA
+    fused = ResidentSynthesizer(tv, device="cuda", form=form, fused=True)
     assert fused.fused["fused"]
     for lam in LAMBDAS:
         want = {name: t.clone() for name, t in streaming(lam)}
         for name, tensor in fused(lam):
             assert torch.equal(raw(tensor), raw(want[name])), (form, name, lam)
     assert fused.fused["fused"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("form", BY_SPEED)
+def test_on_cuda_the_default_keeps_the_fused_pass_only_where_it_is_not_slower(tv, form):
+    """The default on a GPU: compiled, checked, then raced against streaming on the device's own
+    clock (synchronised), and on only where it did not lose; its swaps give the streaming bytes."""
+    fused = ResidentSynthesizer(tv, device="cuda", form=form)
+    raced = fused._fused.raced if fused._fused is not None else None
+    assert raced is not None and fused.fused["fused"] == (raced[0] <= raced[1]), raced
+    streaming = ResidentSynthesizer(tv, device="cuda", form=form, fused=False)
+    want = {name: t.clone() for name, t in streaming(LAMBDAS[0])}
+    for name, tensor in fused(LAMBDAS[0]):
+        assert torch.equal(raw(tensor), raw(want[name])), (form, name)

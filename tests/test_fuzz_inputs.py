@@ -274,6 +274,22 @@ GOOD = {  # target → (module, argv on good input, the option naming its output
 }
 
 
+@pytest.mark.parametrize("without", ["hydra_plugins"])
+def test_the_fuzzers_runner_starts_in_an_install_without_the_extras(tmp_path, without):
+    """The positive control of the harness itself (here it starts in `box`): the warm runner
+    imports what it preloads and says it is ready where an extra's module is missing (a plain
+    `pip install -e .[test]` has no `hydra_plugins`: the fuzzer did not start there)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    if without:  # a module that is not there: importing it raises as a missing one does
+        (tmp_path / without).mkdir()
+        missing = f"raise ModuleNotFoundError('not installed', name={without!r})\n"
+        (tmp_path / without / "__init__.py").write_text(missing)
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    runner = Path(__file__).with_name("cli_runner.py")
+    proc = subprocess.run([sys.executable, str(runner)], input="", capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0 and json.loads(proc.stdout.splitlines()[0]) == {"ready": True}, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("target", list(GOOD))
 def test_good_inputs_run(box, target):
     """The harness and the argv every bad example is built from run to the end on good input:

@@ -9,12 +9,13 @@ the benchmarks) is taken with `DeviceTimer`, which waits for the device at both 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
 import torch
 
-__all__ = ["DeviceTimer", "device_of", "wait_for", "waiter"]
+__all__ = ["DeviceTimer", "device_of", "race", "wait_for", "waiter"]
 
 
 def waiter(device: Any) -> Callable[[], None]:
@@ -70,3 +71,18 @@ def device_of(engine: Any) -> Any:
     """The device whose work an engine's calls queue (`engine.device`; None for an engine whose
     workers wait for their own device before they answer, as vLLM's swap does)."""
     return getattr(engine, "device", None)
+
+
+def race(
+    first: Callable[[], object], second: Callable[[], object], device: Any, rounds: int = 3
+) -> tuple[float, float]:
+    """The shortest of `rounds` device-timed runs of each of two ways to do the same work, taken in
+    turns after one untimed run of each (compiling, caches): (first's seconds, second's)."""
+    best = [math.inf, math.inf]
+    for turn in range(rounds + 1):
+        for i, work in enumerate((first, second)):
+            with DeviceTimer(device) as timer:
+                work()
+            if turn:
+                best[i] = min(best[i], timer.seconds)
+    return best[0], best[1]

@@ -1,23 +1,16 @@
 """θ0 + Σ λ_i τ̃_i in one compiled pass per block, for every resident form (#38).
 
-The streaming combine (`dots.vectors.synth.combine_into`) makes one pass per operation: θ0 cast
-to float32, each τ̃ block rebuilt (zeroed, scattered), added, then cast and copied — 40-50 bytes
-of memory traffic per parameter where 12 would do for dense τ̃. Here one `torch.compile`d
-function per block (inductor: Triton on CUDA, C++ on the CPU) reads θ0 once, each τ̃ once in its
-form and writes the result once into the live parameter:
-
-    acc = float32(θ0); acc = acc + λ_i·τ̃_i for each source in order; out = cast(acc)
-
-with τ̃_i taken where it is held: dense, a load; `full` (θ_i whole), (float32(θ_i) − acc₀)·γ;
-bitmask, the bit decoded and the value found by a running count of the bits (a scan);
-positions (index, sparse), scattered on the device into a block of value slots first. Kept
-entries get (float32(θ_i) − float32(θ0))·γ (index, bitmask) or the held float32 value (sparse),
-every other entry +0.0 — the streaming path's values, and its order of operations: λ·τ̃ + acc
-is one fused multiply-add in both (eager's `add(alpha=λ)` and inductor's C++ with contraction
-on, Triton's default), so the bits are the same. Each combination of forms is compiled once and
-checked against the streaming path on its first tensor (`FusedCombine.check`): a mismatch turns
-the fused path off and says so. Tensors with stored −0.0 positions (`negzero`) or blocks with
-fewer than 2 entries or kept values keep the streaming path (no recompilation for them).
+The streaming combine (`dots.vectors.synth.combine_into`) makes one pass per operation (40-50
+bytes of traffic per parameter where 12 would do for dense τ̃). Here one `torch.compile`d function
+per block (Triton on CUDA, C++ on the CPU) reads θ0 and each τ̃ once in its form and writes once:
+acc = float32(θ0); acc = acc + λ_i·τ̃_i per source in order; out = cast(acc). τ̃_i: dense, a load;
+`full`, (float32(θ_i) − acc₀)·γ; bitmask, each bit and its slot among the values from the bytes'
+running count; index and sparse, scattered into a block of value slots. Kept entries get the
+streaming path's values, every other +0.0, and its order of operations (λ·τ̃ + acc one FMA in
+both), so the same bytes. Each combination of forms is compiled once and its bytes checked
+against the streaming path on its first tensor (a mismatch turns the pass off); by default it is
+then timed against streaming and kept only where it is not slower (`keep_if_faster`). Tensors
+with stored −0.0 (`negzero`), blocks under 2 entries or kept values: the streaming path.
 """
 
 from __future__ import annotations
@@ -26,10 +19,12 @@ import itertools
 import logging
 import math
 import time
+from functools import partial
 from typing import Callable, Sequence
 
 import torch
 
+from dots.runtime.timing import race
 from dots.vectors.compact import CompactTensor
 from dots.vectors.forms import DenseTau, ResidentTau, SparseTau
 
@@ -37,14 +32,12 @@ __all__ = ["FusedCombine", "describe", "prepare"]
 
 log = logging.getLogger(__name__)
 
-# Where the fused pass is the swap's path. CUDA: every form. CPU: the forms it measured faster
-# (benchmarks/fused_swap.py, benchmarks/RESULTS.md), and only for models of at least
-# CPU_MIN_ENTRIES merged entries, where the compile (6-90 s per combination of forms on 2 loaded
-# cores) pays for itself within a search; below, a swap takes milliseconds either way.
+# Where the fused pass is tried (then kept if not slower). CUDA: every form. CPU: the forms it
+# measured faster (benchmarks/RESULTS.md), for models of at least CPU_MIN_ENTRIES merged entries,
+# where the compile (6-90 s per combination on 2 loaded cores) pays for itself within a search.
 CPU_FORMS = ("dense",)  # at 0.5B shapes index and bitmask streamed faster (RESULTS.md, 2026-11-28)
 CPU_MIN_ENTRIES = 2**26
 RECOMPILE_LIMIT = 64  # combinations of (forms, dtypes) one process may compile
-_SHIFTS = torch.arange(8, dtype=torch.uint8)
 
 
 def fused_wanted(device: torch.device, form: str, entries: int) -> bool:
@@ -55,11 +48,7 @@ def fused_wanted(device: torch.device, form: str, entries: int) -> bool:
 
 
 def _kind(tau: ResidentTau) -> str:
-    if isinstance(tau, DenseTau):
-        return "dense"
-    if isinstance(tau, SparseTau):
-        return "sparse"
-    return tau.form  # a compact tensor: full, index or bitmask
+    return "dense" if isinstance(tau, DenseTau) else "sparse" if isinstance(tau, SparseTau) else tau.form
 
 
 def _block(kinds: tuple[str, ...], theta0: torch.Tensor, out: torch.Tensor, coef: torch.Tensor, *parts: torch.Tensor):
@@ -77,13 +66,17 @@ def _block(kinds: tuple[str, ...], theta0: torch.Tensor, out: torch.Tensor, coef
             tau = (parts[at].to(torch.float32) - base) * coef[1, i]
             at += 1
         else:
-            where, values = parts[at], parts[at + 1]
-            at += 2
-            if kind == "bitmask":  # bits of the block (it starts on a byte), their running count
-                kept = ((where.unsqueeze(1) >> _SHIFTS.to(where.device)) & 1).view(-1)[:n]
-                slot = torch.cumsum(kept, 0, dtype=torch.int32) - 1
+            if kind == "bitmask":  # bit b of byte j: kept, and its slot from the bytes' running count
+                where, ends, values = parts[at], parts[at + 1], parts[at + 2]
+                at += 3
+                byte = where.unsqueeze(1).to(torch.int32)
+                shifts = torch.arange(8, dtype=torch.int32, device=where.device)
+                kept = ((byte >> shifts) & 1).view(-1)[:n]
+                slot = (ends.unsqueeze(1) - _popcount(byte >> (shifts + 1))).view(-1)[:n] - 1
                 hit = kept.bool()
             else:  # positions relative to the block: each entry's slot in `values`, or −1
+                where, values = parts[at], parts[at + 1]
+                at += 2
                 count = where.shape[0]
                 slots = torch.arange(count, dtype=torch.int32, device=where.device)
                 slot = torch.full((n,), -1, dtype=torch.int32, device=where.device).index_put_((where.long(),), slots)
@@ -105,14 +98,13 @@ class FusedCombine:
         self.device = device
         self.enabled = True
         self.compile_s = 0.0
+        self.raced: tuple[float, float] | None = None
         self.checked: set[tuple] = set()
         self._bounds: dict[int, tuple[ResidentTau, int, list[int]]] = {}
         self._coef: dict[tuple, torch.Tensor] = {}
         dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
-        options: dict[str, str | int | bool | Callable] = {
-            "cpp.enable_floating_point_contract_flag": "fast"
-        }  # a + λ·τ as one FMA, as eager
-        self._compiled: Callable = torch.compile(_block, dynamic=True, options=options)
+        options = {"cpp.enable_floating_point_contract_flag": "fast"}  # a + λ·τ as one FMA, as eager
+        self._compiled: Callable = torch.compile(_block, dynamic=True, options=options)  # type: ignore[arg-type]
 
     def _bounds_of(self, tau: ResidentTau, step: int) -> list[int]:
         """Where each block's kept values start in the tensor's values (one entry per block, then
@@ -125,9 +117,8 @@ class FusedCombine:
         if kind in ("dense", "full"):
             bounds = starts + [n]
         elif kind == "bitmask":  # bits before each block (blocks start on a byte): a running count
-            assert isinstance(tau, CompactTensor) and tau.where is not None
-            bits = tau.where.unsqueeze(1).bitwise_right_shift(_SHIFTS.to(tau.where.device)).bitwise_and_(1)
-            before = torch.cat([bits.new_zeros(1, dtype=torch.int64), bits.sum(1, dtype=torch.int64).cumsum(0)])
+            counts = _popcount(_where(tau).to(torch.int64))
+            before = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
             bounds = before[[s >> 3 for s in starts] + [before.numel() - 1]].tolist()
         else:
             positions = tau.positions if isinstance(tau, SparseTau) else _where(tau)
@@ -155,18 +146,15 @@ class FusedCombine:
         step: int,
         streaming: Callable[[], object],
     ) -> bool:
-        """Write cast(θ0 + Σ λ_i τ̃_i) into `out` (flat, θ0's entries; θ0 flat) a block of `step`
-        entries at a time; False (nothing written) where the fused pass does not apply. The first
-        time a combination of forms and dtypes comes, it is compiled, run into a spare buffer and
-        compared with `streaming()` (the streaming combine into `out`): a difference turns the
-        fused pass off for good (logged); the seconds go to `compile_s`."""
+        """Write cast(θ0 + Σ λ_i τ̃_i) into `out` (flat, θ0 flat) a block of `step` entries at a time;
+        False (nothing written) where the pass does not apply. A combination of forms and dtypes
+        new here is compiled, run into a spare buffer and its bytes compared with `streaming()`'s
+        (into `out`): a difference turns the pass off for good; the seconds go to `compile_s`."""
         n = theta0.numel()
         if not self.enabled or not taus or n < 2 or theta0.device.type != self.device.type:
             return False
-        if any(getattr(tau, "negzero", None) is not None for tau, _ in taus):
-            return False
-        if n > step and step % 8:  # blocks must start on a byte of a bitmask
-            return False
+        if any(getattr(tau, "negzero", None) is not None for tau, _ in taus) or (n > step and step % 8):
+            return False  # stored −0.0; blocks must start on a byte of a bitmask
         bounds = [self._bounds_of(tau, step) for tau, _ in taus]
         if any(b - a < 2 for per in bounds for a, b in zip(per, per[1:])) or n % step == 1:
             return False
@@ -215,9 +203,19 @@ def _parts(tau: ResidentTau, start: int, stop: int, lo: int, hi: int) -> list[to
     if tau.form == "full":
         return [values[start:stop]]
     assert tau.where is not None
-    if tau.form == "bitmask":
-        return [tau.where[start >> 3 : (stop + 7) >> 3], values[lo:hi]]
+    if tau.form == "bitmask":  # the bytes of the block and their running count of kept bits
+        where = tau.where[start >> 3 : (stop + 7) >> 3]
+        return [where, torch.cumsum(_popcount(where.to(torch.int32)), 0, dtype=torch.int32), values[lo:hi]]
     return [tau.where[lo:hi] - start, values[lo:hi]]
+
+
+def _popcount(x: torch.Tensor) -> torch.Tensor:
+    """Bits set per entry of a tensor of bytes (0-255), in arithmetic that fuses into the pass.
+    The running count over the bytes is aten's cumsum, outside: a compiled scan made the bitmask
+    pass take 5.4 s a swap on an H200 (benchmarks/RESULTS.md)."""
+    x = x - ((x >> 1) & 0x55)
+    x = (x & 0x33) + ((x >> 2) & 0x33)
+    return (x + (x >> 4)) & 0x0F
 
 
 def _where(tau: ResidentTau) -> torch.Tensor:
@@ -234,43 +232,62 @@ def _signature(tau: ResidentTau) -> tuple:
     return (tau.form, tau.values.dtype, None if tau.where is None else tau.where.dtype)
 
 
+Params = Sequence[tuple[torch.Tensor, Sequence[ResidentTau | None]]]  # (θ0, τ̃ by source; None: none kept)
 WARM_LAMBDAS = (0.75, -1.25, 1.5, 0.5)  # λ of the sources in the checks before the first swap
 
 
 def prepare(
     device: torch.device,
     form: str,
-    params: Sequence[tuple[torch.Tensor, Sequence[ResidentTau | None]]],
+    params: Params,
     combine: Callable[..., object],
     wanted: bool | None = None,
 ) -> FusedCombine | None:
-    """The fused pass for a resident synthesis on `device` in `form` (None where it is not
-    wanted: `fused_wanted`, or `wanted`), compiled and checked before the first swap, so that
-    the engine's start pays for it. `params`: (θ0, τ̃ by source; None where a source keeps
-    nothing); `combine(out, θ0, taus, fused=…)`: the synthesis' combine (`combine_into`)."""
+    """The fused pass for a resident synthesis on `device` in `form` (None where not wanted:
+    `fused_wanted`, or `wanted`), compiled, checked and, unless `wanted`, timed at the engine's
+    start; `combine(out, θ0, taus, fused=…)`: the synthesis' combine (`combine_into`)."""
     entries = sum(theta0.numel() for theta0, _ in params)
     if not (wanted if wanted is not None else fused_wanted(device, form, entries)):
         return None
     fused = FusedCombine(device)
     warm_up(fused, params, lambda out, theta0, taus: combine(out, theta0, taus, fused=fused))
+    if wanted is None and fused.enabled:
+        keep_if_faster(fused, params, combine)
     return fused
+
+
+def keep_if_faster(
+    fused: FusedCombine,
+    params: Params,
+    combine: Callable[..., object],
+) -> None:
+    """Off where slower than streaming, both combining the largest parameter with every source,
+    timed until the device is done (`race`; `fused.raced`: fused, streaming seconds)."""
+    theta0, taus = max(params, key=lambda p: p[0].numel(), default=(None, []))
+    picked = [(tau, WARM_LAMBDAS[i % 4]) for i, tau in enumerate(taus) if tau is not None]
+    if theta0 is None or not picked:
+        return
+    out = torch.empty_like(theta0)
+    fast, slow = (partial(combine, out, theta0, picked, fused=way) for way in (fused, None))
+    fused.raced = race(fast, slow, fused.device)
+    if fused.raced[0] > fused.raced[1]:
+        fused.enabled = False
+        log.info("the fused swap is slower than streaming here (%.4f s against %.4f s): swaps stream", *fused.raced)
 
 
 def describe(fused: FusedCombine | None) -> dict:
     """{"fused": whether swaps take the fused pass, "compile_s": the seconds compiling it took}."""
-    if fused is None:
-        return {"fused": False, "compile_s": 0.0}
-    return {"fused": fused.enabled, "compile_s": round(fused.compile_s, 3)}
+    return {"fused": fused is not None and fused.enabled, "compile_s": round(fused.compile_s if fused else 0.0, 3)}
 
 
 def warm_up(
     fused: FusedCombine,
-    params: Sequence[tuple[torch.Tensor, Sequence[ResidentTau | None]]],
+    params: Params,
     combine: Callable[[torch.Tensor, torch.Tensor, list[tuple[ResidentTau, float]]], object],
 ) -> None:
-    """For every set of sources a swap may combine (all of them, each alone, and with up to 3
-    sources every other set), `combine(out, θ0, taus)` on the smallest parameter of each
-    combination of forms and dtypes, into a spare output: each is compiled and checked once."""
+    """`combine(out, θ0, taus)` into a spare output on the smallest parameter of each combination
+    of forms and dtypes, for every set of sources a swap may combine (all, each alone, and up to
+    3 sources every other set): each is compiled and checked once."""
     count = max((len(taus) for _, taus in params), default=0)
     sets = [list(s) for r in range(1, count + 1) for s in itertools.combinations(range(count), r)]
     if count > 3:
