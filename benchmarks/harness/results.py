@@ -1,5 +1,6 @@
-"""Where results go: Markdown sections printed and appended to benchmarks/RESULTS.md, JSON files,
-and the one-line description of the machine a table was measured on."""
+"""Where results go: Markdown sections printed and appended to the results of their question
+(benchmarks/results/<question>.md, indexed by benchmarks/RESULTS.md), JSON files, and the one-line
+description of the machine a table was measured on."""
 
 from __future__ import annotations
 
@@ -11,21 +12,26 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
+RESULTS = REPO / "benchmarks" / "results"
 
 
-def append(text: str) -> None:
-    """Append `text` as it is to benchmarks/RESULTS.md."""
-    with open(RESULTS, "a") as fh:
+def results_file(question: str) -> Path:
+    """The dated log of one question's results (`swap`, `merge`, ...): benchmarks/results/<question>.md."""
+    return RESULTS / f"{question}.md"
+
+
+def append(text: str, question: str) -> None:
+    """Append `text` as it is to the results of `question`, the newest section last."""
+    with open(results_file(question), "a") as fh:
         fh.write(text)
 
 
-def report(lines: list[str], record: bool) -> None:
-    """Print a Markdown section and, with `record`, append it to benchmarks/RESULTS.md."""
+def report(lines: list[str], record: bool, question: str) -> None:
+    """Print a Markdown section and, with `record`, append it to the results of `question`."""
     text = "\n".join(lines) + "\n"
     print(text)
     if record:
-        append(text)
+        append(text, question)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -142,7 +142,7 @@ def synthesize(
     merged = set(task_vectors.names)
     scratch = torch.empty(0, dtype=torch.float32, device=device)
     for name in base.names:
-        with record_function("dots.vectors.synth.read"):  # labels for torch.profiler (benchmarks/profile_swap.py)
+        with record_function("dots.vectors.synth.read"):  # labels for torch.profiler (benchmarks/swap/profile.py)
             theta0 = base.get(name)
             taus = (
                 [(task_vectors.compact(key, name).to(device), lam) for key, lam in tensor_lambdas(lambdas, name)]
