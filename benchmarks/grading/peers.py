@@ -29,7 +29,7 @@ Each peer call runs under a 30 s alarm; an error or timeout is a "wrong" verdict
 
 Timing (`--timing`): dots' equivalence on adversarial LaTeX (sympy runs for minutes
 without a limit), and `consistency` for 64 queries x 8 samples per trial (medians).
-`--record` appends the tables to benchmarks/RESULTS.md; `--out` gets every verdict.
+`--record` appends the tables to benchmarks/results/grading.md; `--out` gets every verdict.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["task_arithmetic", "ties"])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the generated checkpoints")
-    parser.add_argument("--record", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the table to benchmarks/results/merge.md")
     parser.add_argument("--machine", default=None)
     args = parser.parse_args()
 

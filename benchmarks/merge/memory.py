@@ -3,7 +3,7 @@
 Generates (benchmarks/harness/generate.py) a Qwen2-shaped float32 base + 2 sources of
 each size, runs `python -m dots.merge method=ties ...` under `/usr/bin/time -v` (Debian
 package `time`) `--runs` times per size, prints the medians and, with `--record`,
-appends them to benchmarks/RESULTS.md. The target: the peak RSS at 4 GB within 1.3× of
+appends them to benchmarks/results/merge.md. The target: the peak RSS at 4 GB within 1.3× of
 the one at 1 GB (both have the same largest tensor, so a streaming merge should not
 grow with depth). Generated checkpoints and outputs are deleted at the end.
 
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[1.0, 4.0], help="checkpoint sizes in GB")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--root", type=Path, default=Path("/tmp/dots-bench"))
-    parser.add_argument("--record", action="store_true", help="append the medians to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the medians to benchmarks/results/merge.md")
     parser.add_argument("--keep", action="store_true", help="keep the generated checkpoints")
     parser.add_argument("--machine", default="2 CPU cores, 24 GiB RAM (shared)")
     parser.add_argument("--date", default=None)

@@ -21,7 +21,7 @@ entries differing by more than one bf16 ulp of the larger magnitude, and — fro
 inputs — the entries where the two definitions may disagree (below) and the number of
 differing entries outside them, which must be 0. dare_ties is also run once at p = 0
 (density 1), where its definition has no randomness, for the check.
-`--record` appends the tables to benchmarks/RESULTS.md; `--out` gets every raw number.
+`--record` appends the tables to benchmarks/results/merge.md; `--out` gets every raw number.
 
 mergekit (PyPI `mergekit`, LGPL-3.0) is never a dependency of dots: it lives in its own
 venv (`--mergekit-venv`, default outputs/bench-venvs/mergekit), created on first use with
@@ -175,7 +175,7 @@ def main() -> None:
         help="skip the tensor-by-tensor comparison (frees dots' output before mergekit runs)",
     )
     parser.add_argument("--vocab", type=int, default=None, help="override the vocabulary (smoke tests)")
-    parser.add_argument("--record", action="store_true", help="append the tables to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the tables to benchmarks/results/merge.md")
     parser.add_argument(
         "--out", type=Path, default=None, help="raw results JSON (default outputs/bench/vs_mergekit-DATE.json)"
     )

@@ -7,7 +7,7 @@ materialised. Unlike a depth-only scaling, the larger trio is also wider (Qwen2-
 widths: a 151936×1536 embedding, 0.93 GB in fp32, vs 0.54 GB), so a flat RSS shows that
 the analysis streams row chunks and does not hold whole tensors. Runs the CLI under
 `/usr/bin/time -v` (Debian package `time`), prints wall time and peak RSS, with
-`--record` appends them to benchmarks/RESULTS.md, and deletes everything it generated.
+`--record` appends them to benchmarks/results/scale.md, and deletes everything it generated.
 
     python -m benchmarks.scale analyze --sizes 2 8 --runs 1 --root /tmp/dots-analyze-bench --record
 """
@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[2.0, 8.0], help="checkpoint sizes in GB (each)")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--root", type=Path, default=Path("/tmp/dots-analyze-bench"))
-    parser.add_argument("--record", action="store_true", help="append the results to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the results to benchmarks/results/scale.md")
     parser.add_argument("--machine", default="2 CPU cores, 24 GiB RAM (shared with other jobs)")
     parser.add_argument("--date", default=None)
     args = parser.parse_args()

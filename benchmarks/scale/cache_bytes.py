@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--densities", type=float, nargs="+", default=[0.3])
     parser.add_argument("--lab-only", action="store_true", help="skip the generated 0.5B trio")
     parser.add_argument("--keep", action="store_true", help="keep the generated trio and caches")
-    parser.add_argument("--record", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the table to benchmarks/results/scale.md")
     parser.add_argument("--machine", default=None)
     args = parser.parse_args()
     os.environ.setdefault("DOTS_PROGRESS", "0")

@@ -41,7 +41,7 @@ RSS or when MemAvailable falls below `--min-available-gib`; recorded as stopped)
   engines' own. A watchdog thread ends the process if MemAvailable falls below
   `--min-available-gib`.
 
-`--record` appends a dated section per subcommand to benchmarks/RESULTS.md; `--out`
+`--record` appends a dated section per subcommand to benchmarks/results/scale.md; `--out`
 gets the raw numbers (JSON).
 """
 
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--mem-limit-gib", type=float, default=18.0)
     parser.add_argument("--min-available-gib", type=float, default=2.0)
     parser.add_argument("--clean", action="store_true", help="delete --root at the end")
-    parser.add_argument("--record", action="store_true", help="append the results to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the results to benchmarks/results/scale.md")
     parser.add_argument("--out", type=Path, default=None, help="raw results (JSON)")
     parser.add_argument("--machine", default=f"{os.cpu_count()} CPU cores")
     parser.add_argument("--date", default=None)

@@ -10,7 +10,7 @@ depths, then runs under `/usr/bin/time -v` (Debian package `time`), `--runs` tim
         +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT force=true
 
 Writes docs/figures/scaling.png (wall time and peak RSS against parameters, one line per
-command) and, with `--record`, appends the medians to benchmarks/RESULTS.md. The
+command) and, with `--record`, appends the medians to benchmarks/results/scale.md. The
 generated checkpoints of a size are deleted before the next size is generated.
 
     python -m benchmarks.scale sizes --sizes 0.5b 1.5b 3b --runs 5 --root /tmp/dots-scaling --record

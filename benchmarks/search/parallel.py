@@ -11,7 +11,7 @@ are built beforehand by a prep run and copied into each run directory, so the ru
 differ only in how the study is shared. Reported per run: the wall time of the whole
 command (submission to last job done), the study's own span (first trial start to last
 trial end, from the journal) and the median time of one trial. With `--record` the
-medians over `--runs` repeats are appended to benchmarks/RESULTS.md.
+medians over `--runs` repeats are appended to benchmarks/results/search.md.
 
     python -m benchmarks.search parallel --trials 12 --runs 5 --record
     python -m benchmarks.search parallel --base B --sft S --rlvr R   # a given lab trio
@@ -177,7 +177,7 @@ def main() -> None:
     parser.add_argument("--base", type=Path)
     parser.add_argument("--sft", type=Path)
     parser.add_argument("--rlvr", type=Path)
-    parser.add_argument("--record", action="store_true", help="append the medians to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the medians to benchmarks/results/search.md")
     parser.add_argument("--machine", default="2 CPU cores, 24 GiB RAM, shared with other engineers' jobs")
     parser.add_argument("--date", default=None)
     args = parser.parse_args()

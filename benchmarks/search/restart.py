@@ -43,7 +43,7 @@ every restarted trial are compared with those dots stored for the same trial, an
 dots run's λ with the replayed ones (TPE is seeded, so they should not move). Reported:
 medians of each part, the ratio restart / dots of the N trials and of the whole process
 (per-repeat paired ratios and their median). `--record` appends a section to
-benchmarks/RESULTS.md, `--out FILE` writes every raw number as JSON.
+benchmarks/results/search.md, `--out FILE` writes every raw number as JSON.
 
 `--trials 2 --repeats 1` is a smoke run. Any dots option goes to every dots run with
 `--set key=value` (e.g. `--set engine.enforce_eager=true --set search.k=4`).
@@ -93,7 +93,7 @@ def parse_args() -> argparse.Namespace:
         help="a dots.search override for every dots run (and so for the restart side)",
     )
     parser.add_argument("--root", type=Path, default=Path("/tmp/dots-svr"))
-    parser.add_argument("--record", action="store_true", help="append a section to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append a section to benchmarks/results/search.md")
     parser.add_argument("--out", type=Path, help="every raw number as JSON")
     parser.add_argument("--machine", default=f"{os.cpu_count()} CPU cores, {platform.platform()}, shared")
     parser.add_argument("--date", default=None)

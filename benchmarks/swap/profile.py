@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["vllm", "hf"])
     parser.add_argument("--caches", nargs="+", default=["memory", "disk"], choices=["memory", "disk"])
     parser.add_argument("--trace", type=Path, default=None, help="directory for Chrome traces")
-    parser.add_argument("--record", action="store_true", help="append the tables to benchmarks/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the tables to benchmarks/results/swap.md")
     parser.add_argument("--machine", default=None, help="machine description for RESULTS.md")
     args = parser.parse_args()
     os.environ.setdefault("DOTS_PROGRESS", "0")

@@ -38,10 +38,10 @@ __all__ = ["FusedCombine", "describe", "prepare"]
 log = logging.getLogger(__name__)
 
 # Where the fused pass is the swap's path. CUDA: every form. CPU: the forms it measured faster
-# (benchmarks/swap/fused.py, benchmarks/RESULTS.md), and only for models of at least
+# (benchmarks/swap/fused.py, benchmarks/results/swap.md), and only for models of at least
 # CPU_MIN_ENTRIES merged entries, where the compile (6-90 s per combination of forms on 2 loaded
 # cores) pays for itself within a search; below, a swap takes milliseconds either way.
-CPU_FORMS = ("dense",)  # at 0.5B shapes index and bitmask streamed faster (RESULTS.md, 2026-11-28)
+CPU_FORMS = ("dense",)  # at 0.5B shapes index and bitmask streamed faster (benchmarks/results/swap.md, 2026-11-28)
 CPU_MIN_ENTRIES = 2**26
 RECOMPILE_LIMIT = 64  # combinations of (forms, dtypes) one process may compile
 _SHIFTS = torch.arange(8, dtype=torch.uint8)
