@@ -45,7 +45,7 @@ from pathlib import Path
 from benchmarks.grading.pairs import build_pairs, timing
 from benchmarks.grading.report import analyse, markdown, record
 from benchmarks.grading.venvs import PEERS, VENVS, baseline_tree, run_worker, setup_venv
-from benchmarks.harness.results import REPO
+from benchmarks.harness.results import REPO, command_line
 
 
 def main() -> None:
@@ -107,7 +107,7 @@ def main() -> None:
             else:
                 info["errors"][name] = got["error"]
     result = {
-        "command": sys.argv,
+        "command": command_line(),
         "date": time.strftime("%Y-%m-%d"),
         "machine": args.machine,
         "info": info,

@@ -4,7 +4,6 @@ RESULTS.md section."""
 
 from __future__ import annotations
 
-import shlex
 from collections import Counter, defaultdict
 
 from benchmarks.harness.results import append
@@ -110,7 +109,7 @@ def record(args, result: dict, report: dict | str) -> None:
     venvs = "; ".join(f"{k}: {v.get('versions') or v.get('error')}" for k, v in result["info"]["venvs"].items())
     text = [
         f"\n## Grading vs peer graders (benchmarks/grading/peers.py) — {result['date']}\n",
-        f"Command: `python {' '.join(shlex.quote(a) for a in result['command'])}`",
+        f"Command: `{result['command']}`",
         "dots: this checkout's `dots.scoring`; dots@REF: the scoring code of commit REF (the figures before a "
         "change). Why dots differs from the peers where it does: docs/grading.md, section Validation.",
         f"Machine: {args.machine or 'not given'}. Peers: {venvs}.",

@@ -8,6 +8,8 @@ import datetime
 import json
 import os
 import platform
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +61,10 @@ def rss_ratio(sizes: list[float], peaks: list[float]) -> float:
     ratio = peaks[-1] / peaks[0] if len(peaks) > 1 else float("nan")
     print(f"peak RSS ratio {sizes[-1]:g} GB / {sizes[0]:g} GB: {ratio:.3f} (target <= 1.3)")
     return ratio
+
+
+def command_line() -> str:
+    """The command line that ran this benchmark, as one types it (`python -m benchmarks.<question> VARIANT …`
+    through the door, `python -m benchmarks.<question>.<module> …` or a script otherwise)."""
+    head = sys.argv[0] if sys.argv[0].startswith("python ") else f"python {sys.argv[0]}"
+    return " ".join([head, *map(shlex.quote, sys.argv[1:])])

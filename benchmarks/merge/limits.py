@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness.floors import GB, drop_caches, memory_gbps, read_seconds, write_seconds
-from benchmarks.harness.results import REPO, cpu_machine, report
+from benchmarks.harness.results import REPO, command_line, cpu_machine, report
 from benchmarks.harness.timing import TIME, parse_time_v
 from benchmarks.harness.trio import generate
 
@@ -155,7 +155,7 @@ def main() -> None:
         "",
         f"## Merge vs the machine's limit (benchmarks/merge/limits.py) — {date}",
         "",
-        f"Command: `python {' '.join(sys.argv)}`.",
+        f"Command: `{command_line()}`.",
         f"Machine: {machine}. Checkpoints: gen_checkpoints.py `--shape {args.shape} --dtype bfloat16 --noise finetune`;"
         f" the merge reads {read_bytes / GB:.2f} GB (base + 2 sources) and writes {write_bytes / GB:.2f} GB."
         f" Medians of {args.runs}.",

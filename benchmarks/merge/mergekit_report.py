@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness.results import append
+from benchmarks.harness.results import append, command_line
 from benchmarks.merge.mergekit_equality import Comparison, equality_table
 from benchmarks.merge.mergekit_runs import Run, build_cases, mergekit_config
 
@@ -72,7 +72,7 @@ def record(
     comparisons: list[Comparison],
     loads: list[float],
 ) -> None:
-    command = shlex.join(["python", "-m", "benchmarks.merge", "mergekit", *sys.argv[1:]])
+    command = command_line()
     shape = "" if not (args.layers or args.vocab) else f" (overridden: layers {args.layers}, vocab {args.vocab})"
     big = [s for s in args.sizes if s in ("7b", "70b")]
     widths = (

@@ -27,12 +27,11 @@ import argparse
 import datetime
 import os
 import shutil
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.harness.results import cpu_machine, report
+from benchmarks.harness.results import command_line, cpu_machine, report
 from benchmarks.harness.trio import generate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,7 +130,7 @@ def main() -> None:
         "",
         f"## τ̃ cache bytes per parameter per source, dense vs compact (benchmarks/scale/cache_bytes.py) — {date}",
         "",
-        f"Command: `python {' '.join(sys.argv)}`. Machine: {machine}.",
+        f"Command: `{command_line()}`. Machine: {machine}.",
         "B/param: bytes of the source's cache entry per merged parameter (compact: the whole safetensors file, "
         "header included; dense: 4 × parameters, what cache version 1 wrote). kept: share of entries with "
         "τ⊙M ≠ 0 (stored). build: the compact cache of both sources (sparsify + encode + write).",

@@ -9,13 +9,12 @@ import datetime
 import json
 import os
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.memory import mem_available_gib, time_guarded
-from benchmarks.harness.results import REPO
+from benchmarks.harness.results import REPO, command_line
 from benchmarks.harness.trio import generate as generate_trio
 
 SOURCES = ("sft", "rlvr")
@@ -89,7 +88,7 @@ def header(title: str, args: argparse.Namespace, facts: dict[str, Any], loads: l
     return [
         f"## {title} — {date}",
         "",
-        f"Command: `{shlex.join(['python', '-m', 'benchmarks.scale', 'large', *sys.argv[1:]])}`.",
+        f"Command: `{command_line()}`.",
         f"Machine: {args.machine}; torch {torch.__version__}; 1-min load average at the start of the runs: "
         f"{min(loads):.1f}–{max(loads):.1f}. No GPU was lent to this session: everything ran on the CPU.",
         f"Trio: benchmarks/harness/generate.py `--shape {args.shape} --layers {args.layers} --dtype bfloat16 "

@@ -27,7 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.harness.results import REPO, report
+from benchmarks.harness.results import REPO, command_line, report
 from benchmarks.harness.timing import time_command
 from benchmarks.harness.trio import generate
 
@@ -168,7 +168,7 @@ def main() -> None:
         "",
         f"## Scaling of merge and analyze with model size (benchmarks/scale/sizes.py) — {date}",
         "",
-        f"Command: `python {' '.join(sys.argv)}`. Machine: {args.machine}. Trios: gen_checkpoints.py "
+        f"Command: `{command_line()}`. Machine: {args.machine}. Trios: gen_checkpoints.py "
         "`--shape qwen2.5-SIZE --dtype bfloat16 --noise finetune`. Medians of the runs (`--runs` per "
         "invocation; sizes measured by separate invocations are merged from the JSON); figure: "
         "docs/figures/scaling.png.",

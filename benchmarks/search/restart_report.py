@@ -8,11 +8,10 @@ import datetime
 import json
 import shlex
 import statistics
-import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from benchmarks.harness.results import append
+from benchmarks.harness.results import append, command_line
 from benchmarks.harness.timing import TIME
 from benchmarks.search.restart_sides import SCORE_PARTS, SideRun
 
@@ -129,7 +128,7 @@ def versions() -> str:
 
 def record(args: argparse.Namespace, models: Mapping[str, Path], engine: Mapping[str, Any], lines: list[str]) -> None:
     date = args.date or datetime.date.today().isoformat()
-    command = shlex.join(["python", "-m", "benchmarks.search", "restart", *sys.argv[1:]])
+    command = command_line()
     dots_cmd = shlex.join(
         [
             TIME,
