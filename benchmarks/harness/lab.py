@@ -5,9 +5,12 @@ worker processes share the jobs."""
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
+import logging
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -253,3 +256,18 @@ def work_through(
             log.info("%s done in %.0f s", "/".join(directory(job).parts[-2:]), time.perf_counter() - t0)
         finally:
             lock.close()
+
+
+def study_parser(doc: str | None) -> tuple[argparse.ArgumentParser, Any]:
+    """The command line of a study on labs (its subcommands added to the second value), with the
+    study's progress logged to stdout and dots.search's own quiet."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    logging.getLogger("dots.search").setLevel(logging.WARNING)
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser, parser.add_subparsers(dest="cmd", required=True)
+
+
+def lab_backbone(models: dict[str, Path], engine: str) -> list[str]:
+    """The search overrides of the lab backbone with its trio (`models`: base, sft, rlvr) pinned."""
+    pinned = [f"backbone.base={models['base']}", *(f"backbone.sources.{s}={models[s]}" for s in ("sft", "rlvr"))]
+    return ["backbone=lab", f"engine={engine}", *pinned]

@@ -67,35 +67,18 @@ def time_merge(method: str, root: Path, cold: bool, env: dict[str, str]) -> tupl
     out = root / "merged"
     if cold:
         drop_caches()
-    proc = subprocess.run(
-        [
-            TIME,
-            "-v",
-            sys.executable,
-            "-m",
-            "dots.merge",
-            *merge_args(method, root, out),
-            f"hydra.run.dir={root / 'hydra'}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-    if proc.returncode:
-        raise SystemExit(f"merge failed:\n{proc.stderr[-2000:]}")
-    wall = parse_time_v(proc.stderr)[0]
+
+    def run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+        if proc.returncode:
+            raise SystemExit(f"{what} failed:\n{proc.stderr[-2000:]}")
+        return proc
+
+    merge = [sys.executable, "-m", "dots.merge", *merge_args(method, root, out), f"hydra.run.dir={root / 'hydra'}"]
+    wall = parse_time_v(run([TIME, "-v", *merge], "merge").stderr)[0]
     if cold:
         drop_caches()
-    proc = subprocess.run(
-        [sys.executable, "-c", IN_PROCESS, str(root), str(out), method],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-    if proc.returncode:
-        raise SystemExit(f"in-process merge failed:\n{proc.stderr[-2000:]}")
+    proc = run([sys.executable, "-c", IN_PROCESS, str(root), str(out), method], "in-process merge")
     shutil.rmtree(out, ignore_errors=True)
     return wall, float(proc.stdout.strip().splitlines()[-1])
 

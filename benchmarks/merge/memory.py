@@ -12,52 +12,23 @@ grow with depth). Generated checkpoints and outputs are deleted at the end.
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
-import sys
 from pathlib import Path
 
-from benchmarks.harness.results import append, rss_ratio, section
-from benchmarks.harness.timing import per_size, require_time, time_command
-from benchmarks.harness.trio import generate
-
-
-def merge_command(root: Path, out: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "dots.merge",
-        "method=ties",
-        f"backbone.base={root / 'base'}",
-        f"+backbone.sources.sft={root / 'sft'}",
-        f"+backbone.sources.rlvr={root / 'rlvr'}",
-        f"output={out}",
-        "overwrite=true",
-    ]
+from benchmarks.harness.results import append, command_line, rss_ratio, section
+from benchmarks.harness.timing import per_size, require_time, sizes_parser, timed_runs
+from benchmarks.harness.trio import generate, trio_command
 
 
 def measure(root: Path, runs: int) -> list[tuple[float, float]]:
     env = {**os.environ, "DOTS_PROGRESS": "0", "DOTS_OUTPUTS": str(root / "outputs")}
-    results = []
-    for i in range(runs):
-        out = root / "merged"
-        wall, rss = time_command(merge_command(root, out), env, root, "merge")
-        print(f"  run {i + 1}: wall {wall:.1f} s, peak RSS {rss:.2f} GiB", flush=True)
-        results.append((wall, rss))
-        shutil.rmtree(out, ignore_errors=True)
-    return results
+    out = root / "merged"
+    return timed_runs(trio_command("merge", root, out), out, runs, env, root, "merge")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=[1.0, 4.0], help="checkpoint sizes in GB")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--root", type=Path, default=Path("/tmp/dots-bench"))
-    parser.add_argument("--record", action="store_true", help="append the medians to benchmarks/results/merge.md")
+    parser = sizes_parser(__doc__ or "", [1.0, 4.0], 5, "/tmp/dots-bench", "2 CPU cores, 24 GiB RAM (shared)", "merge")
     parser.add_argument("--keep", action="store_true", help="keep the generated checkpoints")
-    parser.add_argument("--machine", default="2 CPU cores, 24 GiB RAM (shared)")
-    parser.add_argument("--date", default=None)
     args = parser.parse_args()
     require_time()
 
@@ -76,10 +47,9 @@ def main() -> None:
     print("\n".join(lines))
     ratio = rss_ratio(args.sizes, [row[3] for row in rows])
     if args.record:
-        sizes = " ".join(f"{s:g}" for s in args.sizes)
         body = [
-            f"Command: `python -m benchmarks.merge memory --sizes {sizes} --runs {args.runs} --record` "
-            "(each run: `/usr/bin/time -v python -m dots.merge method=ties backbone.base=BASE "
+            f"Command: `{command_line()}` (each run: `/usr/bin/time -v python -m dots.merge method=ties "
+            "backbone.base=BASE "
             "+backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT overwrite=true`).",
             f"Machine: {args.machine}. Checkpoints: benchmarks/harness/generate.py, Qwen2-0.5B-shaped float32, "
             "size set by depth (largest tensor = the 151936×896 embedding, 545 MB, at every size). "

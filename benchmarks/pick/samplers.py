@@ -38,11 +38,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 from typing import Sequence
 
-from benchmarks.harness.lab import Lab, claim, lab_paths, parse_lab_overrides
+from benchmarks.harness.lab import Lab, claim, lab_paths, parse_lab_overrides, study_parser
 from benchmarks.pick.samplers_report import cmd_report
 from benchmarks.pick.samplers_study import MemoScorer, config_name, import_study, jobs, run_job, study_dir
 
@@ -88,10 +87,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    logging.getLogger("dots.search").setLevel(logging.WARNING)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p, sub = study_parser(__doc__)
     r = sub.add_parser("run", help="run the studies (resumable)")
     r.add_argument("--labs", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -45,7 +45,7 @@ import sys
 from typing import Any, Sequence
 
 from benchmarks.harness.entry import module_command
-from benchmarks.harness.lab import LAB_OVERRIDES, lab_paths, parse_lab_overrides, work_through
+from benchmarks.harness.lab import LAB_OVERRIDES, lab_paths, parse_lab_overrides, study_parser, work_through
 from benchmarks.pick.study_report import cmd_report
 from benchmarks.pick.study_runs import job_dir, jobs, run_grid_job, run_study_job
 
@@ -90,10 +90,7 @@ def cmd_all(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    logging.getLogger("dots.search").setLevel(logging.WARNING)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p, sub = study_parser(__doc__)
     r = sub.add_parser("run", help="run the grid and the studies (resumable; one process per core)")
     r.add_argument("--labs", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -14,19 +14,18 @@ the analysis streams row chunks and does not hold whole tensors. Runs the CLI un
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from benchmarks.harness.checkpoints import BLOCK, Noise, Shape, add_noise, base_tensor, model_shapes, write_checkpoint
-from benchmarks.harness.results import append, rss_ratio, section
-from benchmarks.harness.timing import per_size, require_time, time_command
+from benchmarks.harness.results import append, command_line, rss_ratio, section
+from benchmarks.harness.timing import per_size, require_time, sizes_parser, timed_runs
+from benchmarks.harness.trio import trio_command
 from dots.io.safetensors import TensorInfo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,43 +75,19 @@ def generate(root: Path, size_gb: float) -> dict:
     return {"family": family, "layers": config["num_hidden_layers"], "bytes": total, "hidden": hidden}
 
 
-def analyze_command(root: Path, out: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "dots.analyze",
-        "~backbone",
-        "+backbone.name=bench",
-        f"+backbone.base={root / 'base'}",
-        f"+backbone.sources.sft={root / 'sft'}",
-        f"+backbone.sources.rlvr={root / 'rlvr'}",
-        f"output={out}",
-        "force=true",
-    ]
-
-
 def measure(root: Path, runs: int) -> list[tuple[float, float]]:
     env = {**os.environ, "DOTS_PROGRESS": "0", "PYTHONPATH": str(REPO), "DOTS_OUTPUTS": str(root / "outputs")}
-    results = []
-    for i in range(runs):
-        out = root / "analysis"
-        wall, rss = time_command(analyze_command(root, out), env, REPO, "analyze")
-        print(f"  run {i + 1}: wall {wall:.1f} s, peak RSS {rss:.3f} GiB", flush=True)
-        results.append((wall, rss))
-        summary = json.loads((out / "analysis.json").read_text())["summary"]
-        print(f"  summary: {json.dumps(summary)}", flush=True)
-        shutil.rmtree(out, ignore_errors=True)
-    return results
+    out = root / "analysis"
+
+    def summary(out: Path) -> None:
+        print(f"  summary: {json.dumps(json.loads((out / 'analysis.json').read_text())['summary'])}", flush=True)
+
+    return timed_runs(trio_command("analyze", root, out), out, runs, env, REPO, "analyze", summary)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=[2.0, 8.0], help="checkpoint sizes in GB (each)")
-    parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--root", type=Path, default=Path("/tmp/dots-analyze-bench"))
-    parser.add_argument("--record", action="store_true", help="append the results to benchmarks/results/scale.md")
-    parser.add_argument("--machine", default="2 CPU cores, 24 GiB RAM (shared with other jobs)")
-    parser.add_argument("--date", default=None)
+    machine = "2 CPU cores, 24 GiB RAM (shared with other jobs)"
+    parser = sizes_parser(__doc__ or "", [2.0, 8.0], 1, "/tmp/dots-analyze-bench", machine, "scale")
     args = parser.parse_args()
     require_time()
 
@@ -136,10 +111,9 @@ def main() -> None:
     print("\n".join(lines))
     ratio = rss_ratio(args.sizes, [row[3] for row in rows])
     if args.record:
-        sizes = " ".join(f"{s:g}" for s in args.sizes)
         body = [
-            f"Command: `python -m benchmarks.scale analyze --sizes {sizes} --runs {args.runs} --record` "
-            "(each run: `/usr/bin/time -v python -m dots.analyze ~backbone +backbone.name=bench "
+            f"Command: `{command_line()}` (each run: `/usr/bin/time -v python -m dots.analyze ~backbone "
+            "+backbone.name=bench "
             "+backbone.base=BASE +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT force=true`, "
             "default chunk_entries=4194304, figures on).",
             f"Machine: {args.machine}. Median of {args.runs} run(s) per size; wall times are disk- and "

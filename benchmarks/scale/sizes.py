@@ -24,42 +24,19 @@ import json
 import os
 import shutil
 import statistics
-import sys
 from pathlib import Path
 
 from benchmarks.harness.results import REPO, command_line, report
 from benchmarks.harness.timing import time_command
-from benchmarks.harness.trio import generate
+from benchmarks.harness.trio import generate, trio_command
 
 FIGURE = REPO / "docs" / "figures" / "scaling.png"
 
 
 def commands(root: Path, out: Path) -> dict[str, list[str]]:
-    sources = [f"+backbone.sources.sft={root / 'sft'}", f"+backbone.sources.rlvr={root / 'rlvr'}"]
     return {
-        "merge (ties)": [
-            sys.executable,
-            "-m",
-            "dots.merge",
-            "method=ties",
-            f"backbone.base={root / 'base'}",
-            *sources,
-            f"output={out / 'merged'}",
-            "overwrite=true",
-            f"hydra.run.dir={out / 'hydra'}",
-        ],
-        "analyze": [
-            sys.executable,
-            "-m",
-            "dots.analyze",
-            "~backbone",
-            "+backbone.name=bench",
-            f"+backbone.base={root / 'base'}",
-            *sources,
-            f"output={out / 'analysis'}",
-            "force=true",
-            f"hydra.run.dir={out / 'hydra'}",
-        ],
+        "merge (ties)": trio_command("merge", root, out / "merged", f"hydra.run.dir={out / 'hydra'}"),
+        "analyze": trio_command("analyze", root, out / "analysis", f"hydra.run.dir={out / 'hydra'}"),
     }
 
 

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.harness.lab import lab_backbone
 from benchmarks.harness.results import append
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,11 +61,7 @@ def trio(args: argparse.Namespace) -> dict[str, Path]:
 def search_args(models: dict[str, Path], args: argparse.Namespace, run_dir: Path, trials: int) -> list[str]:
     """The lab backbone with its checkpoints pinned, and the search settings pinned too."""
     return [
-        "backbone=lab",
-        f"engine={args.engine}",
-        f"backbone.base={models['base']}",
-        f"backbone.sources.sft={models['sft']}",
-        f"backbone.sources.rlvr={models['rlvr']}",
+        *lab_backbone(models, args.engine),
         f"backbone.max_tokens={args.max_tokens}",
         f"search.n_trials={trials}",
         f"search.k={args.k}",

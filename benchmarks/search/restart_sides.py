@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from benchmarks.harness.entry import module_command
+from benchmarks.harness.lab import lab_backbone
 from benchmarks.harness.timing import TIME, parse_time_v
 
 SCORE_PARTS = ("swap", "generate", "consistency", "perplexity")
@@ -41,11 +42,7 @@ class SideRun:
 def search_args(models: Mapping[str, Path], args: argparse.Namespace, run_dir: Path, trials: int) -> list[str]:
     """The lab backbone with its trio pinned, a given run dir and cache, no export."""
     return [
-        "backbone=lab",
-        f"engine={args.engine}",
-        f"backbone.base={models['base']}",
-        f"backbone.sources.sft={models['sft']}",
-        f"backbone.sources.rlvr={models['rlvr']}",
+        *lab_backbone(dict(models), args.engine),
         f"search.n_trials={trials}",
         "export.enabled=false",
         f"run_dir={run_dir}",
