@@ -55,12 +55,18 @@ def section(title: str, date: str | None, body: list[str]) -> list[str]:
     return ["", f"## {title} — {when}", "", *body, ""]
 
 
-def rss_ratio(sizes: list[float], peaks: list[float]) -> float:
-    """Peak RSS at the largest size over the one at the smallest (NaN with one size), printed
-    against the streaming target of ≤ 1.3."""
+def size_table(args: Any, lines: list[str], peaks: list[float], title: str, notes: list[str], question: str) -> None:
+    """Print a table over trio sizes and the peak RSS ratio at the largest size over the smallest (NaN
+    with one size) against the streaming target of ≤ 1.3; with `--record`, append them to the results
+    of `question` under `title`, the command line and `notes` (what each run is, the machine)."""
+    sizes = args.sizes
     ratio = peaks[-1] / peaks[0] if len(peaks) > 1 else float("nan")
+    print("\n".join(lines))
     print(f"peak RSS ratio {sizes[-1]:g} GB / {sizes[0]:g} GB: {ratio:.3f} (target <= 1.3)")
-    return ratio
+    if args.record:
+        verdict = f"Peak RSS ratio {sizes[-1]:g} GB / {sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3)."
+        body = [f"Command: `{command_line()}`.", *notes, "", *lines, "", verdict]
+        append("\n".join(section(title, args.date, body)), question)
 
 
 def command_line() -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from benchmarks.harness.results import append, command_line, rss_ratio, section
+from benchmarks.harness.results import size_table
 from benchmarks.harness.timing import per_size, require_time, sizes_parser, timed_runs
 from benchmarks.harness.trio import generate, trio_command
 
@@ -44,23 +44,15 @@ def main() -> None:
     ]
     for size, _, wall, rss, lo, hi in rows:
         lines.append(f"| {size:g} GB | {wall:.1f} | {rss:.2f} | {lo:.2f}–{hi:.2f} |")
-    print("\n".join(lines))
-    ratio = rss_ratio(args.sizes, [row[3] for row in rows])
-    if args.record:
-        body = [
-            f"Command: `{command_line()}` (each run: `/usr/bin/time -v python -m dots.merge method=ties "
-            "backbone.base=BASE "
-            "+backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT overwrite=true`).",
-            f"Machine: {args.machine}. Checkpoints: benchmarks/harness/generate.py, Qwen2-0.5B-shaped float32, "
-            "size set by depth (largest tensor = the 151936×896 embedding, 545 MB, at every size). "
-            f"Medians of {args.runs} runs.",
-            "",
-            *lines,
-            "",
-            f"Peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3). "
-            "Bound (K+4)×largest fp32 tensor = 6 × 0.51 GiB = 3.04 GiB + interpreter/torch overhead.",
-        ]
-        append("\n".join(section("Streaming merge memory (ties, K=2)", args.date, body)), "merge")
+    notes = [
+        "Each run: `/usr/bin/time -v python -m dots.merge method=ties backbone.base=BASE +backbone.sources.sft=SFT "
+        "+backbone.sources.rlvr=RLVR output=OUT overwrite=true`.",
+        f"Machine: {args.machine}. Checkpoints: benchmarks/harness/generate.py, Qwen2-0.5B-shaped float32, "
+        "size set by depth (largest tensor = the 151936×896 embedding, 545 MB, at every size). "
+        f"Medians of {args.runs} runs. Bound (K+4)×largest fp32 tensor = 6 × 0.51 GiB = 3.04 GiB + "
+        "interpreter/torch overhead.",
+    ]
+    size_table(args, lines, [row[3] for row in rows], "Streaming merge memory (ties, K=2)", notes, "merge")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.harness.checkpoints import BLOCK, Noise, Shape, add_noise, base_tensor, model_shapes, write_checkpoint
-from benchmarks.harness.results import append, command_line, rss_ratio, section
+from benchmarks.harness.results import size_table
 from benchmarks.harness.timing import per_size, require_time, sizes_parser, timed_runs
 from benchmarks.harness.trio import trio_command
 from dots.io.safetensors import TensorInfo
@@ -108,23 +108,15 @@ def main() -> None:
             f"| {info['bytes'] / 1e9:.2f} GB | Qwen2-{info['family']} widths, {info['layers']} layers, "
             f"untied 151936×{info['hidden']} embedding + LM head | {wall:.1f} | {rss:.3f} | {lo:.3f}–{hi:.3f} |"
         )
-    print("\n".join(lines))
-    ratio = rss_ratio(args.sizes, [row[3] for row in rows])
-    if args.record:
-        body = [
-            f"Command: `{command_line()}` (each run: `/usr/bin/time -v python -m dots.analyze ~backbone "
-            "+backbone.name=bench "
-            "+backbone.base=BASE +backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT force=true`, "
-            "default chunk_entries=4194304, figures on).",
-            f"Machine: {args.machine}. Median of {args.runs} run(s) per size; wall times are disk- and "
-            "load-dependent (three passes read the trio three times).",
-            "",
-            *lines,
-            "",
-            f"Peak RSS ratio {args.sizes[-1]:g} GB / {args.sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3).",
-        ]
-        title = "Streaming task-vector analysis memory (`python -m dots.analyze`, K=2)"
-        append("\n".join(section(title, args.date, body)), "scale")
+    notes = [
+        "Each run: `/usr/bin/time -v python -m dots.analyze ~backbone +backbone.name=bench +backbone.base=BASE "
+        "+backbone.sources.sft=SFT +backbone.sources.rlvr=RLVR output=OUT force=true`, default "
+        "chunk_entries=4194304, figures on.",
+        f"Machine: {args.machine}. Median of {args.runs} run(s) per size; wall times are disk- and "
+        "load-dependent (three passes read the trio three times).",
+    ]
+    title = "Streaming task-vector analysis memory (`python -m dots.analyze`, K=2)"
+    size_table(args, lines, [row[3] for row in rows], title, notes, "scale")
 
 
 if __name__ == "__main__":
