@@ -1,6 +1,6 @@
 """Gold answers of the packaged verl math parquet, written the ways models write them.
 
-Shared by tests/test_grading_golds.py and benchmarks/graders_vs_peers.py (which puts
+Shared by tests/test_grading_golds.py and benchmarks/grading/peers.py (which puts
 tests/ on sys.path). Pure Python on purpose: nothing here calls the grader under test,
 so a rendering can never be shaped by what the grader happens to accept.
 

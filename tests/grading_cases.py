@@ -1,6 +1,6 @@
 """Hand-written completions as reasoning models write them, each with its gold and the
 verdict a careful grader gives (`truth`). Shared by tests/test_grading_cases.py and
-benchmarks/graders_vs_peers.py.
+benchmarks/grading/peers.py.
 
 `group`: `format` (where the answer is written), `value` (how it is written), `wrong`
 (a wrong answer that a lenient grader may accept), `policy` (a case the field grades

@@ -420,23 +420,13 @@ def test_cli_end_to_end(tiny, tmp_path, monkeypatch):
         assert len(rows) == 4 and len(json.loads(rows[1])["completions"]) == 2
 
     # bad input: one error line, exit 2, nothing written
-    bad = subprocess.run(
-        args[:-1] + ["benchmarks=[nope]", f"output_dir={tmp_path / 'bad'}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    def run_bad(override: str) -> subprocess.CompletedProcess:
+        cmd = args[:-1] + [override, f"output_dir={tmp_path / 'bad'}"]
+        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+    bad = run_bad("benchmarks=[nope]")
     assert bad.returncode == 2 and "error: unknown benchmark 'nope'" in bad.stderr
-    missing = subprocess.run(
-        args[:-1] + [f"+models.gone={tmp_path / 'gone'}", f"output_dir={tmp_path / 'bad'}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    missing = run_bad(f"+models.gone={tmp_path / 'gone'}")
     assert missing.returncode == 2 and "error: model path does not exist" in missing.stderr
     assert not (tmp_path / "bad").exists()
 

@@ -2,7 +2,7 @@
 process (dots/scoring/worker.py). sympy runs for minutes on adversarial LaTeX such as
 9^{9^{9^{9}}}. These tests assert what happened — the limit fired (the helper's alarm, or the
 caller's hard deadline killing it) and the answer was judged not equivalent — never seconds;
-the timings are in benchmarks/graders_vs_peers.py."""
+the timings are in benchmarks/grading/peers.py."""
 
 import threading
 

@@ -304,7 +304,7 @@ def test_every_method_gets_exactly_its_declared_inputs_one_row_block_at_a_time(
     parameters name. And the resident set of a merge is a few blocks whatever the width: no
     blockwise method is handed a tensor above block_entries (one row where a row is larger).
     Before SAR was blockwise it got whole tensors — 6-7 float32 copies of a 545 M-entry 7B
-    embedding, ≥ 13 GiB, stopped by benchmarks/large_shapes.py's memory guard. (dots_fixed
+    embedding, ≥ 13 GiB, stopped by benchmarks/scale/large.py's memory guard. (dots_fixed
     merges whole tensors: its compact τ̃ is rebuilt against a whole θ0 tensor.)"""
     import dataclasses
 

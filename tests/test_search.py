@@ -77,7 +77,7 @@ def test_rerun_skips_finished_stages_and_more_trials_extend(tiny, tmp_path):
     after = sqlite3.connect(db).execute("select number, datetime_complete from trials order by number").fetchall()
     assert after[:3] == before and len(after) == 5
     # selection cached: the first new trial starts the engine (its own column: how long is a benchmark's
-    # question, benchmarks/search_vs_restart.py), the next ones find it running
+    # question, benchmarks/search/restart.py), the next ones find it running
     import csv
 
     rows = list(csv.DictReader((tmp_path / "run" / "trials.csv").read_text().splitlines()))

@@ -66,6 +66,20 @@ def job_log(sweep_dir: Path, task: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def start_multirun(
+    cluster: SlurmCluster, sweep_dir: Path, args: list[str], env: dict[str, str], cwd: Path
+) -> subprocess.Popen:
+    """The multirun command started in `cwd`, its output (stderr too) read back as text by `finish`."""
+    return subprocess.Popen(
+        multirun_cmd(cluster, sweep_dir, args),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def finish(proc: subprocess.Popen, sweep_dir: Path, timeout_s: float = SWEEP_TIMEOUT_S) -> str:
     """Wait for the multirun command; on timeout cancel its jobs and fail with its output."""
     try:
@@ -159,14 +173,7 @@ def test_density_sweep_runs_two_searches_as_one_job_array(tiny, slurm_cluster, s
     from dots.io.checkpoint import Checkpoint
 
     args = overrides(tiny, "null", trials=2, extra=["sparsify.density=0.3,0.5"])  # run dirs under DOTS_OUTPUTS
-    proc = subprocess.Popen(
-        multirun_cmd(slurm_cluster, sweep_dir, args),
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_multirun(slurm_cluster, sweep_dir, args, env, tmp_path)
     out = finish(proc, sweep_dir)
     assert proc.returncode == 0, out[-3000:]
 
@@ -193,14 +200,7 @@ def test_two_workers_share_one_study_as_array_tasks(tiny, slurm_cluster, sweep_d
     storage = tmp_path / "study.journal" if kind == "journal" else request.getfixturevalue("mariadb").url()
     run_dir, n = tmp_path / "run", 6
     args = worker_args(tiny, run_dir, storage, n, heartbeat_s=1, grace_s=60)
-    proc = subprocess.Popen(
-        multirun_cmd(slurm_cluster, sweep_dir, args),
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_multirun(slurm_cluster, sweep_dir, args, env, tmp_path)
     out = finish(proc, sweep_dir)
     assert proc.returncode == 0, out[-3000:]
 
@@ -265,14 +265,7 @@ def test_cancelled_workers_trial_is_retried_by_the_other(tiny, slurm_cluster, sw
         grace_s=6,
         trial_work=("search.k=64", "search.max_tokens=64", "search.adaptive.enabled=false"),
     )  # ~1 s trials, idle machine (every one of the 64 samples drawn)
-    proc = subprocess.Popen(
-        multirun_cmd(slurm_cluster, sweep_dir, args),
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_multirun(slurm_cluster, sweep_dir, args, env, tmp_path)
 
     def complete_count() -> int:
         return len(load_study(storage).get_trials(states=(TrialState.COMPLETE,)))
@@ -331,14 +324,7 @@ def test_plain_scancel_stops_the_worker_through_its_sigterm_handler(tiny, slurm_
         trials=n,
         extra=["search.k=64", "search.max_tokens=64", "search.adaptive.enabled=false", f"search.storage={storage}"],
     )  # long trials: all 64 samples of each query drawn
-    proc = subprocess.Popen(
-        multirun_cmd(slurm_cluster, sweep_dir, args),
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_multirun(slurm_cluster, sweep_dir, args, env, tmp_path)
 
     def mid_study(study) -> bool:
         complete = study.get_trials(states=(TrialState.COMPLETE,))

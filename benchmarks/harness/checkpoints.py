@@ -1,7 +1,7 @@
 """Generated checkpoints: a Qwen2- or Llama-shaped base and two "fine-tuned" sources (sft, rlvr),
 streamed. Every tensor is drawn from generators seeded by its name (dots.keys.name_seed) and
 written straight to its offset by CheckpointWriter, so no model is ever materialised: memory
-stays at a few copies of one tensor. benchmarks/gen_checkpoints.py is its command line and
+stays at a few copies of one tensor. benchmarks/harness/generate.py is its command line and
 says what each shape and noise is."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Callable
 
 import torch
 
+from benchmarks.harness.tokenizer import write_tokenizer
 from dots.io.safetensors import TensorInfo
 from dots.io.writer import CheckpointWriter
 from dots.keys import name_seed
-from harness.tokenizer import write_tokenizer
 
 HIDDEN, HEADS, KV_HEADS, MLP, VOCAB = 896, 14, 2, 4864, 151936
 HEAD_DIM = HIDDEN // HEADS

@@ -158,7 +158,7 @@ def time_guarded(
 ) -> tuple[Guarded, float, float]:
     """`cmd` under GNU time -v and the memory guard: (what the guard saw, wall seconds, peak RSS in
     GiB); the last two NaN when GNU time did not report (the command never started)."""
-    from harness.timing import TIME, parse_time_v
+    from benchmarks.harness.timing import TIME, parse_time_v
 
     proc = run_guarded([TIME, "-v", *cmd], env=env, cwd=cwd, limit_gib=limit_gib, min_available_gib=min_available_gib)
     if "Maximum resident set size" not in proc.stderr:

@@ -1,5 +1,6 @@
-"""Where results go: Markdown sections printed and appended to benchmarks/RESULTS.md, JSON files,
-and the one-line description of the machine a table was measured on."""
+"""Where results go: Markdown sections printed and appended to the results of their question
+(benchmarks/results/<question>.md, indexed by benchmarks/RESULTS.md), JSON files, and the one-line
+description of the machine a table was measured on."""
 
 from __future__ import annotations
 
@@ -7,25 +8,32 @@ import datetime
 import json
 import os
 import platform
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
+RESULTS = REPO / "benchmarks" / "results"
 
 
-def append(text: str) -> None:
-    """Append `text` as it is to benchmarks/RESULTS.md."""
-    with open(RESULTS, "a") as fh:
+def results_file(question: str) -> Path:
+    """The dated log of one question's results (`swap`, `merge`, ...): benchmarks/results/<question>.md."""
+    return RESULTS / f"{question}.md"
+
+
+def append(text: str, question: str) -> None:
+    """Append `text` as it is to the results of `question`, the newest section last."""
+    with open(results_file(question), "a") as fh:
         fh.write(text)
 
 
-def report(lines: list[str], record: bool) -> None:
-    """Print a Markdown section and, with `record`, append it to benchmarks/RESULTS.md."""
+def report(lines: list[str], record: bool, question: str) -> None:
+    """Print a Markdown section and, with `record`, append it to the results of `question`."""
     text = "\n".join(lines) + "\n"
     print(text)
     if record:
-        append(text)
+        append(text, question)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -47,9 +55,22 @@ def section(title: str, date: str | None, body: list[str]) -> list[str]:
     return ["", f"## {title} — {when}", "", *body, ""]
 
 
-def rss_ratio(sizes: list[float], peaks: list[float]) -> float:
-    """Peak RSS at the largest size over the one at the smallest (NaN with one size), printed
-    against the streaming target of ≤ 1.3."""
+def size_table(args: Any, lines: list[str], peaks: list[float], title: str, notes: list[str], question: str) -> None:
+    """Print a table over trio sizes and the peak RSS ratio at the largest size over the smallest (NaN
+    with one size) against the streaming target of ≤ 1.3; with `--record`, append them to the results
+    of `question` under `title`, the command line and `notes` (what each run is, the machine)."""
+    sizes = args.sizes
     ratio = peaks[-1] / peaks[0] if len(peaks) > 1 else float("nan")
+    print("\n".join(lines))
     print(f"peak RSS ratio {sizes[-1]:g} GB / {sizes[0]:g} GB: {ratio:.3f} (target <= 1.3)")
-    return ratio
+    if args.record:
+        verdict = f"Peak RSS ratio {sizes[-1]:g} GB / {sizes[0]:g} GB: **{ratio:.3f}** (target ≤ 1.3)."
+        body = [f"Command: `{command_line()}`.", *notes, "", *lines, "", verdict]
+        append("\n".join(section(title, args.date, body)), question)
+
+
+def command_line() -> str:
+    """The command line that ran this benchmark, as one types it (`python -m benchmarks.<question> VARIANT …`
+    through the door, `python -m benchmarks.<question>.<module> …` or a script otherwise)."""
+    head = sys.argv[0] if sys.argv[0].startswith("python ") else f"python {sys.argv[0]}"
+    return " ".join([head, *map(shlex.quote, sys.argv[1:])])

@@ -3,6 +3,7 @@ as GNU `time -v` (Debian package `time`) reports them."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import statistics
@@ -71,6 +72,28 @@ def time_command(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> t
     return parse_time_v(proc.stderr)
 
 
+def timed_runs(
+    cmd: list[str],
+    out: Path,
+    runs: int,
+    env: dict[str, str],
+    cwd: Path,
+    what: str,
+    after: Callable[[Path], None] | None = None,
+) -> list[tuple[float, float]]:
+    """`runs` runs of `cmd` under GNU time, each printed: [(wall s, peak RSS GiB)]; what the command
+    wrote to `out` is read by `after` (when given) and removed after each run."""
+    results = []
+    for i in range(runs):
+        wall, rss = time_command(cmd, env, cwd, what)
+        print(f"  run {i + 1}: wall {wall:.1f} s, peak RSS {rss:.3f} GiB", flush=True)
+        results.append((wall, rss))
+        if after is not None:
+            after(out)
+        shutil.rmtree(out, ignore_errors=True)
+    return results
+
+
 def per_size(
     sizes: Sequence[float],
     root: Path,
@@ -93,3 +116,18 @@ def per_size(
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     return rows
+
+
+def sizes_parser(
+    doc: str, sizes: list[float], runs: int, root: str, machine: str, question: str
+) -> argparse.ArgumentParser:
+    """The options of a measurement over trio sizes (GB each): --sizes, --runs, --root, and --record
+    (into benchmarks/results/<question>.md) with the --machine and --date it names."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=sizes, help="checkpoint sizes in GB (each)")
+    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--root", type=Path, default=Path(root))
+    parser.add_argument("--record", action="store_true", help=f"append the results to benchmarks/results/{question}.md")
+    parser.add_argument("--machine", default=machine)
+    parser.add_argument("--date", default=None)
+    return parser

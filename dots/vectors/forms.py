@@ -16,7 +16,7 @@ arithmetic (`TauBlocks.fill`: float32(θ_i) − float32(θ0), γ, zeros, the sto
 hands the synthesis the very float32 block that form rebuilds — same values, same signs of
 zero — so θ0 + Σ λ_i τ̃_i (`dots.vectors.synth.combine_into`) has the same bits whichever
 form is held. Speed: dense > sparse > index > bitmask (measured on an H200 and on CPU, streaming
-and fused, `benchmarks/fused_swap.py`); the memory plan (`dots.plan`) picks the fastest that
+and fused, `benchmarks/swap/fused.py`); the memory plan (`dots.plan`) picks the fastest that
 fits beside the engine (`engine.resident_form`, docs/performance.md).
 """
 

@@ -33,9 +33,9 @@ __all__ = ["FusedCombine", "describe", "prepare"]
 log = logging.getLogger(__name__)
 
 # Where the fused pass is tried (then kept if not slower). CUDA: every form. CPU: the forms it
-# measured faster (benchmarks/RESULTS.md), for models of at least CPU_MIN_ENTRIES merged entries,
+# measured faster (benchmarks/results/swap.md), for models of at least CPU_MIN_ENTRIES merged entries,
 # where the compile (6-90 s per combination on 2 loaded cores) pays for itself within a search.
-CPU_FORMS = ("dense",)  # at 0.5B shapes index and bitmask streamed faster (RESULTS.md, 2026-11-28)
+CPU_FORMS = ("dense",)  # at 0.5B shapes index and bitmask streamed faster (benchmarks/results/swap.md, 2026-11-28)
 CPU_MIN_ENTRIES = 2**26
 RECOMPILE_LIMIT = 64  # combinations of (forms, dtypes) one process may compile
 

@@ -48,7 +48,7 @@ def default_device() -> torch.device:
 # CPU: the float32 accumulator is worked in blocks of this many entries (4 MiB), so the
 # K + 2 passes over it stay in cache and only θ0, τ̃ and the output cross memory once:
 # the arithmetic of a 0.5B swap ran 1.3-1.6x faster than with whole-tensor passes
-# (benchmarks/RESULTS.md, "Profile of a weight swap"). CUDA: blocks of up to 2^26 entries
+# (benchmarks/results/swap.md, "Profile of a weight swap"). CUDA: blocks of up to 2^26 entries
 # (256 MiB in float32), so the scratch stays bounded beside an inference engine however
 # large the embedding is, while each kernel still covers millions of entries.
 CPU_BLOCK_ENTRIES = 2**20
@@ -142,7 +142,7 @@ def synthesize(
     merged = set(task_vectors.names)
     scratch = torch.empty(0, dtype=torch.float32, device=device)
     for name in base.names:
-        with record_function("dots.vectors.synth.read"):  # labels for torch.profiler (benchmarks/profile_swap.py)
+        with record_function("dots.vectors.synth.read"):  # labels for torch.profiler (benchmarks/swap/profile.py)
             theta0 = base.get(name)
             taus = (
                 [(task_vectors.compact(key, name).to(device), lam) for key, lam in tensor_lambdas(lambdas, name)]
