@@ -4,8 +4,8 @@ waits for it, and a clock that moves only with that work, so a timer or a check 
 wait, or compares values where it must compare bytes, fails here.
 
 What only a real GPU reaches (Triton kernels from inductor, CUDA's own reduction order, the real
-`torch.cuda.synchronize`) runs in `benchmarks/gpu_check.sh`: tests/test_fused.py's and
-tests/test_timing.py's CUDA cases, tests/test_canary.py on CUDA, and benchmarks/fused_swap.py."""
+`torch.cuda.synchronize`) runs in `bash benchmarks/gpu/check.sh --fused`: tests/test_fused.py's and
+tests/test_timing.py's CUDA cases, tests/test_canary.py on CUDA, and `python -m benchmarks.swap fused`."""
 
 from __future__ import annotations
 
