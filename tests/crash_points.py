@@ -2,11 +2,13 @@
 
 A command runs once under the fault injector (tests/crash/faultshim.c, loaded with LD_PRELOAD),
 which numbers every write, truncate, create, mkdir, rename, link, delete and fsync it makes under
-the work folder: the crash points. Then, for each point in turn, the folder is reset to the state
-before the command, the command runs again and is sent a signal just before that point (SIGKILL, or
-SIGTERM, which dots turns into a clean exit), the destination is compared with the old version and
-the clean run's new one (it must be one of them, byte for byte), and the same command reruns to
-completion with the clean run's bytes and no temporary file left.
+the work folder — the crash points — and copies the folder just before each one: exactly what a
+SIGKILL there leaves (the process's own state dies with it; the page cache is what the copy reads).
+For each copy, every output must be the old version or the clean run's new one, byte for byte, and
+the same command, rerun on it, must finish with the clean run's bytes and leave no temporary file.
+Copies that differ only inside a dead writer's temporaries are one crash state, rerun once. A signal
+dots handles (SIGTERM: a clean exit) cannot be copied: the command runs again for each point and is
+sent it there, then is checked the same way.
 
 Python, torch and dots are imported once, in a warm runner (tests/cli_runner.py) started under the
 injector; each run is a child forked from it (the injector rearmed there with the run's settings), so
@@ -38,7 +40,7 @@ def build_shim(folder: Path) -> Path:
     out = folder / "faultshim.so"
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     assert cc, "no C compiler: scripts/setup.sh installs one (g++ brings cc)"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(SHIM_SOURCE), "-ldl"], check=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(SHIM_SOURCE), "-ldl", "-lpthread"], check=True)
     return out
 
 
@@ -100,7 +102,7 @@ class Command:
     args: list[str]
     outputs: list[str]
     before: list[tuple[str, list[str]]] = field(default_factory=list)
-    signals: tuple[int, ...] = (signal.SIGKILL, signal.SIGTERM)
+    signals: tuple[int, ...] = ()  # handled signals sent for real at each point (SIGKILL: by snapshot)
     compare: Callable[[str, dict[str, bytes]], dict[str, bytes]] = field(default=lambda name, files: files)
 
 
@@ -126,69 +128,64 @@ class Report:
 
 
 def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Path) -> Report:
-    """Run `command` clean, then crash it at every point with each of its signals (see the module)."""
+    """Run `command` once, copying the work folder before each crash point (what a SIGKILL there
+    leaves); check each copy and rerun from each distinct one; then, for a handled signal (SIGTERM),
+    run the command again per point and send it there (see the module)."""
     report = Report(command.name)
-    pristine = scratch / f"{command.name}.before"
-
-    def reset() -> None:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(pristine, work, symlinks=True)
-
-    def state() -> dict[str, dict[str, bytes] | None]:
-        return {o: _compared(command, o, snapshot(work / o)) for o in command.outputs}
-
+    pristine, snapshots = scratch / f"{command.name}.before", scratch / f"{command.name}.snapshots"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     for module, args in command.before:
-        log = scratch / f"{command.name}.before.log"
         reply = server.run(module, args, str(work))
         assert reply["rc"] == 0, reply["stderr"][-3000:]
     shutil.copytree(work, pristine, symlinks=True)
-    old = state()
-    ops = scratch / f"{command.name}.ops"
-    ops.unlink(missing_ok=True)
-    log = scratch / f"{command.name}.log"
-    code = run(server, command, work, log, DOTS_FAULT_ROOTS=str(work), DOTS_FAULT_LOG=str(ops))
+    old = _state(command, work)
+    ops, log = scratch / f"{command.name}.ops", scratch / f"{command.name}.log"
+    snapshots.mkdir()
+    roots = {"DOTS_FAULT_ROOTS": str(work)}
+    code = run(server, command, work, log, **roots, DOTS_FAULT_LOG=str(ops), DOTS_FAULT_SNAPSHOT=str(snapshots))
     assert code == 0, f"{command.name}: the clean run failed ({code}):\n{log.read_text()[-3000:]}"
-    new = state()
+    new = _state(command, work)
     assert new != old, f"{command.name}: the clean run changed nothing"
     report.points = [line.split(" ", 1)[1] for line in ops.read_text().splitlines()]
     rerun: set[str] = set()  # the crash states already rerun from
+
+    def check(crashed: Path, where: str) -> None:
+        now = _state(command, crashed)
+        report.failures += [f"{where}: {o} is neither the old version nor the new one" for o in command.outputs
+                            if now[o] not in (old[o], new[o])]  # fmt: skip
+        seen = crash_state(crashed)
+        if seen in rerun:
+            return
+        rerun.add(seen)
+        report.reruns += 1
+        if crashed != work:
+            shutil.rmtree(work)
+            shutil.copytree(crashed, work, symlinks=True)
+        code = run(server, command, work, log)
+        if code != 0:
+            report.failures.append(f"{where}: the rerun failed ({code}): {log.read_text()[-600:]}")
+        elif _state(command, work) != new:
+            report.failures.append(f"{where}: the rerun's outputs differ from the clean run's")
+        elif left := leftovers(work):
+            report.failures.append(f"{where}: the rerun left {left[0]}")
+
+    for point, what in enumerate(report.points, 1):
+        check(snapshots / str(point), f"{command.name}, SIGKILL at point {point} ({what})")
+        shutil.rmtree(snapshots / str(point))
+    report.killed[signal.SIGKILL] = len(report.points)
     for sig in command.signals:
         ended = 0
-        for point in range(1, len(report.points) + 1):
-            reset()
-            where = f"{command.name}, {signal.Signals(sig).name} at point {point} ({report.points[point - 1]})"
-            code = run(
-                server,
-                command,
-                work,
-                log,
-                DOTS_FAULT_ROOTS=str(work),
-                DOTS_FAULT_AT=str(point),
-                DOTS_FAULT_SIGNAL=str(int(sig)),
-            )
+        for point, what in enumerate(report.points, 1):
+            shutil.rmtree(work)
+            shutil.copytree(pristine, work, symlinks=True)
+            code = run(server, command, work, log, **roots, DOTS_FAULT_AT=str(point), DOTS_FAULT_SIGNAL=str(int(sig)))
             ended += code != 0
-            now = state()
-            for output in command.outputs:
-                if now[output] not in (old[output], new[output]):
-                    report.failures.append(f"{where}: {output} is neither the old version nor the new one")
-            seen = crash_state(work)
-            if seen in rerun:
-                continue
-            rerun.add(seen)
-            report.reruns += 1
-            code = run(server, command, work, log)
-            if code != 0:
-                report.failures.append(f"{where}: the rerun failed ({code}): {log.read_text()[-600:]}")
-                continue
-            if state() != new:
-                report.failures.append(f"{where}: the rerun's outputs differ from the clean run's")
-            if left := leftovers(work):
-                report.failures.append(f"{where}: the rerun left {left[0]}")
+            check(work, f"{command.name}, {signal.Signals(sig).name} at point {point} ({what})")
         report.killed[sig] = ended
     return report
 
 
-def _compared(command: Command, output: str, files: dict[str, bytes] | None) -> dict[str, bytes] | None:
-    return None if files is None else command.compare(output, files)
+def _state(command: Command, folder: Path) -> dict[str, dict[str, bytes] | None]:
+    """The compared outputs of `command` under `folder`."""
+    return {o: None if (files := snapshot(folder / o)) is None else command.compare(o, files) for o in command.outputs}

@@ -18,24 +18,42 @@ pytestmark = [
     pytest.mark.timeout(1200),
 ]
 
-MERGE = "dots.merge"
+MERGE, SEARCH = "dots.merge", "dots.search"
+# the smallest lab search (2 trials, 2 queries of 8, no confirmation), its run and cache in the work folder
+SMALL_SEARCH = [
+    "engine=hf",
+    "search.n_trials=2",
+    "search.n_startup_trials=2",
+    "pool.size=8",
+    "selection.n=2",
+    "selection.m=2",
+    "search.k=1",
+    "confirm.enabled=false",
+    "run_dir=run",
+    "cache_dir=cache",
+]
 COMMANDS = {
-    "merge into a new directory": Command(
-        "merge-new", MERGE, ["method=task_arithmetic", "output=out"], ["out"], signals=(signal.SIGKILL,)
-    ),
+    "merge into a new directory": Command("merge-new", MERGE, ["method=task_arithmetic", "output=out"], ["out"]),
     "merge over its previous output (overwrite=true)": Command(
         "merge-overwrite",
         MERGE,
         ["method=task_arithmetic", "output=out", "overwrite=true"],
         ["out"],
         before=[(MERGE, ["method=ties", "output=out"])],
+        signals=(signal.SIGTERM,),
     ),
     "merge through new τ̃ cache entries (dots_fixed)": Command(
         "merge-taskvec",
         MERGE,
         ["method=dots_fixed", "output=out", "cache_dir=cache"],
         ["out", "cache"],
-        signals=(signal.SIGKILL,),
+    ),
+    "a search's export replaced by a rerun of its run": Command(
+        "search-export",
+        SEARCH,
+        [*SMALL_SEARCH, "backbone.config_from=sft"],
+        ["run/model"],
+        before=[(SEARCH, SMALL_SEARCH)],
     ),
 }
 

@@ -10,6 +10,7 @@ VARIANTS = {
     "memory": Variant("benchmarks.merge.memory", "peak RSS and wall time of a streaming ties merge at two sizes"),
     "limits": Variant("benchmarks.merge.limits", "the merge against this machine's disk and memory bandwidth"),
     "mergekit": Variant("benchmarks.merge.mergekit", "dots vs mergekit: wall time, peak RSS, merged tensors"),
+    "commit": Variant("benchmarks.merge.commit", "the cost of crash-safe writes: merge, export, swap at two commits"),
 }
 
 SMOKE: list[list[str]] = []

@@ -6,12 +6,17 @@
    each is appended there as "N KIND PATH". With DOTS_FAULT_AT=N the process sends itself
    DOTS_FAULT_SIGNAL (default 9, SIGKILL) just before crash point N: SIGKILL never returns, a
    handled signal (SIGTERM) lets the call proceed, as a signal arriving at that instant would.
+   With DOTS_FAULT_SNAPSHOT=DIR, the first root is copied to DIR/N just before each point N (other
+   threads' points wait meanwhile): the files a SIGKILL there would have left, every point in one run.
    dots_fault_configure() rereads the environment (a forked child arms itself with it). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +33,8 @@ static int log_fd = -1;
 static long fault_at = 0;
 static int fault_signal = SIGKILL;
 static long counter = 0;
+static char snapshots[PATH_MAX];
+static pthread_mutex_t one_at_a_time = PTHREAD_MUTEX_INITIALIZER;
 
 void dots_fault_configure(void) {
     const char *r = getenv("DOTS_FAULT_ROOTS");
@@ -39,6 +46,8 @@ void dots_fault_configure(void) {
     __atomic_store_n(&counter, 0, __ATOMIC_SEQ_CST);
     if (log_fd >= 0) syscall(SYS_close, log_fd);
     log_fd = -1;
+    const char *snap = getenv("DOTS_FAULT_SNAPSHOT");
+    snprintf(snapshots, sizeof snapshots, "%s", snap ? snap : "");
     const char *log = getenv("DOTS_FAULT_LOG");
     if (log && *log) log_fd = (int)syscall(SYS_openat, AT_FDCWD, log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
@@ -79,8 +88,32 @@ static int absolute(int dirfd, const char *path, char *out, size_t size) {
     return 1;
 }
 
+/* copy the first root to `snapshots`/n with cp -a (no injector in it) */
+static void snapshot(long n) {
+    char root[sizeof roots], target[PATH_MAX + 32];
+    snprintf(root, sizeof root, "%s", roots);
+    char *colon = strchr(root, ':');
+    if (colon) *colon = 0;
+    snprintf(target, sizeof target, "%s/%ld", snapshots, n);
+    char *argv[] = {"cp", "-a", root, target, NULL};
+    char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+    pid_t pid;
+    if (posix_spawn(&pid, "/bin/cp", NULL, NULL, argv, envp) == 0) {
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    }
+}
+
 static void hit(const char *kind, const char *path) {
+    int saved = errno;
+    if (snapshots[0]) pthread_mutex_lock(&one_at_a_time);
     long n = __atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST);
+    if (snapshots[0]) {
+        snapshot(n);
+        pthread_mutex_unlock(&one_at_a_time);
+    }
+    errno = saved;
     if (log_fd >= 0) {
         char line[PATH_MAX + 64];
         int len = snprintf(line, sizeof line, "%ld %s %s\n", n, kind, path);
