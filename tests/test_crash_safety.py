@@ -81,16 +81,15 @@ def test_the_switch_without_an_exchange_and_its_journal(tiny, tmp_path, monkeypa
     monkeypatch.setattr(commit, "_exchange", lambda a, b: False)  # NFS: no RENAME_EXCHANGE
     again = merged(tiny, tmp_path / "out", overwrite=True)
     assert read_record(again)["files"] and temporaries(tmp_path) == []
-    # a crash between the two renames: the path missing, the journal, the new version and the old aside
-    new, aside = commit.temp_sibling(out), commit.temp_sibling(out, "old")
+    # a crash between the two renames: the path missing, the journal, the new version and the old aside,
+    # named as a writer that died (its pid) names them
+    pid = dead_pid()
+    named = [commit.temp_sibling(out, role).name.replace(f"-{os.getpid()}@", f"-{pid}@") for role in commit.ROLES]
+    new, aside, journal = (out.with_name(name) for name in named)
     os.rename(out, aside)
     new.mkdir()
     (new / "weights").write_text("new")
-    journal = commit.temp_sibling(out, "switch")
     journal.write_text(json.dumps({"new": new.name, "old": aside.name}))
-    pid = dead_pid()
-    for path in (new, aside, journal):  # as the dead writer named them
-        path.rename(path.with_name(path.name.replace(f"-{os.getpid()}@", f"-{pid}@")))
     commit.recover(out)
     assert (out / "weights").read_text() == "new"
     assert [p for p in temporaries(tmp_path) if ".switch-" in p] == []
