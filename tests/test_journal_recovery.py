@@ -131,3 +131,35 @@ def test_a_lab_search_resumes_on_a_journal_whose_last_record_was_cut(tmp_path):
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
     assert errors[0].startswith(f"error: the study journal {journal} is damaged at line 6"), errors
     assert journal.read_bytes() == damaged
+
+
+# --- the SQLite study file: SQLite's rollback journal recovers a crash; other damage is refused ------
+
+
+def _sqlite_study(db: Path, n: int) -> list[tuple]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="s", storage=open_storage(f"sqlite:///{db}", db.parent))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) ** 2, n_trials=n)
+    return [(t.number, t.params, t.values) for t in study.get_trials(deepcopy=False)]
+
+
+def test_a_sqlite_study_killed_mid_write_is_rolled_back_and_a_cut_one_refused(tmp_path):
+    import optuna
+
+    db = tmp_path / "study.db"
+    kept = _sqlite_study(db, 3)
+    # a writer killed inside a transaction whose pages already reached the file (a 1-page cache spills)
+    killed = "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('pragma cache_size=1'); "
+    killed += "c.execute('begin'); c.execute('update trial_values set value = -1'); c.execute('create table f(x)'); "
+    killed += "c.executemany('insert into f values (?)', [(os.urandom(500),) for _ in range(300)]); os._exit(9)"
+    subprocess.run([sys.executable, "-c", killed, str(db)], check=False)
+    assert Path(f"{db}-journal").stat().st_size > 0  # SQLite's hot journal: the file holds a half-written transaction
+    study = optuna.load_study(study_name="s", storage=open_storage(f"sqlite:///{db}", tmp_path))
+    assert [(t.number, t.params, t.values) for t in study.get_trials(deepcopy=False)] == kept
+    whole = db.read_bytes()
+    db.write_bytes(whole[:-1])  # a cut no crash makes: SQLite would open it and add trials on top
+    with pytest.raises(DotsError, match=f"the study file {re.escape(str(db))} is damaged .*move it away"):
+        open_storage(f"sqlite:///{db}", tmp_path)
+    assert db.read_bytes() == whole[:-1]

@@ -48,6 +48,7 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
             recover_journal(Path(url), lock)
             return JournalStorage(JournalFileBackend(url, lock_obj=lock))
         if url.startswith("sqlite"):
+            check_sqlite(url)
             return RDBStorage(url)
         return _database(url)
     except DotsError:
@@ -100,6 +101,24 @@ def recover_journal(path: Path, lock: Any) -> None:
             )
     finally:
         lock.release()
+
+
+def check_sqlite(url: str) -> None:
+    """An existing SQLite study file passes SQLite's integrity check before the study is opened
+    (a process killed mid-write is rolled back by SQLite's own journal at this first read; a file
+    cut or scrambled otherwise may open and take new trials on top of the damage)."""
+    import sqlite3
+
+    path = Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with sqlite3.connect(path) as db:
+            verdict = str(db.execute("PRAGMA integrity_check").fetchone()[0])
+    except sqlite3.DatabaseError as exc:
+        verdict = first_line(exc)
+    if verdict != "ok":
+        raise DotsError(f"the study file {path} is damaged ({' '.join(verdict.split())[:200]}); {RECOVERY}")
 
 
 def _record_problem(line: bytes) -> str | None:
