@@ -4,7 +4,8 @@ Each file of a checkpoint may be well formed alone and still contradict another:
 config.json whose hidden size, vocabulary, layer count or attention biases disagree with the
 weights' names and shapes (transformers would drop or re-initialise tensors on load), a
 tokenizer that does not load or has more tokens than the config's vocabulary, sources that
-equal the base (a task vector of zeros) or each other, destinations that are the same
+equal the base (a task vector of zeros) or each other, or whose tokenizers give the base's ids
+other texts (`dots.io.vocab`), destinations that are the same
 directory or lie inside an output replaced whole. Each contradiction is one DotsError line
 naming the file or option; the odd-but-valid cases are one warning line.
 """
