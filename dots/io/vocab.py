@@ -55,7 +55,7 @@ def _text(value: Any) -> str | None:
 
 
 def read_vocabulary(model_dir: Path) -> Vocabulary | None:
-    """The tokenizer files of `model_dir` read (tokenizer.json with `tokenizers`; a tokenizer
+    """The tokenizer files of `model_dir` read (tokenizer.json as JSON, `_tokens`; a tokenizer
     without it through transformers' AutoTokenizer), or None when it has none or they do not
     load (`dots.io.inputs.check_tokenizer` refuses a broken tokenizer.json before this runs)."""
     config: dict = {}
@@ -64,26 +64,22 @@ def read_vocabulary(model_dir: Path) -> Vocabulary | None:
             found = read_json(model_dir / name, "tokenizer file")
             config.update(found if isinstance(found, dict) else {})
     template = config.get("chat_template")
-    for name in ("chat_template.json", "chat_template.jinja"):  # transformers' own order: the .jinja file wins
-        if (model_dir / name).exists():
-            template = (model_dir / name).read_text(errors="replace")
+    if (model_dir / "chat_template.json").exists():  # transformers' own order: the .jinja file wins
+        template = (read_json(model_dir / "chat_template.json", "chat template") or {}).get("chat_template")
+    if (model_dir / "chat_template.jinja").exists():
+        template = (model_dir / "chat_template.jinja").read_text(errors="replace")
     template = template if template is None or isinstance(template, str) else json.dumps(template, sort_keys=True)
     roles = {role: _text(config.get(role)) for role in ROLES}
     file = model_dir / "tokenizer.json"
     if file.exists():
-        from tokenizers import Tokenizer
-
         raw = read_json(file, "tokenizer")
-        try:
-            vocab = Tokenizer.from_file(str(file)).get_vocab(with_added_tokens=True)
-        except Exception:  # refused, in one line, by check_tokenizer
+        tokens = _tokens(raw) if isinstance(raw, dict) else None
+        if tokens is None:  # a layout this reader does not know: refused by check_tokenizer, or not compared
             return None
-        added = raw.get("added_tokens") if isinstance(raw, dict) else None
-        special = frozenset(t["id"] for t in added or () if isinstance(t, dict) and t.get("special"))
-        model = dict(raw.get("model") or {}) if isinstance(raw, dict) else {}
+        special = frozenset(t["id"] for t in raw.get("added_tokens") or () if isinstance(t, dict) and t.get("special"))
+        model = dict(raw.get("model") or {})
         model.pop("vocab", None)
         rules = {part: json.dumps(model if part == "model" else raw.get(part), sort_keys=True) for part in RULES}
-        tokens = {i: text for text, i in vocab.items()}
         return Vocabulary(file, tokens, roles, special, template, rules)
     if not any(model_dir.glob("vocab.*")) and not (model_dir / "tokenizer.model").exists():
         return None
@@ -98,6 +94,23 @@ def read_vocabulary(model_dir: Path) -> Vocabulary | None:
         return None
     tokens = {i: text for text, i in vocab.items()}
     return Vocabulary(model_dir, tokens, {r: getattr(tok, r, None) for r in ROLES}, special_ids, template, None)
+
+
+def _tokens(raw: dict) -> dict[int, str] | None:
+    """id -> text of a tokenizer.json as the `tokenizers` library builds it: the model's vocabulary
+    (a mapping of texts to ids; Unigram's list of [piece, score], ids in order), then the added
+    tokens (None for a layout that is neither)."""
+    vocab = (raw.get("model") or {}).get("vocab") if isinstance(raw.get("model"), dict) else None
+    if isinstance(vocab, dict):
+        tokens = {i: text for text, i in vocab.items() if isinstance(i, int)}
+    elif isinstance(vocab, list):
+        tokens = {i: entry[0] for i, entry in enumerate(vocab) if isinstance(entry, list) and entry}
+    else:
+        return None
+    for added in raw.get("added_tokens") or ():
+        if isinstance(added, dict) and isinstance(added.get("id"), int) and isinstance(added.get("content"), str):
+            tokens[added["id"]] = added["content"]
+    return tokens
 
 
 def _same_files(a: Path, b: Path) -> bool:
@@ -115,7 +128,8 @@ def _ids(ids: list[int]) -> str:
 def differences(base: Vocabulary, other: Vocabulary, rows: int, name: str) -> list[str]:
     """What differs between two tokenizers whose shared ids all mean the same text, below `rows`
     (the base's embedding rows); a DotsError when an id below `rows` means different texts."""
-    clash = sorted(i for i, text in other.tokens.items() if i < rows and base.tokens.get(i, text) != text)
+    changed = other.tokens.items() - base.tokens.items()  # (id, text) pairs the base does not have
+    clash = sorted(i for i, _ in changed if i < rows and i in base.tokens)
     if clash:
         i = clash[0]
         raise DotsError(
@@ -124,10 +138,10 @@ def differences(base: Vocabulary, other: Vocabulary, rows: int, name: str) -> li
             "tokens (a source must share the base's vocabulary, and may only add tokens after it)"
         )
     found = []
-    inside = sorted(i for i in other.tokens if i < rows and i not in base.tokens)
+    inside = sorted(i for i, _ in changed if i < rows)
     if inside:
         found.append(f"adds {_ids(inside)} tokens inside the base's embedding rows, which the base's tokenizer lacks")
-    lacking = sorted(i for i in base.tokens if i not in other.tokens)
+    lacking = sorted(base.tokens.keys() - other.tokens.keys())
     if lacking:
         found.append(f"lacks {_ids(lacking)} of the base's tokens")
     roles = [f"{r} {other.roles[r]!r} (base {base.roles[r]!r})" for r in ROLES if other.roles[r] != base.roles[r]]
