@@ -238,3 +238,14 @@ def test_sources_adding_tokens_warn_only_when_the_output_drops_some(checkpoints,
     other = _grown(family.sources["rlvr"], tmp_path / "rlvr", [4, 5, 6], [ADDED[1], ADDED[0], ADDED[2]])
     (line,) = check_sources_differ(align(base, {"sft": Checkpoint(grown), "rlvr": Checkpoint(other)}))
     assert re.match(r"source rlvr's tokenizer .* the output does not keep its 2 \(ids 100\.\.101\) tokens", line)
+
+
+def test_hidden_files_are_not_weights(inputs, tmp_path):
+    """A macOS resource fork (`._model.safetensors`) beside the weights is not read as a second weight
+    file; a visible copy of the weights is two files defining every tensor."""
+    model = Path(shutil.copytree(inputs["sft"], tmp_path / "sft"))
+    (model / "._model.safetensors").write_bytes(b"\x00\x05\x16\x07" + bytes(4092))
+    assert sorted(Checkpoint(model).names) == sorted(Checkpoint(inputs["sft"]).names)
+    shutil.copy(model / "model.safetensors", model / "model copy.safetensors")
+    with pytest.raises(DotsError, match="defined in two weight files, model copy.safetensors and model.safetensors"):
+        Checkpoint(model)

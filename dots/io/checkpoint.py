@@ -118,7 +118,8 @@ class Checkpoint:
             if missing:
                 raise DotsError(f"{self.path}: index names missing shard(s) {', '.join(missing[:3])}")
             return files
-        files = sorted(self.path.glob("*.safetensors"))
+        # hidden files are no weights (macOS's `._model.safetensors`, an editor's or a writer's temporaries)
+        files = sorted(f for f in self.path.glob("*.safetensors") if not f.name.startswith("."))
         if files:
             return files
         if list(self.path.glob("*.bin")) or list(self.path.glob("*.pt")):
