@@ -100,6 +100,8 @@ class Checkpoint:
             self._config = read_config(self.path)  # a malformed config.json fails here, before any work
         for file in self._files:
             for name, (info, offset, nbytes) in read_safetensors_header(file).items():
+                if name in self._where:
+                    raise self._defined_twice(name, self._where[name][0], file)
                 self._where[name] = (file, offset, nbytes)
                 self._info[name] = info
         for name, shard in self._weight_map.items():
@@ -116,7 +118,8 @@ class Checkpoint:
             if missing:
                 raise DotsError(f"{self.path}: index names missing shard(s) {', '.join(missing[:3])}")
             return files
-        files = sorted(self.path.glob("*.safetensors"))
+        # hidden files are no weights (macOS's `._model.safetensors`, an editor's or a writer's temporaries)
+        files = sorted(f for f in self.path.glob("*.safetensors") if not f.name.startswith("."))
         if files:
             return files
         if list(self.path.glob("*.bin")) or list(self.path.glob("*.pt")):
@@ -125,6 +128,21 @@ class Checkpoint:
                 f"python -m dots.io convert {self.path} OUTPUT_DIR"
             )
         raise DotsError(f"not a model directory (no *.safetensors weights): {self.path}")
+
+    def _defined_twice(self, name: str, first: Path, second: Path) -> DotsError:
+        """Two weight files of this checkpoint both hold tensor `name`: which one a loader reads
+        depends on its order, so neither is taken (one line naming both)."""
+        if self._weight_map:
+            listed = self._weight_map.get(name)
+            where = f"is listed in {listed}" if listed else "is not listed"
+            return DotsError(
+                f"{self.path / INDEX_NAMES[0]}: tensor {name!r} {where}, but both {first.name} and {second.name} "
+                "hold it: remove it from the shard the index does not name"
+            )
+        return DotsError(
+            f"{self.path}: tensor {name!r} is defined in two weight files, {first.name} and {second.name}, and "
+            "no model.safetensors.index.json says which to read: remove the file that does not belong"
+        )
 
     # --- metadata -------------------------------------------------------------------------
     @property

@@ -4,7 +4,8 @@ Each file of a checkpoint may be well formed alone and still contradict another:
 config.json whose hidden size, vocabulary, layer count or attention biases disagree with the
 weights' names and shapes (transformers would drop or re-initialise tensors on load), a
 tokenizer that does not load or has more tokens than the config's vocabulary, sources that
-equal the base (a task vector of zeros) or each other, destinations that are the same
+equal the base (a task vector of zeros) or each other, or whose tokenizers give the base's ids
+other texts (`dots.io.vocab`), destinations that are the same
 directory or lie inside an output replaced whole. Each contradiction is one DotsError line
 naming the file or option; the odd-but-valid cases are one warning line.
 """
@@ -26,6 +27,7 @@ from dots.io.checkpoint import Checkpoint
 from dots.io.contents import resolved
 from dots.io.destination import RECORD, Destination, hashed_names, read_record
 from dots.io.metadata import read_json
+from dots.io.vocab import compare_tokenizers
 
 __all__ = ["check_checkpoint", "check_distinct_destinations", "check_sources_differ", "taskvec_dir"]
 
@@ -146,10 +148,13 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_sources_differ(alignment) -> list[str]:
-    """An error when every source equals the base (a merge would be the base); a warning line
-    (returned, and printed on stderr) for a source equal to the base (its task vector is all zeros) or two
-    identical sources. `alignment`: a `dots.io.align.Alignment`."""
+    """An error when every source equals the base (a merge would be the base) or a source's tokenizer
+    gives an id of the base's another text (`dots.io.vocab`); a warning line (returned, and printed
+    on stderr) for a source equal to the base (its task vector is all zeros), two identical sources,
+    or a tokenizer that differs harmlessly. `alignment`: a `dots.io.align.Alignment`."""
     base, sources = alignment.base, alignment.sources
+    embed = _embedding(base)
+    tokenizers = compare_tokenizers(alignment, base.info(embed).shape[0] if embed else None)  # before any weight
     pairs = {key: [(n, alignment.source_name(key, n)) for n in alignment.merged] for key in sources}
     zero = [key for key in sources if same_weights(base, sources[key], [(n, s) for n, s in pairs[key]])]
     if len(zero) == len(sources):
@@ -157,7 +162,7 @@ def check_sources_differ(alignment) -> list[str]:
             f"every source ({', '.join(f'{k}={sources[k].path}' for k in zero)}) has the base's weights "
             f"({base.path}): every task vector is zero, there is nothing to merge"
         )
-    warnings = [
+    warnings = tokenizers + [
         f"source {key} ({sources[key].path}) has the base's weights: its task vector is all zeros" for key in zero
     ]
     keys = [k for k in sources if k not in zero]

@@ -66,20 +66,21 @@ def read_safetensors_header(file: Path) -> dict[str, tuple[TensorInfo, int, int]
 
     Checked field by field (a one-line DotsError naming the file and the tensor): the header
     is a JSON object of entries {dtype: a known code, shape: integers >= 0, data_offsets:
-    [start, end] with end - start = numel × dtype size}, all within the file."""
+    [start, end] with end - start = numel × dtype size}, each name once, and the spans tile the
+    data section as the safetensors library requires (`_check_spans`), which ends the file."""
     try:
         actual = file.stat().st_size
         with open(file, "rb") as fh:
             size = int.from_bytes(fh.read(8), "little")
             if size <= 0 or size > min(100 * 2**20, actual - 8):
                 raise ValueError(f"implausible header size {size}")
-            header = json.loads(fh.read(size).decode("utf-8"))
+            header = json.loads(fh.read(size).decode("utf-8"), object_pairs_hook=_once)
     except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise DotsError(f"cannot read safetensors file {file}: {first_line(exc)}") from None
     if not isinstance(header, dict):
         raise DotsError(f"cannot read safetensors file {file}: its header is not a JSON object")
     out: dict[str, tuple[TensorInfo, int, int]] = {}
-    data_end = 0
+    spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
         if name == "__metadata__":
             if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
@@ -87,10 +88,54 @@ def read_safetensors_header(file: Path) -> dict[str, tuple[TensorInfo, int, int]
             continue
         info, start, end = _entry(entry, f"{file}: tensor {name!r}")
         out[name] = (info, 8 + size + start, end - start)
-        data_end = max(data_end, end)
+        spans.append((start, end, name))
+    data_end = _check_spans(file, spans)
     if actual < 8 + size + data_end:  # a cut download or copy: found now, not mid-merge
         raise DotsError(f"{file} is truncated: {actual} bytes, its header describes {8 + size + data_end}")
+    if actual > 8 + size + data_end:
+        raise DotsError(
+            f"{file}: {actual - 8 - size - data_end} bytes follow the last tensor's data (the file has {actual} "
+            f"bytes, its header describes {8 + size + data_end}); the safetensors library refuses such a file"
+        )
     return out
+
+
+def _once(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are distinct (json.loads would keep the last of two, silently)."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"{key!r} appears twice in one JSON object")
+        out[key] = value
+    return out
+
+
+def _check_spans(file: Path, spans: list[tuple[int, int, str]]) -> int:
+    """The tensors' byte spans (relative to the data section, so none reaches into the header)
+    tile the data from its first byte, without overlap or gap, as the safetensors library requires
+    of every file it opens; the data section's size. Two tensors sharing bytes would be read as
+    one; a gap holds bytes no tensor owns. An overlap is named first: it leaves a gap elsewhere."""
+    ordered = sorted(spans)
+    reach, owner = 0, ""
+    for start, end, name in ordered:
+        if start < reach and end > start:
+            raise DotsError(
+                f"{file}: tensors {owner!r} and {name!r} overlap (bytes {start}..{min(end, reach)} of the data "
+                "section belong to both): the header points two tensors at the same bytes"
+            )
+        if end > reach:
+            reach, owner = end, name
+    position, owner = 0, ""
+    for start, end, name in ordered:
+        if start != position:
+            where = f"inside {owner!r}" if start < position else f"after a gap of bytes {position}..{start}"
+            raise DotsError(
+                f"{file}: tensor {name!r} starts at byte {start} of the data section, {where}; the safetensors "
+                "library refuses a file whose tensors do not follow each other without gaps"
+            )
+        if end > start:
+            position, owner = end, name
+    return position
 
 
 def _entry(entry: object, where: str) -> tuple[TensorInfo, int, int]:

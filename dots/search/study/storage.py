@@ -5,16 +5,25 @@ dots.search.study.samplers)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from dots.errors import DotsError
+from dots.errors import DotsError, first_line
 from dots.options.search import SearchOptions
 from dots.search.study.samplers import build_sampler
 
-__all__ = ["sampler_seed", "open_storage", "open_study"]
+__all__ = ["sampler_seed", "open_storage", "open_study", "recover_journal"]
+
+log = logging.getLogger("dots.search")
+RECOVERY = (
+    "restore it from a copy, or move it away and rerun to start the study again "
+    "(its trials are lost; the selection and τ̃ are kept)"
+)
 
 
 def sampler_seed(seed: int, worker: int, n_existing: int) -> int:
@@ -32,15 +41,95 @@ def open_storage(url: str | None, run_dir: Path) -> Any:
         url = f"sqlite:///{(run_dir / 'study.db').resolve()}"
     try:
         if url.endswith((".journal", ".log")) and "://" not in url:
-            from optuna.storages.journal import JournalFileBackend
+            from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
             Path(url).parent.mkdir(parents=True, exist_ok=True)
-            return JournalStorage(JournalFileBackend(url))
+            lock = JournalFileSymlinkLock(url)  # the backend's own lock: the recovery excludes its writers
+            recover_journal(Path(url), lock)
+            return JournalStorage(JournalFileBackend(url, lock_obj=lock))
         if url.startswith("sqlite"):
+            check_sqlite(url)
             return RDBStorage(url)
         return _database(url)
+    except DotsError:
+        raise
     except Exception as exc:
         raise storage_error(url, exc) from None
+
+
+def recover_journal(path: Path, lock: Any) -> None:
+    """A journal whose last record a crash cut (no line break, or a line that is no JSON object)
+    loses that record: the file is truncated before it, under the journal's lock, and one log line
+    says so (a record whole but for its line break gets the break). Optuna would skip the cut
+    record, append after it, and fail on every later read. A damaged record followed by others is
+    refused in one line, before anything is appended."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    lock.acquire()
+    try:
+        with open(path, "r+b") as fh:
+            offset, damaged = 0, None
+            for number, line in enumerate(fh, 1):
+                if damaged is not None:
+                    raise DotsError(
+                        f"the study journal {path} is damaged at line {damaged[0]} (byte {damaged[1]}), before "
+                        f"other records: {damaged[2]}; {RECOVERY}"
+                    )
+                problem = _record_problem(line)
+                if problem is not None:
+                    damaged = (number, offset, problem, line)
+                offset += len(line)
+            if damaged is None:
+                return
+            number, start, problem, line = damaged
+            if problem == "no line break at its end":
+                fh.seek(0, 2)
+                fh.write(b"\n")
+                os.fsync(fh.fileno())
+                log.warning("the study journal %s: its last record had lost its line break; added", path)
+                return
+            fh.truncate(start)
+            os.fsync(fh.fileno())
+            log.warning(
+                "the study journal %s: its last record (line %d, %d bytes) is damaged (%s), as a crash mid-write "
+                "leaves it; dropped, the study resumes from the %d records before it",
+                path,
+                number,
+                len(line),
+                problem,
+                number - 1,
+            )
+    finally:
+        lock.release()
+
+
+def check_sqlite(url: str) -> None:
+    """An existing SQLite study file passes SQLite's integrity check before the study is opened
+    (a process killed mid-write is rolled back by SQLite's own journal at this first read; a file
+    cut or scrambled otherwise may open and take new trials on top of the damage)."""
+    import sqlite3
+
+    path = Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with sqlite3.connect(path) as db:
+            verdict = str(db.execute("PRAGMA integrity_check").fetchone()[0])
+    except sqlite3.DatabaseError as exc:
+        verdict = first_line(exc)
+    if verdict != "ok":
+        raise DotsError(f"the study file {path} is damaged ({' '.join(verdict.split())[:200]}); {RECOVERY}")
+
+
+def _record_problem(line: bytes) -> str | None:
+    """Why one journal line is not a whole record (None: it is one)."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return f"not JSON: {first_line(exc)}"
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    return None if line.endswith(b"\n") else "no line break at its end"
 
 
 def _database(url: str, tries: int = 5) -> Any:
@@ -63,10 +152,7 @@ def storage_error(url: str, exc: BaseException) -> DotsError:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if url.startswith("sqlite:///") and ("malformed" in first or "not a database" in first):
         path = url[len("sqlite:///") :]
-        return DotsError(
-            f"the study file {path} is damaged ({first.split(') ')[-1]}): restore it from a copy, or move it "
-            "away and rerun to start the study again (its trials are lost; the selection and τ̃ are kept)"
-        )
+        return DotsError(f"the study file {path} is damaged ({first.split(') ')[-1]}); {RECOVERY}")
     return DotsError(f"cannot open the study storage {url!r}: {first}")
 
 
