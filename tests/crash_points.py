@@ -57,17 +57,18 @@ def run(runner: Runner, command: Command, work: Path, log: Path, **env: str) -> 
 
 
 def snapshot(folder: Path) -> dict[str, bytes] | None:
-    """Every file under `folder` with its bytes (a record without its volatile fields); None if absent."""
+    """Every file under `folder` (or the file `folder`) with its bytes (a record without its volatile
+    fields); None if absent."""
     if not folder.exists():
         return None
     files = {}
-    for path in sorted(folder.rglob("*")):
+    for path in [folder] if folder.is_file() else sorted(folder.rglob("*")):
         if path.is_file():
             data = path.read_bytes()
             if path.name == RECORD:
                 record = json.loads(data)
                 data = json.dumps({k: v for k, v in record.items() if k not in VOLATILE}, sort_keys=True).encode()
-            files[path.relative_to(folder).as_posix()] = data
+            files[path.relative_to(folder).as_posix() if path != folder else path.name] = data
     return files
 
 
@@ -104,6 +105,10 @@ class Command:
     before: list[tuple[str, list[str]]] = field(default_factory=list)
     signals: tuple[int, ...] = ()  # handled signals sent for real at each point (SIGKILL: by snapshot)
     compare: Callable[[str, dict[str, bytes]], dict[str, bytes]] = field(default=lambda name, files: files)
+    # the rerun's outputs equal the clean run's (False for a resumed study: a trial cut by the crash is
+    # left failed and the next one asked, so the rerun's trials differ; it must still finish, whole)
+    same_as_clean: bool = True
+    growing: tuple[str, ...] = ()  # outputs that grow entry by entry (a cache root): compared per entry
 
 
 @dataclass
@@ -152,8 +157,13 @@ def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Pat
 
     def check(crashed: Path, where: str) -> None:
         now = _state(command, crashed)
-        report.failures += [f"{where}: {o} is neither the old version nor the new one" for o in command.outputs
-                            if now[o] not in (old[o], new[o])]  # fmt: skip
+        for o in command.outputs:
+            whole = now[o] in (old[o], new[o])
+            if o in command.growing and isinstance(now[o], dict):  # each entry absent, old or new
+                before, after = old[o] or {}, new[o] or {}
+                whole = all(v in (before.get(k), after.get(k)) for k, v in now[o].items())  # type: ignore[union-attr]
+            if not whole:
+                report.failures.append(f"{where}: {o} is neither the old version nor the new one")
         seen = crash_state(crashed)
         if seen in rerun:
             return
@@ -165,8 +175,10 @@ def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Pat
         code = run(server, command, work, log)
         if code != 0:
             report.failures.append(f"{where}: the rerun failed ({code}): {log.read_text()[-600:]}")
-        elif _state(command, work) != new:
+        elif command.same_as_clean and _state(command, work) != new:
             report.failures.append(f"{where}: the rerun's outputs differ from the clean run's")
+        elif None in _state(command, work).values():
+            report.failures.append(f"{where}: the rerun left an output missing")
         elif left := leftovers(work):
             report.failures.append(f"{where}: the rerun left {left[0]}")
 
@@ -186,6 +198,15 @@ def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Pat
     return report
 
 
-def _state(command: Command, folder: Path) -> dict[str, dict[str, bytes] | None]:
-    """The compared outputs of `command` under `folder`."""
-    return {o: None if (files := snapshot(folder / o)) is None else command.compare(o, files) for o in command.outputs}
+def _state(command: Command, folder: Path) -> dict[str, object]:
+    """The compared outputs of `command` under `folder`: an output replaced whole as its files; a
+    growing one (a cache root) as each of its entries' files, temporaries and locks aside."""
+    state: dict[str, object] = {}
+    for output in command.outputs:
+        files = snapshot(folder / output)
+        if files is not None and output in command.growing:
+            entries = {p.name for p in (folder / output).iterdir() if not TEMP.search(p.name) and p.suffix != ".lock"}
+            state[output] = {e: snapshot(folder / output / e) for e in sorted(entries)}
+        else:
+            state[output] = None if files is None else command.compare(output, files)
+    return state

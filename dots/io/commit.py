@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 __all__ = ["atomic_file", "claim_temp", "install_dir", "recover", "release", "sweep", "sweep_inside"]
-__all__ += ["sync_tree", "temp_sibling", "write_atomic"]
+__all__ += ["is_temporary", "sync_tree", "temp_sibling", "write_atomic"]
 
 log = logging.getLogger("dots.io")
 
@@ -50,6 +50,11 @@ def _stem(name: str) -> str:
         return name
     head = raw[: room - 9].decode("utf-8", "ignore")  # never half a character
     return f"{head}~{hashlib.sha256(raw).hexdigest()[:8]}"
+
+
+def is_temporary(name: str) -> bool:
+    """`name` is one `temp_sibling` gives (a writer's, live or dead)."""
+    return name.startswith(".") and _TEMP.search(name) is not None
 
 
 def temp_sibling(dest: Path, role: str = "tmp") -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from dots.errors import DotsError
-from dots.io.commit import claim_temp, install_dir, release, sweep, sweep_inside
+from dots.io.commit import claim_temp, install_dir, is_temporary, release, sweep, sweep_inside
 from dots.io.contents import edited_file, hashed_names, resolved
 from dots.io.records import RECORD, discard_output, files_under, new_record, read_record, seal, write_record
 
@@ -99,7 +99,8 @@ class Destination:
             raise self.refuse("it exists and is not a directory", path)
         record = read_record(path)
         if record is None:  # empty, or (a cache of an older dots) only entries `own` recognises
-            example = _example(path, lambda n: n.startswith(RECORD) or (self.own is not None and self.own(n)))
+            mine = self.own or (lambda n: False)  # (and dots' temporaries: a dead writer's are swept)
+            example = _example(path, lambda n: n.startswith(RECORD) or is_temporary(n) or mine(n))
             if example:
                 raise self.refuse("it holds files dots did not write", example)
             return None
