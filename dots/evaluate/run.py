@@ -1,7 +1,7 @@
 """`python -m dots.evaluate`: models × benchmarks (docs/method.md §7) with one live engine.
 
     python -m dots.evaluate [backbone=qwen7b] [benchmarks=[aime24,math500]] [limit=16] \
-        [+models.dots=outputs/search/<run>/model] [+models.ties=outputs/merge/ties]
+        [+models.dots=outputs/search/<run>/model] [+models.ties=outputs/merged/ties]
 
 The models are the backbone's base and sources (`include_backbone`) plus any
 `+models.NAME=PATH`. One engine is started on the first model; every later model is

@@ -29,6 +29,7 @@ from dots.plan.decide import MemoryPlan
 from dots.runtime.locks import held_by_one
 from dots.search.engine_model import engine_model
 from dots.search.identity import resolve_run_dir, run_identity
+from dots.search.pick.report import pick_line
 from dots.search.run import Run
 from dots.search.stages import Stage, run_stages
 from dots.search.steps import (
@@ -50,7 +51,6 @@ from dots.search.study.dashboard import dashboard_command
 from dots.search.study.granularity import fixed_point
 from dots.search.study.scorer import LazyEngine
 from dots.search.study.tracking import open_tracking
-from dots.vectors.coefficients import format_coefficients
 
 __all__ = ["check_destinations", "prepare", "run_search"]
 
@@ -187,11 +187,11 @@ def memory_plan(run: Run) -> MemoryPlan:
     """What the run holds on each device and where τ̃ lives (`dots.plan`), printed;
     a DotsError (one line) when the engine and τ̃ cannot fit either way."""
     from dots.io.shapes import ModelShapes
-    from dots.plan.render import describe
+    from dots.plan.render import announce
     from dots.plan.search import plan_search
 
     plan = plan_search(run.options.plan, ModelShapes.from_alignment(run.alignment))
-    print("\n".join(describe(plan)))
+    print("\n".join(announce(plan, run.options.config.get("show_plan", "brief"), run.run_dir / "plan.txt")))
     return plan
 
 
@@ -233,9 +233,11 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     """The stages of a checked, locked run."""
     from dots.engines.canary import checked
     from dots.engines.factory import build_engine
+    from dots.plan.render import describe
 
     options = run.options
     (run.run_dir / "config.yaml").write_text(config_yaml(options.config))
+    (run.run_dir / "plan.txt").write_text("\n".join(describe(plan)) + "\n")  # (the terminal shows two lines)
     print(f"run directory: {run.run_dir}")
     engine = plan.engine_options(options.engine)  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(  # every start (a requeued run's too) proves its swaps first
@@ -268,23 +270,7 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
         return run.run_dir
     result = run.results.pick
     assert result is not None  # (the pick stage ran)
-    coefficients = result["coefficients"]
-    if run.granularity != "model":  # 4 λ per source: one readable line
-        coefficients = format_coefficients(coefficients)
-    sure = result.get("uncertainty") or {}
-    confirmed = sure.get("from") == "confirmation"
-    interval = " 95% [{:.3f}, {:.3f}]".format(*sure["interval"]) if "interval" in sure else ""
-    print(
-        f"pick ({options.pick}{', confirmed' if confirmed else ''}): trial {result['trial']} λ={coefficients} "
-        f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}"
-        + (f"; confirmed C={sure['consistency']:.4f}" if confirmed else "")
-        + interval
-    )
-    if confirmed:
-        cost = result["confirmation"]
-        share = f", {cost['share']:.0%} of the study's" if cost.get("share") is not None else ""
-        n = len(cost["points"])
-        print(f"confirmation: {n} candidate{'s' * (n != 1)} re-scored, {cost['tokens']} tokens{share}")
+    print(pick_line(result, options.pick))
     for warning in result.get("warnings", []):
         print(f"warning: {warning}")
     print(f"dashboard: {dashboard_command(options.search.storage, run.run_dir)}")
