@@ -34,6 +34,7 @@ from dots.io.problems import Query
 from dots.options.engine import EngineOptions
 from dots.options.evaluate import EvaluateOptions, check_model_name
 from dots.paths import check_creatable
+from dots.runtime.progress import log_third_party
 
 __all__ = ["evaluate", "run_evaluate"]
 
@@ -146,6 +147,7 @@ def run_evaluate(options: EvaluateOptions) -> dict:
     engine = resolve_engine(options.engine)  # auto resolved; vLLM's extra_args checked before anything is written
     out = destination.create()
     (out / "config.yaml").write_text(options.config_yaml)
+    log_third_party(out / "third_party.log")  # other libraries' lines, off the terminal
     print(f"evaluation directory: {out}")
     return evaluate(
         options.models,

@@ -102,22 +102,21 @@ def search_stages(run: Run) -> list[Stage]:
 
 def checked_options(config: Any) -> SearchOptions:
     """The composed config (conf/search.yaml) checked into SearchOptions once (`search_options`),
-    with `engine=auto` resolved, vLLM's extra_args and the sampler's options checked; options
-    already checked are taken as they are."""
-    from dots.engines.factory import resolve_engine
+    the sampler's options checked; options already checked are taken as they are."""
     from dots.search.study.samplers import build_sampler
 
     if isinstance(config, SearchOptions):
         return config
     options = search_options(config)
-    options = replace(options, engine=resolve_engine(options.engine))  # auto: vllm or hf
     build_sampler(options.sampler, options.seed)  # (its options: before anything is read)
     return options
 
 
 def prepare(config: Any) -> Run:
     """Check the options (`checked_options`), open the checkpoints and check them against each other,
-    align them, find the run directory (nothing written)."""
+    align them, resolve `engine=auto` and check vLLM's extra_args, find the run directory (nothing written)."""
+    from dots.engines.factory import resolve_engine
+
     options = checked_options(config)
     backbone = options.backbone
     base = Checkpoint(backbone.base, backbone.revision)
@@ -126,6 +125,7 @@ def prepare(config: Any) -> Run:
         check_checkpoint(ckpt)  # config.json against the weights, the tokenizer against config.json
     alignment = align(base, sources)
     check_sources_differ(alignment)
+    options = replace(options, engine=resolve_engine(options.engine))  # auto: vllm or hf (an import: after the inputs)
     for field_name, values in config_differences(base, sources).items():
         log.warning(
             "config field %s differs: %s (the output takes config_from=%s)", field_name, values, backbone.config_from
@@ -234,10 +234,12 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     from dots.engines.canary import checked
     from dots.engines.factory import build_engine
     from dots.plan.render import describe
+    from dots.runtime.progress import log_third_party
 
     options = run.options
     (run.run_dir / "config.yaml").write_text(config_yaml(options.config))
     (run.run_dir / "plan.txt").write_text("\n".join(describe(plan)) + "\n")  # (the terminal shows two lines)
+    log_third_party(run.run_dir / "third_party.log")  # other libraries' lines (dots.runtime.progress)
     print(f"run directory: {run.run_dir}")
     engine = plan.engine_options(options.engine)  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(  # every start (a requeued run's too) proves its swaps first
