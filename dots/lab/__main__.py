@@ -1,9 +1,11 @@
-"""`python -m dots.lab [--rebuild] [key=value ...]`: the lab trio's paths and test accuracies (in %).
+"""`python -m dots.lab [--rebuild] [--model NAME=DIR ...] [key=value ...]`: the lab trio's paths and
+test accuracies (in %), with any other model of the lab (a search's export) beside them.
 
 With the defaults it is the trio shipped with dots (dots/data/lab), which the search's
 `backbone=lab` uses: nothing is trained. `--rebuild` retrains it under <outputs root>/lab;
 any override (`seed=1`, `rlvr.lr=1e-5`, ...) builds that variant there (or finds its build).
-Before any training it says how long the shipped trio's build took."""
+Before any training it says how long the shipped trio's build took. The A∪B greedy column is
+the lab's ground truth (docs/lab.md): `--model dots=outputs/search/<run>/model` scores a pick."""
 
 from __future__ import annotations
 
@@ -61,16 +63,19 @@ def summary_table(paths: dict, cfg: LabOptions) -> object:
     problems = T.records(cfg.tasks, "test", size=e.per_skill * len(T.SKILLS))
     sampled = f"T={e.temperature}, avg@{e.samples}"
     table = Table(title=f"lab test accuracy, % ({len(problems)} problems, A = add, B = sub)")
-    for col in ("model", "A greedy", "B greedy", "A∪B greedy", f"A {sampled}", f"B {sampled}"):
+    columns = ["model", "A greedy", "B greedy", "A∪B greedy"] + [f"A {sampled}", f"B {sampled}"] * (e.samples > 0)
+    for col in columns:
         table.add_column(col, justify="left" if col == "model" else "right")
     with torch_threads(cfg.threads):
         for stage, path in paths.items():
             engine = LocalEngine(path)
             g = accuracy(engine, problems, n=1, temperature=0.0, max_tokens=e.max_tokens)
-            s = accuracy(
-                engine, problems, n=e.samples, temperature=e.temperature, max_tokens=e.max_tokens, seed=cfg.seed
-            )
-            cells = [(g, "add"), (g, "sub"), (g, "all"), (s, "add"), (s, "sub")]
+            cells = [(g, "add"), (g, "sub"), (g, "all")]
+            if e.samples:
+                s = accuracy(
+                    engine, problems, n=e.samples, temperature=e.temperature, max_tokens=e.max_tokens, seed=cfg.seed
+                )
+                cells += [(s, "add"), (s, "sub")]
             table.add_row(stage, *(f"{100 * r[k]:.1f}" for r, k in cells))
     return table
 
@@ -80,6 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dots.lab", description=__doc__)
     parser.add_argument("overrides", nargs="*", help="conf/lab.yaml overrides, e.g. seed=1 rlvr.lr=1e-5")
     parser.add_argument("--rebuild", action="store_true", help="train the default trio instead of the shipped one")
+    parser.add_argument(
+        "--model", action="append", default=[], metavar="NAME=DIR", help="another lab model to score, e.g. a pick"
+    )
     parser.error = argument_error  # type: ignore[method-assign]  # one line, not the usage
     args = parser.parse_args(argv)
     from rich.console import Console
@@ -88,12 +96,24 @@ def main(argv: list[str] | None = None) -> None:
     from dots.lab.config import load_config
 
     cfg = load_config(args.overrides)
+    extra = dict(named_model(item) for item in args.model)  # (checked before anything is said or trained)
     print(where_line(cfg, args.rebuild), flush=True)
     paths = ensure_trio(args.overrides, shipped=not args.rebuild)
     for stage, path in paths.items():
         print(f"{stage}: {path}", flush=True)
     if cfg.eval.enabled:
-        Console().print(summary_table(paths, cfg))
+        Console().print(summary_table({**paths, **extra}, cfg))
+
+
+def named_model(item: str) -> tuple[str, Path]:
+    """`--model NAME=DIR`: a name for the table and an existing checkpoint directory; else one line."""
+    from dots.errors import DotsError
+
+    name, sep, where = item.partition("=")
+    path = Path(where).expanduser()
+    if not sep or not name or not (path / "config.json").is_file():
+        raise DotsError(f"--model {item}: give NAME=DIR, DIR a model directory (with config.json)")
+    return name, path
 
 
 if __name__ == "__main__":

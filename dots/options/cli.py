@@ -44,7 +44,7 @@ VERBS = {
     "merge": "one baseline merge (ties, dare, task_arithmetic, ...) of checkpoints into a model",
     "evaluate": "models × benchmarks with one live engine",
     "analyze": "the task-vector anatomy of a backbone's sources: analysis.json and figures",
-    "lab": "build (or find) the lab trio of tiny models and print their accuracies",
+    "lab": "the lab trio of tiny models (shipped; --rebuild trains it) and its test accuracy in %",
     "plan": "the memory plan of a search, printed without running it",
     "export": "upload an exported model to the Hub (retry of a failed push)",
     "io": "convert a .bin checkpoint to safetensors, or list a checkpoint's tensors",
