@@ -174,7 +174,8 @@ def test_readme_accuracies_are_what_the_command_it_names_prints(tmp_path, capsys
     result = yaml.safe_load((REPO / "docs" / "figures" / "lab" / "landscape-run" / "result.yaml").read_text())
     weights = [f"+method.weights.{k}={v!r}" for k, v in result["coefficients"].items()]
     model = tmp_path / "pick"
-    run_from_config(compose("merge", ["method=dots_fixed", *weights, f"output={model}", f"cache_dir={tmp_path / 'cache'}"]))
+    merge = ["method=dots_fixed", *weights, f"output={model}", f"cache_dir={tmp_path / 'cache'}"]
+    run_from_config(compose("merge", merge))
     capsys.readouterr()
     lab(["--model", f"dots={model}", "eval.samples=0"])  # the greedy columns (the sampled ones cost 4×)
     rows = {}

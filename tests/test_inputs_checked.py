@@ -161,7 +161,8 @@ CASES: dict[str, tuple[Callable, str]] = {
         "model.safetensors",
     ),
     "lab_outputs_uncreatable": (
-        lambda m, w: ["dots.lab", "--rebuild", "eval.enabled=false", "@DOTS_OUTPUTS=a_file"], "lab outputs"
+        lambda m, w: ["dots.lab", "--rebuild", "eval.enabled=false", "@DOTS_OUTPUTS=a_file"],
+        "lab outputs",
     ),
     # a run directory belongs to one search; a user's edit is not replaced
     "search_run_dir_of_another_search": (
