@@ -106,6 +106,10 @@ def quiet_third_party() -> None:
         hub.disable_progress_bars()
     except ImportError:  # (a command without them)
         pass
+    hub_root = logging.getLogger("huggingface_hub")  # (it too prints through a handler of its own)
+    for handler in [h for h in hub_root.handlers if type(h) is logging.StreamHandler]:
+        hub_root.removeHandler(handler)
+    hub_root.propagate = True
 
 
 def log_third_party(path: Path) -> Path:
