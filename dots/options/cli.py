@@ -16,7 +16,7 @@ from dots.runtime.allocator import reuse_freed_memory
 from dots.runtime.progress import quiet_third_party
 from dots.runtime.signals import exit_on_sigterm
 
-__all__ = ["VERBS", "check_command_line", "command_help", "hydra_command", "prepare_command"]
+__all__ = ["VERBS", "check_command_line", "command_help", "hydra_command", "prepare_command", "usage"]
 
 # Hydra flags after which dots does not read the command line itself (help, shell completion,
 # another config source: Hydra reports on those), and flags that take the next word as value
