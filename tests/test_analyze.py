@@ -565,6 +565,11 @@ def test_cli_writes_analysis(bf16_trio, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "analysis.json").read_text())
     assert report["options"]["top_fraction"] == 0.2 and report["sources"] == ["sft", "rlvr"]
+    # the terminal: one line of headline numbers and what was written, not analysis.json's summary as JSON
+    said = proc.stdout.splitlines()
+    norm = report["summary"]["norm"]["sft"]
+    assert said[-2].startswith(f"analysis: sft: ‖τ‖ {norm:.3g}, ") and said[-1] == f"wrote {out / 'analysis.json'}"
+    assert "{" not in proc.stdout
     assert report["config"]["backbone"]["base"] == str(d["base"])
     bad = subprocess.run(
         cmd[:-3] + [f"output={tmp_path / 'bad'}", "roles.sft=nope"],

@@ -157,10 +157,13 @@ CASES: dict[str, tuple[Callable, str]] = {
     "lab_zero_steps": (lambda m, w: ["dots.lab", "base.steps=0"], "base.steps"),
     "lab_fraction_above_one": (lambda m, w: ["dots.lab", "tasks.slip_rate=1.5"], "tasks.slip_rate"),
     "lab_build_without_weights": (
-        lambda m, w: ["dots.lab", "eval.enabled=false", f"#{fake_lab_build_without_weights(w)}"],
+        lambda m, w: ["dots.lab", "--rebuild", "eval.enabled=false", f"#{fake_lab_build_without_weights(w)}"],
         "model.safetensors",
     ),
-    "lab_outputs_uncreatable": (lambda m, w: ["dots.lab", "eval.enabled=false", "@DOTS_OUTPUTS=a_file"], "lab outputs"),
+    "lab_outputs_uncreatable": (
+        lambda m, w: ["dots.lab", "--rebuild", "eval.enabled=false", "@DOTS_OUTPUTS=a_file"],
+        "lab outputs",
+    ),
     # a run directory belongs to one search; a user's edit is not replaced
     "search_run_dir_of_another_search": (
         lambda m, w: search(m, w, f"run_dir={another_search_in(w / 'other')}"),

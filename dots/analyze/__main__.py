@@ -3,7 +3,6 @@ backbone's sources (docs/method.md §6) into analysis.json and figures (dots/con
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from typing import Sequence
@@ -27,21 +26,43 @@ def run_from_config(cfg: DictConfig) -> dict:
         force=options.force,
         config=options.config,
     )
-    print(json.dumps(report["summary"], indent=1))
-    print(f"wrote {options.output.resolve() / REPORT_NAME}")
+    from dots.analyze.figures import FIGURES
+    from dots.runtime.progress import log_third_party
+
+    out = options.output.resolve()
+    if out.is_dir():
+        log_third_party(out / "third_party.log")  # other libraries' lines, off the terminal
+    print(summary_line(report["summary"]))
+    figures = [name for name in FIGURES if (out / name).exists()] if options.analysis.figures else []
+    drawn = f" and {len(figures)} figures there: {', '.join(figures)}" if figures else ""
+    print(f"wrote {out / REPORT_NAME}{drawn}")
     return report
+
+
+def summary_line(summary: dict) -> str:
+    """The headline of analysis.json's summary in one line: each source's norm and share of entries
+    changed, the norm ratio and the raw sign conflict (in %, as the figures show them)."""
+    parts = [
+        f"{k}: ‖τ‖ {summary['norm'][k]:.3g}, {100 * summary['sparsity'][k]:.1f}% of entries unchanged"
+        for k in summary.get("norm", {})
+    ]
+    if summary.get("norm_ratio") is not None:
+        parts.append(f"norm ratio {summary['norm_ratio']:.1f}")
+    if summary.get("sign_conflict_raw") is not None:
+        parts.append(f"sign conflict {100 * summary['sign_conflict_raw']:.1f}%")
+    return "analysis: " + "; ".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     from dots.errors import cli_errors
-    from dots.options.cli import prepare_command
+    from dots.options.cli import command_help, prepare_command
     from dots.options.compose import compose
 
-    prepare_command(logging.WARNING)
     overrides = list(sys.argv[1:] if argv is None else argv)
     if {"-h", "--help"} & set(overrides):
-        print(__doc__)
+        print(command_help("analyze", __doc__ or "", hydra=False))
         return
+    prepare_command(logging.WARNING)
     cli_errors(lambda: run_from_config(compose("analyze", overrides)))()
 
 

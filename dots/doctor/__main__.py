@@ -23,6 +23,7 @@ from typing import Sequence
 from dots.checks import positive_int
 from dots.doctor.checks import Row, device_rows, library_rows, plan_row
 from dots.errors import argument_error, cli_errors
+from dots.runtime.progress import log_third_party, quiet_third_party
 
 MARK = {"ok": "ok", "warn": "warn", "info": "", "FAIL": "FAIL"}
 
@@ -42,6 +43,7 @@ def diagnose(argv: Sequence[str]) -> tuple[list[Row], str]:
     parser.error = argument_error  # type: ignore[method-assign]
     args, overrides = parser.parse_known_args(argv)
     layers = positive_int(args.layers, "--layers")
+    quiet_third_party()  # transformers' deprecations and bars: in <workdir>/third_party.log (--keep keeps it)
     from dots.doctor.end_to_end import architecture, end_to_end
     from dots.options.compose import compose
     from dots.options.search import plan_options
@@ -53,6 +55,7 @@ def diagnose(argv: Sequence[str]) -> tuple[list[Row], str]:
     rows += device_rows()
     rows.append(plan_row(options, args.shapes))
     workdir = Path(tempfile.mkdtemp(prefix="dots-doctor-"))
+    log_third_party(workdir / "third_party.log")
     try:
         rows += end_to_end(options, config, args.shape, layers, workdir)
     finally:

@@ -38,12 +38,31 @@ def architecture(options: PlanOptions, shapes_file: str | None) -> dict:
         else:
             from huggingface_hub import hf_hub_download
 
+            reachable = hub_reachable()  # offline: the cache only, without huggingface_hub's five retries
             try:
-                path = Path(hf_hub_download(base, "config.json", revision=options.revision))
+                local = not reachable
+                path = Path(hf_hub_download(base, "config.json", revision=options.revision, local_files_only=local))
             except Exception as exc:  # offline, unknown repo
-                first = str(exc).splitlines()[0]
+                first = str(exc).splitlines()[0] if reachable else "offline, and it is not in the Hugging Face cache"
                 raise DotsError(f"cannot read {base}'s config.json ({first}); give --shapes") from None
     return check_config(read_json(path, "config"), path)  # one line naming the file and the field
+
+
+def hub_reachable() -> bool:
+    """Whether the Hub can be asked at all: not HF_HUB_OFFLINE, and its host name resolves (a
+    machine without a network fails here at once, where a download would retry for ~30 s)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname or "huggingface.co", 443)
+    except OSError:
+        return False
+    return True
 
 
 def generate(config: dict, out: Path, shape: str, layers: int, sources: list[str]) -> tuple[Path, dict[str, Path]]:

@@ -53,8 +53,33 @@ def markdown_table(report: Mapping) -> str:
     return "\n".join(lines) + f"\n\nScores in %. {sizes}.\n"
 
 
+def measured(report: Mapping) -> str:
+    """What each benchmark measures and how: `lab_greedy pass@1, greedy, 1024 problems`."""
+    parts = []
+    for name, b in report["benchmarks"].items():
+        how = [b.get("metric", "")]
+        if b.get("temperature") is not None:
+            how.append("greedy" if not b["temperature"] else f"T = {b['temperature']:g}")
+        if b.get("problems"):
+            how.append(f"{b['problems']} problems")
+        parts.append(f"{name} {', '.join(h for h in how if h)}".strip())
+    return "; ".join(parts)
+
+
+def _interval(report: Mapping, model: str, group: str, benchmarks: Sequence[str]) -> float:
+    """One standard error in % of a bar (the average's: of a mean of independent scores); 0 if unknown."""
+    row = report["scores"].get(model, {})
+    errors = [row.get(b, {}).get("stderr") for b in (benchmarks if group == "average" else [group])]
+    if any(e is None for e in errors) or not errors:
+        return 0.0
+    return 100 * math.sqrt(sum(e * e for e in errors)) / len(errors)
+
+
 def plot_scores(report: Mapping, path: str | Path, title: str = "") -> Path:
-    """Grouped bar chart: one group per benchmark (and the average), one bar per model."""
+    """Grouped bars: one group per benchmark (and the average), one bar per model at its score (%),
+    ± one standard error; titled with what each benchmark measures; the legend beside the axes."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,24 +89,27 @@ def plot_scores(report: Mapping, path: str | Path, title: str = "") -> Path:
     models = list(report["models"])
     groups = benchmarks + (["average"] if len(benchmarks) > 1 else [])
     width = 0.8 / max(len(models), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(groups) * max(1, len(models)) * 0.45 + 2), 4.2))
+    size = (max(6.0, 1.1 * len(groups) * max(1, len(models)) * 0.45 + 2), 4.6)
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
     cmap = plt.get_cmap("tab10" if len(models) <= 10 else "tab20")  # one distinct colour per model
     for i, m in enumerate(models):
         heights = []
         for g in groups:
             v = report["average"].get(m) if g == "average" else report["scores"].get(m, {}).get(g, {}).get("score")
             heights.append(0.0 if v is None else 100 * v)
+        errors = [_interval(report, m, g, benchmarks) for g in groups]
         xs = [j + (i - (len(models) - 1) / 2) * width for j in range(len(groups))]
-        bars = ax.bar(xs, heights, width, label=m, color=cmap(i % cmap.N))
-        if len(groups) * len(models) <= 40:
-            ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
+        ax.bar(xs, heights, width, label=m, color=cmap(i % cmap.N), yerr=errors, capsize=2, ecolor="0.25")
+        if len(groups) * len(models) <= 40:  # each value above its error bar, upright in the bar's width
+            for x, h, e in zip(xs, heights, errors):
+                ax.text(x, h + e + 1.5, f"{h:.1f}", ha="center", va="bottom", rotation=90, fontsize=7)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, rotation=20 if len(groups) > 5 else 0)
-    ax.set_ylabel("score (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title(title)
+    ax.set_ylabel("score (%), ± 1 standard error")
+    ax.set_ylim(0, 118)
+    what = measured(report)
+    ax.set_title("\n".join(textwrap.wrap(f"{title}: {what}" if title and what else title or what, 80)), fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never over them
-    fig.tight_layout()
     path = Path(path)
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=130)

@@ -1,7 +1,7 @@
 """`python -m dots.evaluate`: models × benchmarks (docs/method.md §7) with one live engine.
 
     python -m dots.evaluate [backbone=qwen7b] [benchmarks=[aime24,math500]] [limit=16] \
-        [+models.dots=outputs/search/<run>/model] [+models.ties=outputs/merge/ties]
+        [+models.dots=outputs/search/<run>/model] [+models.ties=outputs/merged/ties]
 
 The models are the backbone's base and sources (`include_backbone`) plus any
 `+models.NAME=PATH`. One engine is started on the first model; every later model is
@@ -34,6 +34,7 @@ from dots.io.problems import Query
 from dots.options.engine import EngineOptions
 from dots.options.evaluate import EvaluateOptions, check_model_name
 from dots.paths import check_creatable
+from dots.runtime.progress import log_third_party
 
 __all__ = ["evaluate", "run_evaluate"]
 
@@ -146,6 +147,7 @@ def run_evaluate(options: EvaluateOptions) -> dict:
     engine = resolve_engine(options.engine)  # auto resolved; vLLM's extra_args checked before anything is written
     out = destination.create()
     (out / "config.yaml").write_text(options.config_yaml)
+    log_third_party(out / "third_party.log")  # other libraries' lines, off the terminal
     print(f"evaluation directory: {out}")
     return evaluate(
         options.models,

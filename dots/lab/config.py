@@ -155,7 +155,10 @@ def load_config(overrides: Sequence[str] | None = None) -> LabOptions:
 
 
 # numbers that may be 0 (every other count, rate and size must be > 0); fractions lie in [0, 1]
-MAY_BE_ZERO = ("seed", "split_seed", "warmup", "weight_decay", "kl_coef", "temperature", "slip_rate", "two_digit_share")
+MAY_BE_ZERO = (
+    "seed", "split_seed", "warmup", "weight_decay", "kl_coef", "temperature", "slip_rate", "two_digit_share",
+    "samples",  # eval.samples=0: the greedy columns only
+)  # fmt: skip
 FRACTIONS = ("slip_rate", "two_digit_share", "add_share", "top_p")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import runpy
 import sys
 from typing import Any, Callable, Sequence
@@ -12,9 +13,10 @@ from typing import Any, Callable, Sequence
 from dots.errors import DotsError, cli_errors, one_line
 from dots.paths import CONF_DIR
 from dots.runtime.allocator import reuse_freed_memory
+from dots.runtime.progress import quiet_third_party
 from dots.runtime.signals import exit_on_sigterm
 
-__all__ = ["VERBS", "check_command_line", "hydra_command", "prepare_command"]
+__all__ = ["VERBS", "check_command_line", "command_help", "hydra_command", "prepare_command", "usage"]
 
 # Hydra flags after which dots does not read the command line itself (help, shell completion,
 # another config source: Hydra reports on those), and flags that take the next word as value
@@ -42,7 +44,7 @@ VERBS = {
     "merge": "one baseline merge (ties, dare, task_arithmetic, ...) of checkpoints into a model",
     "evaluate": "models × benchmarks with one live engine",
     "analyze": "the task-vector anatomy of a backbone's sources: analysis.json and figures",
-    "lab": "build (or find) the lab trio of tiny models and print their accuracies",
+    "lab": "the lab trio of tiny models (shipped; --rebuild trains it) and its test accuracy in %",
     "plan": "the memory plan of a search, printed without running it",
     "export": "upload an exported model to the Hub (retry of a failed push)",
     "io": "convert a .bin checkpoint to safetensors, or list a checkpoint's tensors",
@@ -86,9 +88,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def prepare_command(log_level: int = logging.INFO) -> None:
-    """dots' own log lines at `log_level`, glibc keeping freed memory for the next tensor
-    (`dots.runtime.allocator`), and SIGTERM turned into a clean exit (`dots.runtime.signals`)."""
+    """dots' own log lines at `log_level` (other libraries' held for the log file), glibc keeping freed
+    memory for the next tensor (`dots.runtime.allocator`), and SIGTERM turned into a clean exit
+    (`dots.runtime.signals`)."""
     logging.getLogger("dots").setLevel(log_level)
+    quiet_third_party()  # other libraries' lines: to the command's log file (dots.runtime.progress)
     reuse_freed_memory()
     exit_on_sigterm()
 
@@ -135,7 +139,45 @@ def hydra_command(config_name: str, run: Callable[[Any], None]) -> Callable[[], 
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(cli_errors(task))
 
     def command() -> None:
+        if {"-h", "--help"} & set(sys.argv[1:]):  # (Hydra's own help lists every command's groups)
+            print(command_help(config_name, sys.modules[run.__module__].__doc__ or ""))
+            return
         check_command_line(config_name)
         main()
 
     return command
+
+
+_TOP_KEY = re.compile(r"^([A-Za-z_]\w*):\s*([^#]*?)\s*(?:#\s*(.*))?$")
+
+
+def command_help(config_name: str, doc: str, hydra: bool = True) -> str:
+    """`dots VERB --help` for a command configured by dots/conf/<config_name>.yaml: its docstring,
+    the groups its defaults list chooses from (with their options) and its own top-level keys, each
+    with the comment the YAML gives it — nothing of other commands' groups, nor Hydra's banner."""
+    import yaml
+
+    path = CONF_DIR / f"{config_name}.yaml"
+    text = path.read_text()
+    defaults = yaml.safe_load(text).get("defaults") or []
+    chosen = {k: v for d in defaults if isinstance(d, dict) for k, v in d.items() if (CONF_DIR / k).is_dir()}
+    lines = [doc.strip(), "", "groups (GROUP=OPTION; the default in brackets):"]
+    width = max(map(len, chosen), default=0)
+    for group, default in chosen.items():
+        names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        shown = [f"[{n}]" if n == default else n for n in names] + (["[none]"] if default is None else [])
+        lines.append(f"  {group:<{width}}  {' '.join(shown)}")
+    lines += ["", f"options (KEY=VALUE; a section's keys as SECTION.KEY=VALUE; every key is commented in {path.name}):"]
+    keys = [m.groups() for line in text.splitlines() if (m := _TOP_KEY.match(line))]
+    keys = [(k, v, c) for k, v, c in keys if k not in ("defaults", "hydra")]
+    width = max((len(k) + (0 if v else 2) for k, v, _ in keys), default=0)
+    for key, value, comment in keys:
+        name = key if value else f"{key}.*"
+        named = CONF_DIR / key.removesuffix("s")  # (evaluate's `benchmarks`: names from conf/benchmark/)
+        if value and key not in chosen and named.is_dir():
+            listed = " ".join(sorted(p.stem for p in named.glob("*.yaml")))
+            comment = f"{comment + '; ' if comment else ''}from {named.name}/: {listed}"
+        lines.append(f"  {name:<{width}}  {value or ''}{'  # ' + comment if comment else ''}".rstrip())
+    if hydra:  # (a command run through @hydra.main, not the compose API)
+        lines += ["", "Hydra's own flags (--cfg job, --multirun, --config-dir DIR): --hydra-help"]
+    return "\n".join(lines)

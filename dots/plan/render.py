@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from dots.checks import check_choice
 from dots.plan.decide import MemoryPlan, copies_outputs, size
 
-__all__ = ["count", "describe"]
+__all__ = ["announce", "brief", "count", "describe"]
+
+SHOW_PLAN = ("brief", "full")  # search.yaml `show_plan`: what the search prints of its plan
 
 
 def count(params: float) -> str:
@@ -44,7 +49,8 @@ def describe(plan: MemoryPlan) -> list[str]:
         f"  engine weights     {size(plan.weights):>11}  the model in {dtype} "
         f"/ tensor_parallel_size {s.tensor_parallel}",
         f"  engine KV cache    {size(plan.kv):>11}  at least {plan.kv_tokens} tokens ({plan.kv_note})",
-        f"  engine reserve     {size(plan.reserve):>11}  activations, CUDA context, graphs",
+        f"  engine reserve     {size(plan.reserve):>11}  "
+        + ("activations, CUDA context, graphs" if s.device.startswith("cuda") else "activations and the engine's own"),
         f"  τ̃ resident         {size(plan.resident):>11}  {plan.resident_form or 'bitmask'} form: {resident}",
         "  τ̃ resident forms   "
         + " · ".join(f"{f} {size(held)} (τ̃ {size(tau / shard)})" for f, (tau, held) in plan.forms.items())
@@ -52,9 +58,7 @@ def describe(plan: MemoryPlan) -> list[str]:
         f"  τ̃ from the cache   {size(plan.stream):>11}  one tensor at a time; each swap reads θ0 "
         f"{size(theta0)} + τ̃ {size(plan.forms['bitmask'][0])} from the cache "
         "(page cache when the host holds them)",
-        f"  → synth_cache={plan.synth_cache}"
-        + (f", resident_form={plan.resident_form}" if plan.resident_form else "")
-        + f": {plan.reason}",
+        choice_line(plan),
     ]
     if plan.utilization is not None:
         kv = plan.utilization * m.total - plan.weights - plan.reserve
@@ -64,3 +68,26 @@ def describe(plan: MemoryPlan) -> list[str]:
             f"≈ {kv / per_token / 1e3:.0f}k tokens" + ("" if s.utilization is None else " (as configured)")
         )
     return out
+
+
+def choice_line(plan: MemoryPlan) -> str:
+    """Where τ̃ lives and why: `  → synth_cache=memory, resident_form=dense: <reason>`."""
+    form = f", resident_form={plan.resident_form}" if plan.resident_form else ""
+    return f"  → synth_cache={plan.synth_cache}{form}: {plan.reason}"
+
+
+def brief(plan: MemoryPlan, details: Path | None = None) -> list[str]:
+    """Two lines: the model and what the engine takes; where τ̃ lives and why (`details`: the file of the rest)."""
+    s = plan.setting
+    devices = f", per device of {s.tensor_parallel}" if s.tensor_parallel > 1 else ""
+    more = f"; every figure: {details} (show_plan=full prints them)" if details else ""
+    return [
+        f"memory plan: {count(plan.shapes.params)} parameters, {plan.sources} sources; engine {s.name} on {s.device}"
+        f"{devices}: weights {size(plan.weights)} + KV cache {size(plan.kv)} + reserve {size(plan.reserve)}",
+        choice_line(plan) + more,
+    ]
+
+
+def announce(plan: MemoryPlan, show: str, details: Path | None = None) -> list[str]:
+    """The plan as a search prints it: `brief` (two lines, `details` naming the file of the rest) or `full`."""
+    return describe(plan) if check_choice(show, SHOW_PLAN, "show_plan") == "full" else brief(plan, details)

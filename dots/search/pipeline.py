@@ -31,6 +31,7 @@ from dots.plan.decide import MemoryPlan
 from dots.runtime.locks import held_by_one
 from dots.search.engine_model import engine_model
 from dots.search.identity import resolve_run_dir, run_identity
+from dots.search.pick.report import pick_line
 from dots.search.run import Run
 from dots.search.stages import Stage, run_stages
 from dots.search.steps import (
@@ -52,7 +53,6 @@ from dots.search.study.dashboard import dashboard_command
 from dots.search.study.granularity import fixed_point
 from dots.search.study.scorer import LazyEngine
 from dots.search.study.tracking import open_tracking
-from dots.vectors.coefficients import format_coefficients
 
 __all__ = ["check_destinations", "prepare", "run_search"]
 
@@ -104,22 +104,21 @@ def search_stages(run: Run) -> list[Stage]:
 
 def checked_options(config: Any) -> SearchOptions:
     """The composed config (conf/search.yaml) checked into SearchOptions once (`search_options`),
-    with `engine=auto` resolved, vLLM's extra_args and the sampler's options checked; options
-    already checked are taken as they are."""
-    from dots.engines.factory import resolve_engine
+    the sampler's options checked; options already checked are taken as they are."""
     from dots.search.study.samplers import build_sampler
 
     if isinstance(config, SearchOptions):
         return config
     options = search_options(config)
-    options = replace(options, engine=resolve_engine(options.engine))  # auto: vllm or hf
     build_sampler(options.sampler, options.seed)  # (its options: before anything is read)
     return options
 
 
 def prepare(config: Any) -> Run:
     """Check the options (`checked_options`), open the checkpoints and check them against each other,
-    align them, find the run directory (nothing written)."""
+    align them, resolve `engine=auto` and check vLLM's extra_args, find the run directory (nothing written)."""
+    from dots.engines.factory import resolve_engine
+
     options = checked_options(config)
     backbone = options.backbone
     base = Checkpoint(backbone.base, backbone.revision)
@@ -128,6 +127,7 @@ def prepare(config: Any) -> Run:
         check_checkpoint(ckpt)  # config.json against the weights, the tokenizer against config.json
     alignment = align(base, sources)
     check_sources_differ(alignment)
+    options = replace(options, engine=resolve_engine(options.engine))  # auto: vllm or hf (an import: after the inputs)
     for field_name, values in config_differences(base, sources).items():
         log.warning(
             "config field %s differs: %s (the output takes config_from=%s)", field_name, values, backbone.config_from
@@ -189,11 +189,11 @@ def memory_plan(run: Run) -> MemoryPlan:
     """What the run holds on each device and where τ̃ lives (`dots.plan`), printed;
     a DotsError (one line) when the engine and τ̃ cannot fit either way."""
     from dots.io.shapes import ModelShapes
-    from dots.plan.render import describe
+    from dots.plan.render import announce
     from dots.plan.search import plan_search
 
     plan = plan_search(run.options.plan, ModelShapes.from_alignment(run.alignment))
-    print("\n".join(describe(plan)))
+    print("\n".join(announce(plan, run.options.config.get("show_plan", "brief"), run.run_dir / "plan.txt")))
     return plan
 
 
@@ -241,9 +241,13 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
     """The stages of a checked, locked run."""
     from dots.engines.canary import checked
     from dots.engines.factory import build_engine
+    from dots.plan.render import describe
+    from dots.runtime.progress import log_third_party
 
     options = run.options
     write_atomic(run.run_dir / "config.yaml", config_yaml(options.config))
+    write_atomic(run.run_dir / "plan.txt", "\n".join(describe(plan)) + "\n")  # (the terminal shows two lines)
+    log_third_party(run.run_dir / "third_party.log")  # other libraries' lines (dots.runtime.progress)
     print(f"run directory: {run.run_dir}")
     engine = plan.engine_options(options.engine)  # synth_cache decided (and vLLM's share)
     run.engine = LazyEngine(  # every start (a requeued run's too) proves its swaps first
@@ -276,23 +280,7 @@ def run_in(run: Run, plan: MemoryPlan) -> Path:
         return run.run_dir
     result = run.results.pick
     assert result is not None  # (the pick stage ran)
-    coefficients = result["coefficients"]
-    if run.granularity != "model":  # 4 λ per source: one readable line
-        coefficients = format_coefficients(coefficients)
-    sure = result.get("uncertainty") or {}
-    confirmed = sure.get("from") == "confirmation"
-    interval = " 95% [{:.3f}, {:.3f}]".format(*sure["interval"]) if "interval" in sure else ""
-    print(
-        f"pick ({options.pick}{', confirmed' if confirmed else ''}): trial {result['trial']} λ={coefficients} "
-        f"C={result['objectives']['consistency']:.4f} PPL={result['objectives']['perplexity']:.4f}"
-        + (f"; confirmed C={sure['consistency']:.4f}" if confirmed else "")
-        + interval
-    )
-    if confirmed:
-        cost = result["confirmation"]
-        share = f", {cost['share']:.0%} of the study's" if cost.get("share") is not None else ""
-        n = len(cost["points"])
-        print(f"confirmation: {n} candidate{'s' * (n != 1)} re-scored, {cost['tokens']} tokens{share}")
+    print(pick_line(result, options.pick))
     for warning in result.get("warnings", []):
         print(f"warning: {warning}")
     print(f"dashboard: {dashboard_command(options.search.storage, run.run_dir)}")

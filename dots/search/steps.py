@@ -110,6 +110,7 @@ def run_trials(run: Run) -> Any:
     """docs/method.md §4: the study, extended until it holds search.n_trials complete trials."""
     import optuna
 
+    from dots.search.pick.report import standing_pick
     from dots.search.study.storage import open_storage, open_study
     from dots.search.study.trials import run_study
     from dots.search.study.workers import recover_stale_trials
@@ -120,6 +121,7 @@ def run_trials(run: Run) -> Any:
     if search.workers <= 1:  # alone on this study: whatever is RUNNING was interrupted
         recover_stale_trials(study, -1.0, run.param_names, left_by="an interrupted run")
     scorer = Scorer(run.engine, [run.prompts[q.id] for q in run.selection], search, run.tokenizer)
+    status = None if run.fixed else standing_pick(run.sources, options.pick, pick_context(run), run.granularity)
     try:
         run_study(
             study,
@@ -135,6 +137,7 @@ def run_trials(run: Run) -> Any:
             stop=search.stop,
             told=run.tracking.callbacks(),
             seeds=search.seeds,
+            status=status,
         )
     except BaseException:
         run.engine.close()

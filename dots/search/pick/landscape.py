@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -96,7 +98,9 @@ def landscape_figure(land: Landscape, title: str = "") -> Any:
 
     dims = len(land.names)
     pairs = list(itertools.combinations(range(dims), 2)) if 3 <= dims <= 4 else [(0, 1)]
-    fig, axes = plt.subplots(1, len(pairs), figsize=(5.6 * len(pairs) if dims != 1 else 6.4, 4.6), dpi=120)
+    fig, axes = plt.subplots(
+        1, len(pairs), figsize=(5.6 * len(pairs) if dims != 1 else 6.4, 5.0), dpi=120, layout="constrained"
+    )
     axes = list(axes) if len(pairs) > 1 else [axes]
     c_lo, c_hi = (min(land.c), max(land.c)) if land.c else (0.0, 1.0)
     norm = matplotlib.colors.Normalize(vmin=c_lo, vmax=max(c_hi, c_lo + 1e-6))
@@ -109,7 +113,13 @@ def landscape_figure(land: Landscape, title: str = "") -> Any:
     fig.colorbar(scatter, ax=axes, label="consistency C (higher is better)")
     shading = "; shading: the smoothed C" if dims == 2 and len(land.lams) >= 3 else ""
     heading = f"{title}: " if title else ""
-    fig.suptitle(f"{heading}the trials in λ space, coloured by consistency C{shading}", fontsize=9)
+    how = "consistency C (majority share of k samples, mean over queries)"
+    what = f"{heading}each trial's λ, coloured by its {how}{shading}"
+    fig.suptitle("\n".join(textwrap.wrap(what, 90)), fontsize=9)
+    if dims == 2 and land.confirmed:  # the candidates' numbers, once the layout is settled
+        fig.canvas.draw()
+        fig.set_layout_engine("none")
+        name_candidates(axes[0], land, land.lams)
     return fig
 
 
@@ -148,18 +158,62 @@ def draw_map(ax: Any, land: Landscape, norm: Any, pair: tuple[int, int] | None) 
     marks(ax, land, [p[0] for p in xy], [p[1] for p in xy], norm)
     ax.set_xlabel(labels[0])
     ax.set_ylabel(labels[1] if len(labels) > 1 else "")
-    if len(land.names) == 2 and land.confirmed:  # the candidates named in a column, their intervals above
-        import textwrap
-
+    if len(land.names) == 2 and land.confirmed:  # the candidates' intervals above (their numbers: name_candidates)
         shown = [row for row in land.confirmed if row["trial"] in land.numbers]
-        for i, row in enumerate(shown):
-            ax.annotate(f"#{row['trial']}", tuple(xy[land.numbers.index(row["trial"])]),
-                        xytext=(0.3, 0.34 - 0.07 * i), textcoords="axes fraction", fontsize=7, zorder=6,
-                        arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "tab:orange"})  # fmt: skip
         cells = [f"#{r['trial']} {r['consistency']:.3f} [{r['interval'][0]:.3f}, {r['interval'][1]:.3f}]"
                  for r in shown]  # fmt: skip
         whole = [c.replace(" ", "\u00a0") for c in cells]  # a line breaks between candidates, not inside one
         ax.set_title("\n".join(textwrap.wrap("confirmed C, 95% interval: " + ";  ".join(whole), 72)), fontsize=7)
+
+
+def name_candidates(ax: Any, land: Landscape, xy: Sequence[Sequence[float]]) -> None:
+    """Each confirmed candidate's number beside its square, at the nearest spot (rings of offsets
+    around the point) where the label stays inside the axes and clear of every marker and label."""
+    import math
+
+    from matplotlib.text import Text
+
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = marker_boxes(ax)
+    for row in land.confirmed:
+        if row["trial"] not in land.numbers:
+            continue
+        anchor = tuple(xy[land.numbers.index(row["trial"])])
+        for radius, turn in itertools.product((12, 20, 30, 42, 56, 72), range(16)):
+            angle = 2 * math.pi * turn / 16
+            label = ax.annotate(
+                f"#{row['trial']}", anchor, xytext=(radius * math.cos(angle), radius * math.sin(angle)),
+                textcoords="offset points", fontsize=7, ha="center", va="center", zorder=6,
+                arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "tab:orange", "shrinkA": 0, "shrinkB": 4},
+            )  # fmt: skip
+            label.update_positions(renderer)
+            box = Text.get_window_extent(label, renderer).expanded(1.15, 1.3)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(other) for other in taken):
+                taken.append(box)
+                break
+            label.remove()
+
+
+def marker_boxes(ax: Any) -> list[Any]:
+    """The display-space box of every scatter marker drawn on `ax` (its size in points², as `s`)."""
+    import numpy as np
+    from matplotlib.collections import PathCollection
+    from matplotlib.transforms import Bbox
+
+    boxes = []
+    to_pixels = ax.figure.dpi / 72
+    for collection in ax.collections:
+        offsets = np.asarray(collection.get_offsets()) if isinstance(collection, PathCollection) else np.empty((0, 2))
+        if not len(offsets):
+            continue
+        sizes = collection.get_sizes()
+        centres = collection.get_offset_transform().transform(offsets)
+        for k, (x, y) in enumerate(centres):
+            half = math.sqrt(sizes[k % len(sizes)]) / 2 * to_pixels
+            boxes.append(Bbox([[x - half, y - half], [x + half, y + half]]))
+    return boxes
 
 
 def draw_curve(ax: Any, land: Landscape, norm: Any) -> None:
@@ -186,19 +240,19 @@ def marks(ax: Any, land: Landscape, xs: Sequence[float], ys: Sequence[float], no
     ax.scatter(xs, ys, c=land.c, cmap="viridis", norm=norm, s=26, edgecolors="black", linewidths=0.3, zorder=3,
                clip_on=False)  # fmt: skip
     on_front = [k for k, n in enumerate(land.numbers) if n in land.front]
-    ax.scatter([xs[k] for k in on_front], [ys[k] for k in on_front], s=90, facecolors="none",
+    ax.scatter([xs[k] for k in on_front], [ys[k] for k in on_front], s=60, facecolors="none",
                edgecolors="tab:red", linewidths=1.3, zorder=4, label="Pareto front")  # fmt: skip
     confirmed = {row["trial"] for row in land.confirmed}
     shown = [k for k, n in enumerate(land.numbers) if n in confirmed]
     if shown:
-        ax.scatter([xs[k] for k in shown], [ys[k] for k in shown], s=150, marker="s", facecolors="none",
+        ax.scatter([xs[k] for k in shown], [ys[k] for k in shown], s=64, marker="s", facecolors="none",
                    edgecolors="tab:orange", linewidths=1.2, zorder=4, label="confirmed (fresh samples)")  # fmt: skip
     if land.pick in land.numbers:
         k = land.numbers.index(land.pick)
-        ax.scatter([xs[k]], [ys[k]], marker="*", s=300, color="gold", edgecolor="black", zorder=5,
+        ax.scatter([xs[k]], [ys[k]], marker="*", s=150, color="gold", edgecolor="black", zorder=5,
                    label=land.pick_label())  # fmt: skip
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)  # off the data
 
 
 def landscape_from_run(run_dir: Path) -> Landscape:

@@ -107,13 +107,14 @@ def pick_label(coefficients: Coefficients) -> str:
 
 def front_figure(points: Sequence[Point], front: Sequence[Point], chosen: Point, title: str = "") -> Any:
     """The figure of `plot_front`. Points that coincide are labelled with their count (×n);
-    consistency is never drawn below 0."""
+    consistency is never drawn below 0; perplexity on a log axis when it spans more than 3× (one
+    bad trial would squeeze the rest into a corner); the legend below the axes, off the data."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=130)
+    fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=130, layout="constrained")
     sc = ax.scatter(
         [p.perplexity for p in points],
         [p.consistency for p in points],
@@ -152,10 +153,16 @@ def front_figure(points: Sequence[Point], front: Sequence[Point], chosen: Point,
     )
     low, high = ax.get_ylim()
     ax.set_ylim(max(low, 0.0), max(high, 0.05))  # consistency lies in [0, 1]: no negative axis when all are 0
-    ax.set_xlabel("perplexity on adaptation prompts (lower is better)")
+    spread = [p.perplexity for p in points]
+    wide = bool(spread) and min(spread) > 0 and max(spread) > 3 * min(spread)
+    if wide:  # plain numbers on the log axis: 5, 10, 20, 30 (not 2×10¹)
+        ax.set_xscale("log")
+        plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "1235" else "")
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
+    ax.set_xlabel("perplexity on adaptation prompts (lower is better" + ("; log scale)" if wide else ")"))
     ax.set_ylabel("mean answer consistency (higher is better)")
-    ax.set_title(title or "DoTS coefficient search")
+    ax.set_title(title or "DoTS coefficient search", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
     return fig

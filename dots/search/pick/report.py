@@ -24,8 +24,9 @@ from dots.search.study.dashboard import attach_artifacts
 from dots.search.study.granularity import DEFAULT_GRANULARITY, coefficients_from_params, param_names
 from dots.search.study.pruning import PRUNED_BY, count_bound_pruned
 from dots.search.study.stopping import STOPPED
+from dots.vectors.coefficients import format_coefficients
 
-__all__ = ["complete_points", "pick_and_report", "trial_rows"]
+__all__ = ["complete_points", "pick_and_report", "pick_line", "standing_pick", "trial_rows"]
 
 
 def trial_rows(study: Any, sources: list[str], granularity: str = DEFAULT_GRANULARITY) -> list[dict]:
@@ -140,3 +141,40 @@ def pick_and_report(
     figures = [run_dir / "pareto.png", run_dir / "landscape.png"]
     attach_artifacts(study, run_dir, [*figures, run_dir / "result.yaml", run_dir / "trials.csv"])
     return result
+
+
+def pick_line(result: dict, rule: str) -> str:
+    """The search's last word on its pick (result.yaml's content), λ at 2 decimals as the README
+    states it: trial, λ, C and PPL, and the confirmed C with its 95% interval when confirmed."""
+    sure = result.get("uncertainty") or {}
+    confirmed = sure.get("from") == "confirmation"
+    objectives = result["objectives"]
+    line = (
+        f"pick ({rule}{', confirmed' if confirmed else ''}): trial {result['trial']}, "
+        f"λ {format_coefficients(result['coefficients'], digits=2)}; "
+        f"C {objectives['consistency']:.3f}, PPL {objectives['perplexity']:.2f}"
+    )
+    if confirmed:
+        line += f"; confirmed C {sure['consistency']:.3f}"
+    if "interval" in sure:
+        low, high = sure["interval"]
+        line += f", 95% interval {low:.3f}–{high:.3f}" + (
+            f" over {sure['queries']} queries" if "queries" in sure else ""
+        )
+    return line
+
+
+def standing_pick(
+    sources: list[str], rule: str, context: PickContext, granularity: str = DEFAULT_GRANULARITY
+) -> Callable[[Any], str]:
+    """The progress bar's text after a trial: the trial the pick `rule` would take now (before any
+    confirmation) and the size of the front it stands on."""
+
+    def text(study: Any) -> str:
+        points = complete_points(study, sources, granularity)
+        if not points:
+            return ""
+        chosen = rank(rule, points, context)[0]
+        return f"pick now #{chosen.number} (C {chosen.consistency:.3f}; front of {len(pareto_front(points))})"
+
+    return text

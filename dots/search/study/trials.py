@@ -56,6 +56,7 @@ def run_study(
     stop: StopRule | None = None,
     told: Sequence[Callable[[Any, Any], None]] = (),
     seeds: str = "per_trial",
+    status: Callable[[Any], str] | None = None,
 ) -> None:
     """Ask/tell until the study holds n_trials complete trials (or the fixed points are scored).
 
@@ -66,13 +67,15 @@ def run_study(
     once its heartbeat is older than `grace_s` (dots.search.study.workers). Trials pruned by the bound
     count as scored (dots.search.study.pruning); `stop` may end the study early (dots.search.study.stopping);
     each of `told` is called with (study, trial) once a trial is told (dots.search.study.tracking);
-    `seeds` gives each trial its sampling seed (`trial_seed`: common or per trial)."""
+    `seeds` gives each trial its sampling seed (`trial_seed`: common or per trial); `status(study)`
+    is the progress bar's text after each trial (the pick as it stands; default: the highest C)."""
     from dots.runtime.progress import new_progress
 
     attach(scorer, study, fixed is None)
     loop = StudyLoop(
-        study, scorer, sources, bounds, seed, fixed, heartbeat_s, grace_s, poll_s, granularity, stop, told, seeds
-    )
+        study, scorer, sources, bounds, seed, fixed, heartbeat_s, grace_s, poll_s, granularity, stop, told, seeds,
+        status,
+    )  # fmt: skip
     target = loop.resume(n_trials)
     start = loop.count(TrialState.COMPLETE)
     if start >= target:
@@ -87,6 +90,8 @@ def run_study(
             result = loop.score(proposal)
             loop.tell(proposal, result)
             loop.show(proposal, result, bar, task)
+        done = next(t.completed for t in bar.tasks if t.id == task)
+        bar.update(task, total=done)  # (stopped early: the bar ends full, its eta at zero)
 
 
 @dataclass
@@ -115,6 +120,7 @@ class StudyLoop:
     stop: StopRule | None = None
     told: Sequence[Callable[[Any, Any], None]] = ()  # called once a trial is told
     seeds: str = "per_trial"  # search.seeds: common | per_trial (dots.search.study.scorer.trial_seed)
+    status: Callable[[Any], str] | None = None  # the progress bar's text after a trial
     repeats: int = 0  # duplicate proposals in a row
     names: list[str] = field(init=False)
 
@@ -224,11 +230,8 @@ class StudyLoop:
         """The progress bar with the best trial so far, and one log line for this trial."""
         finished = self.trials(TrialState.COMPLETE)
         best = max(finished, key=lambda t: (t.values[0], -t.values[1]))
-        bar.update(
-            task,
-            completed=len(finished),
-            status=f"best C={best.values[0]:.3f} ppl={best.values[1]:.3f} @ #{best.number}",
-        )
+        text = self.status(self.study) if self.status else f"highest C {best.values[0]:.3f} (#{best.number})"
+        bar.update(task, completed=len(finished), status=text)
         point, took = format_coefficients(proposal.coefficients), res.times["total"]
         log.info("trial %d: %s → %s (%.2fs)", proposal.trial.number, point, outcome(res), took)
 
