@@ -61,6 +61,7 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
 
 def checkout(ref: str, where: Path) -> dict[str, str]:
     """A worktree of `ref` at `where`; the environment that runs dots from it."""
+    subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], check=True)  # (a killed run's, removed)
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(where), ref], check=True)
     return {**os.environ, "PYTHONPATH": str(where), "DOTS_PROGRESS": "0", "HF_HUB_OFFLINE": "1"}
 
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     for what in ("merge", "export", "swap"):
         b, a = statistics.median(times[what, "before"]), statistics.median(times[what, "after"])
         rows.append(f"| {what} | {b:.3f} | {a:.3f} | {a / b:.3f} |")
-    body = [f"`{command_line()}`; before {args.before}, after {args.after}; {args.size_gb} GB per checkpoint (bf16);",
+    size = sum(f.stat().st_size for f in (trio / "base").glob("*.safetensors")) / 1e9  # (a reused trio's own)
+    body = [f"`{command_line()}`; before {args.before}, after {args.after}; {size:.2f} GB per checkpoint (bf16);",
             f"medians of {args.runs}, alternating; {cpu_machine()}.", "", *rows]  # fmt: skip
     report(
         section("The cost of crash-safe writes (#48): merge, export and swap, before vs after", None, body),
