@@ -105,9 +105,6 @@ class Command:
     before: list[tuple[str, list[str]]] = field(default_factory=list)
     signals: tuple[int, ...] = ()  # handled signals sent for real at each point (SIGKILL: by snapshot)
     compare: Callable[[str, dict[str, bytes]], dict[str, bytes]] = field(default=lambda name, files: files)
-    # the rerun's outputs equal the clean run's (False for a resumed study: a trial cut by the crash is
-    # left failed and the next one asked, so the rerun's trials differ; it must still finish, whole)
-    same_as_clean: bool = True
     growing: tuple[str, ...] = ()  # outputs that grow entry by entry (a cache root): compared per entry
 
 
@@ -175,10 +172,8 @@ def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Pat
         code = run(server, command, work, log)
         if code != 0:
             report.failures.append(f"{where}: the rerun failed ({code}): {log.read_text()[-600:]}")
-        elif command.same_as_clean and _state(command, work) != new:
+        elif _state(command, work) != new:
             report.failures.append(f"{where}: the rerun's outputs differ from the clean run's")
-        elif None in _state(command, work).values():
-            report.failures.append(f"{where}: the rerun left an output missing")
         elif left := leftovers(work):
             report.failures.append(f"{where}: the rerun left {left[0]}")
 

@@ -32,7 +32,6 @@ SMALL_SEARCH = [
     "run_dir=run",
     "cache_dir=cache",
 ]
-JOURNAL = ["export.enabled=false", "search.storage=study.journal"]
 COMMANDS = {
     "merge into a new directory": Command("merge-new", MERGE, ["method=task_arithmetic", "output=out"], ["out"]),
     "merge over its previous output (overwrite=true)": Command(
@@ -56,14 +55,6 @@ COMMANDS = {
         [*SMALL_SEARCH, "backbone.config_from=sft"],
         ["run/model"],
         before=[(SEARCH, SMALL_SEARCH)],
-    ),
-    "a search resumed for one more trial (a journal storage)": Command(
-        "search-resume",
-        SEARCH,
-        [*SMALL_SEARCH, *JOURNAL, "search.n_trials=3"],
-        ["run/result.yaml", "run/trials.csv"],
-        before=[(SEARCH, [*SMALL_SEARCH, *JOURNAL])],
-        same_as_clean=False,
     ),
 }
 
