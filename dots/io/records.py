@@ -122,7 +122,7 @@ def withdraw(directory: Path, own: Iterable[str]) -> bool:
         entries = os.listdir(directory)
     except OSError:
         return False
-    if any(e not in names and not e.endswith(".lock") for e in entries):
+    if any((e not in names and not e.endswith(".lock")) or (directory / e).is_dir() for e in entries):
         return False
     for entry in entries:
         (directory / entry).unlink()

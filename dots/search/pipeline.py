@@ -225,7 +225,7 @@ def run_search(config: Any) -> Path:
             return run_in(run, plan)
     except DotsError:  # a bad input found by reading it (NaN/Inf weights): what this run made is withdrawn
         for made_here in made:
-            withdraw(made_here, ("config.yaml",))
+            withdraw(made_here, ("config.yaml", "plan.txt", "third_party.log"))
         raise
 
 
