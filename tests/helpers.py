@@ -239,7 +239,8 @@ def alive(pid: int, start: int | None) -> bool:
 
 def capture_figures(monkeypatch: Any) -> dict[str, Any]:
     """Every matplotlib Figure saved from now on (still written), by the file name it gets:
-    `scores.png` for a figure saved to `scores.tmp.png` or `.scores.tmp-123.png` then renamed."""
+    `scores.png` for a figure saved to a temporary beside it then renamed (`.scores.png.tmp-<pid>@<host>-<rand>`,
+    dots.io.commit.temp_sibling)."""
     import re
 
     from matplotlib.figure import Figure
@@ -248,7 +249,7 @@ def capture_figures(monkeypatch: Any) -> dict[str, Any]:
     real_savefig = Figure.savefig
 
     def savefig(self: Any, fname: Any, *args: Any, **kwargs: Any) -> Any:
-        name = re.sub(r"^\.?(.+?)\.tmp[^.]*(\.\w+)$", r"\1\2", Path(fname).name)
+        name = re.sub(r"^\.(.+)\.tmp-\d+@[0-9a-f]{4}-[0-9a-f]{6}$", r"\1", Path(fname).name)
         saved[name] = self
         return real_savefig(self, fname, *args, **kwargs)
 

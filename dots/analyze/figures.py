@@ -20,6 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from dots.io.commit import atomic_file  # noqa: E402
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 MODULE_LABELS = {
     "attention": "Attention",
@@ -36,11 +38,10 @@ def _color(i: int) -> str:
 
 
 def _save(fig, path: Path) -> Path:
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     fig.tight_layout()
-    fig.savefig(tmp, dpi=130)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=130, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 

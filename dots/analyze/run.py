@@ -40,6 +40,7 @@ from dots.analyze.stream import plan_chunks, task_vector_chunks
 from dots.errors import DotsError
 from dots.io.align import align
 from dots.io.checkpoint import Checkpoint
+from dots.io.commit import write_atomic
 from dots.io.destination import claim, input_paths
 from dots.io.inputs import check_checkpoint
 from dots.keys import stable_hash
@@ -125,9 +126,7 @@ def compute_analysis(base: Checkpoint, sources: Mapping[str, Checkpoint], cfg: A
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1))
 
 
 def analyze(

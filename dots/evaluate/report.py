@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Mapping, Sequence, cast
+
+from dots.io.commit import atomic_file, write_atomic
 
 __all__ = ["plot_scores"]
 
@@ -111,17 +112,14 @@ def plot_scores(report: Mapping, path: str | Path, title: str = "") -> Path:
     ax.set_title("\n".join(textwrap.wrap(f"{title}: {what}" if title and what else title or what, 80)), fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never over them
     path = Path(path)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=130)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=130, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 
 def write_json(obj: Mapping, path: str | Path) -> Path:
     """Atomic JSON write (temp file, then rename): a reader never sees half a file."""
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
     return path

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, cast
 
 from dots.evaluate.benchmarks import Benchmark
 from dots.evaluate.metrics import aggregate, grade, problem_score
 from dots.io.checkpoint import Checkpoint
+from dots.io.commit import atomic_file
 from dots.io.problems import Query
 from dots.keys import stable_hash
 from dots.scoring.prompts import format_prompt
@@ -62,12 +62,10 @@ def read_samples(path: Path, key: str) -> dict[str, dict]:
 
 
 def _rewrite(path: Path, header: dict, rows: Sequence[dict]) -> None:
-    tmp = path.with_suffix(".jsonl.tmp")
-    with open(tmp, "w") as fh:
+    with atomic_file(path) as tmp, open(tmp, "w") as fh:
         fh.write(json.dumps({"header": header}) + "\n")
         for row in rows:
             fh.write(json.dumps(row) + "\n")
-    os.replace(tmp, path)
 
 
 def run_benchmark(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -12,6 +11,7 @@ from typing import Iterator, Mapping
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
 
+from dots.io.commit import claim_temp, install_dir, release, sweep
 from dots.io.destination import seal
 from dots.io.modes import apply_umask
 from dots.lab.tokenizer import build_char_tokenizer
@@ -66,12 +66,12 @@ def load_model(path: str | Path) -> torch.nn.Module:
 
 
 def save_model(model: torch.nn.Module, out: Path, dtype: str, info: Mapping) -> Path:
-    """Write `out` atomically (temp dir, then rename): weights in `dtype`, tokenizer, lab.json and
-    the record of a dots "lab" output (`dots.io.destination`)."""
+    """Write `out` through the commit protocol (`dots.io.commit`: a locked temporary beside it, synced,
+    then renamed): weights in `dtype`, tokenizer, lab.json and the record of a dots "lab" output."""
     out = Path(out)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    sweep(out)  # what a killed build left beside it
+    tmp = claim_temp(out)
     try:
-        tmp.mkdir(parents=True)
         state = {k: v.detach().to(DTYPES[dtype]).contiguous() for k, v in model.state_dict().items()}
         model.config.dtype = DTYPES[dtype]
         with _quiet():
@@ -90,8 +90,10 @@ def save_model(model: torch.nn.Module, out: Path, dtype: str, info: Mapping) -> 
         if out.exists():  # a concurrent builder finished first: keep theirs
             shutil.rmtree(tmp)
         else:
-            tmp.rename(out)
+            install_dir(tmp, out, lambda old: None)  # (`out` is new: one rename)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        release(tmp)
     return out
