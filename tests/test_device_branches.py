@@ -21,7 +21,7 @@ from dots.errors import DotsError
 from dots.runtime import devices
 from dots.vectors.compact import CompactTensor
 from dots.vectors.forms import DenseTau
-from dots.vectors.fused import FusedCombine, _block, _popcount, fused_wanted, keep_if_faster, prepare
+from dots.vectors.fused import FusedCombine, block_pass, fused_wanted, keep_if_faster, popcount, prepare
 from dots.vectors.residency import free_bytes
 from dots.vectors.synth import combine_into, new_scratch
 
@@ -127,15 +127,15 @@ def raw(t: torch.Tensor) -> torch.Tensor:
 
 
 def eager(device: str = "cpu") -> FusedCombine:
-    """The fused pass with `_block` run as written (no compile: seconds instead of minutes)."""
+    """The fused pass with `block_pass` run as written (no compile: seconds instead of minutes)."""
     fc = FusedCombine(torch.device(device))
-    fc._compiled = _block
+    fc._compiled = block_pass
     return fc
 
 
 def test_popcount_counts_the_bits_of_every_byte():
     x = torch.arange(256, dtype=torch.int32)
-    assert _popcount(x).tolist() == [bin(i).count("1") for i in range(256)]
+    assert popcount(x).tolist() == [bin(i).count("1") for i in range(256)]
 
 
 def test_the_bitmask_pass_finds_each_kept_value_in_every_block():

@@ -35,7 +35,7 @@ from dots.engines.base import Engine
 from dots.errors import DotsError
 from dots.io.commit import write_atomic
 
-__all__ = ["checked", "read_canary", "run_canary", "summary"]
+__all__ = ["CPU_TOLERANCE", "CUDA_TOLERANCE", "checked", "read_canary", "run_canary", "summary"]
 
 log = logging.getLogger(__name__)
 

@@ -1,15 +1,10 @@
 """The one commit protocol of everything dots writes (docs/outputs.md, "What a crash leaves").
 
-A new version is written under a temporary name beside its destination (`temp_sibling`: the
-writer's pid and host in the name, a lock held on it while it lives), made durable (`sync_tree`:
-every file and folder fsynced), and only then switched in by one rename: a file by
-`os.replace` (`atomic_file`, `write_atomic`), a directory onto a new path by `os.rename`, onto
-an old version by an atomic exchange (`install_dir`: Linux renameat2 RENAME_EXCHANGE, macOS
-renamex_np RENAME_SWAP). At every instant the destination is the old version whole or the new
-one whole. Where a file system cannot exchange (NFS, some FUSE mounts), the old version is
-renamed aside and the new one renamed in, under a switch journal that the next writer finishes
-(`recover`). What a dead writer left (its pid gone, its lock free) is removed by the next
-writer of that destination (`sweep`), said in one line.
+A new version is written beside its destination under a temporary name (`temp_sibling`: pid and
+host in it, a lock held while the writer lives), made durable (`sync_tree`), then switched in by
+one rename: a file by `os.replace` (`atomic_file`), a directory by `os.rename` onto a new path or
+an atomic exchange with the old version (`install_dir`; without one, a journaled switch that
+`recover` finishes). What a dead writer left is removed by the next writer (`sweep`), said in one line.
 """
 
 from __future__ import annotations
@@ -30,8 +25,19 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterator
 
-__all__ = ["atomic_file", "claim_temp", "install_dir", "recover", "release", "sweep", "sweep_inside"]
-__all__ += ["is_temporary", "sync_tree", "temp_sibling", "write_atomic"]
+__all__ = [
+    "atomic_file",
+    "claim_temp",
+    "install_dir",
+    "is_temporary",
+    "recover",
+    "release",
+    "sweep",
+    "sweep_inside",
+    "sync_tree",
+    "temp_sibling",
+    "write_atomic",
+]
 
 log = logging.getLogger("dots.io")
 
@@ -114,8 +120,7 @@ def atomic_file(path: Path, durable: bool = True) -> Iterator[Path]:
 
 def write_atomic(path: str | os.PathLike, content: str | bytes, durable: bool = True) -> None:
     """Write `content` into `path` whole or not at all (`atomic_file`)."""
-    target = Path(path)
-    with atomic_file(target, durable) as tmp:
+    with atomic_file(Path(path), durable) as tmp:
         tmp.write_bytes(content.encode() if isinstance(content, str) else content)
 
 

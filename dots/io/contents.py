@@ -13,6 +13,8 @@ from typing import Callable
 
 from dots.errors import DotsError
 
+__all__ = ["digest", "discard", "edited_file", "hashed_names", "resolved"]
+
 HASHED_BYTES = 64 << 20  # files up to this size are recorded by SHA-256; larger (weights) by size and mtime
 
 

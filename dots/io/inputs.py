@@ -29,7 +29,13 @@ from dots.io.destination import RECORD, Destination, hashed_names, read_record
 from dots.io.metadata import read_json
 from dots.io.vocab import compare_tokenizers
 
-__all__ = ["check_checkpoint", "check_distinct_destinations", "check_sources_differ", "taskvec_dir"]
+__all__ = [
+    "check_checkpoint",
+    "check_config_against_weights",
+    "check_distinct_destinations",
+    "check_sources_differ",
+    "taskvec_dir",
+]
 
 log = logging.getLogger("dots.inputs")
 

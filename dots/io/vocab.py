@@ -22,7 +22,7 @@ from dots.errors import DotsError
 from dots.io.align import Alignment
 from dots.io.metadata import read_json
 
-__all__ = ["Vocabulary", "compare_tokenizers", "read_vocabulary"]
+__all__ = ["Vocabulary", "compare_tokenizers", "differences", "read_vocabulary"]
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import torch
 from dots.errors import DotsError
 from dots.vectors.compact import CompactTensor, estimate_bytes, position_dtype
 
-__all__ = ["BY_SPEED", "ResidentTau", "check_resident_form", "form_estimate", "to_form"]
+__all__ = ["BY_SPEED", "DenseTau", "ResidentTau", "check_resident_form", "form_estimate", "to_form"]
 
 RESIDENT_FORMS = ("auto", "dense", "sparse", "index", "bitmask")
 BY_SPEED = ("dense", "sparse", "index", "bitmask")  # fastest first

@@ -28,7 +28,7 @@ from dots.runtime.timing import race
 from dots.vectors.compact import CompactTensor
 from dots.vectors.forms import DenseTau, ResidentTau, SparseTau
 
-__all__ = ["FusedCombine", "describe", "prepare"]
+__all__ = ["FusedCombine", "describe", "block_pass", "fused_wanted", "keep_if_faster", "popcount", "prepare"]
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def _kind(tau: ResidentTau) -> str:
     return "dense" if isinstance(tau, DenseTau) else "sparse" if isinstance(tau, SparseTau) else tau.form
 
 
-def _block(kinds: tuple[str, ...], theta0: torch.Tensor, out: torch.Tensor, coef: torch.Tensor, *parts: torch.Tensor):
+def block_pass(kinds: tuple[str, ...], theta0: torch.Tensor, out: torch.Tensor, coef: torch.Tensor, *parts):
     """out = cast(float32(θ0) + Σ λ_i τ̃_i) for one block; `coef` is [λ; γ] (float32, 2 × K),
     `parts` each source's tensors for the block (see `FusedCombine._parts`)."""
     base = theta0.to(torch.float32)
@@ -72,7 +72,7 @@ def _block(kinds: tuple[str, ...], theta0: torch.Tensor, out: torch.Tensor, coef
                 byte = where.unsqueeze(1).to(torch.int32)
                 shifts = torch.arange(8, dtype=torch.int32, device=where.device)
                 kept = ((byte >> shifts) & 1).view(-1)[:n]
-                slot = (ends.unsqueeze(1) - _popcount(byte >> (shifts + 1))).view(-1)[:n] - 1
+                slot = (ends.unsqueeze(1) - popcount(byte >> (shifts + 1))).view(-1)[:n] - 1
                 hit = kept.bool()
             else:  # positions relative to the block: each entry's slot in `values`, or −1
                 where, values = parts[at], parts[at + 1]
@@ -104,7 +104,7 @@ class FusedCombine:
         self._coef: dict[tuple, torch.Tensor] = {}
         dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
         options = {"cpp.enable_floating_point_contract_flag": "fast"}  # a + λ·τ as one FMA, as eager
-        self._compiled: Callable = torch.compile(_block, dynamic=True, options=options)  # type: ignore[arg-type]
+        self._compiled: Callable = torch.compile(block_pass, dynamic=True, options=options)  # type: ignore[arg-type]
 
     def _bounds_of(self, tau: ResidentTau, step: int) -> list[int]:
         """Where each block's kept values start in the tensor's values (one entry per block, then
@@ -117,7 +117,7 @@ class FusedCombine:
         if kind in ("dense", "full"):
             bounds = starts + [n]
         elif kind == "bitmask":  # bits before each block (blocks start on a byte): a running count
-            counts = _popcount(_where(tau).to(torch.int64))
+            counts = popcount(_where(tau).to(torch.int64))
             before = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
             bounds = before[[s >> 3 for s in starts] + [before.numel() - 1]].tolist()
         else:
@@ -194,7 +194,7 @@ class FusedCombine:
 
 
 def _parts(tau: ResidentTau, start: int, stop: int, lo: int, hi: int) -> list[torch.Tensor]:
-    """The tensors of τ̃'s block [start, stop) that `_block` reads (its kept values [lo, hi))."""
+    """The tensors of τ̃'s block [start, stop) that `block_pass` reads (its kept values [lo, hi))."""
     if isinstance(tau, DenseTau):
         return [tau.data[start:stop]]
     if isinstance(tau, SparseTau):
@@ -205,11 +205,11 @@ def _parts(tau: ResidentTau, start: int, stop: int, lo: int, hi: int) -> list[to
     assert tau.where is not None
     if tau.form == "bitmask":  # the bytes of the block and their running count of kept bits
         where = tau.where[start >> 3 : (stop + 7) >> 3]
-        return [where, torch.cumsum(_popcount(where.to(torch.int32)), 0, dtype=torch.int32), values[lo:hi]]
+        return [where, torch.cumsum(popcount(where.to(torch.int32)), 0, dtype=torch.int32), values[lo:hi]]
     return [tau.where[lo:hi] - start, values[lo:hi]]
 
 
-def _popcount(x: torch.Tensor) -> torch.Tensor:
+def popcount(x: torch.Tensor) -> torch.Tensor:
     """Bits set per entry of a tensor of bytes (0-255), in arithmetic that fuses into the pass.
     The running count over the bytes is aten's cumsum, outside: a compiled scan made the bitmask
     pass take 5.4 s a swap on an H200 (benchmarks/RESULTS.md)."""

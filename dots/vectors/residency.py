@@ -25,6 +25,7 @@ __all__ = [
     "MARGIN",
     "PROMPT_TOKENS",
     "check_synth_cache",
+    "free_bytes",
     "resident_bytes",
     "resident_needs",
     "resolve_resident",
