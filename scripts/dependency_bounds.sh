@@ -18,9 +18,9 @@
 #   bash scripts/dependency_bounds.sh newest -- -x      # extra pytest arguments after --
 #
 # Each set appends a record (date, command, versions, pytest's summary, the sha256 of
-# pyproject.toml and constraints/) to dots/data/tested_stacks.json, which `dots.doctor` reads
+# pyproject.toml's dependencies and constraints/) to dots/data/tested_stacks.json, which `dots.doctor` reads
 # (its passing records are the tested range) and .ci/run checks (the lowest core set runs once
-# per change of those files). Tests run in one process (-n0): a vLLM engine takes both cores.
+# per change of those inputs). Tests run in one process (-n0): a vLLM engine takes both cores.
 #
 # Environment: PYTHON (the interpreter for the venvs; default python), UV (a uv binary; default
 # uv on PATH, else one installed into a private venv under $TMPDIR), DOTS_BOUNDS_KEEP=1 (keep the

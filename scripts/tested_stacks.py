@@ -1,6 +1,6 @@
 """The record of the stacks dots' tests ran on: dots/data/tested_stacks.json, which `dots.doctor`
 reads (the passing records are its tested range) and .ci/run checks (the lowest core set runs
-once per change of pyproject.toml or constraints/).
+once per change of pyproject.toml's dependencies or constraints/).
 
     python scripts/tested_stacks.py --repo . --freeze freeze.txt --name "lowest core" \
         --command "..." --result "138 passed" --passed 1 --tests "..."   # append one record
@@ -16,6 +16,7 @@ import hashlib
 import json
 import platform
 import sys
+import tomllib
 from pathlib import Path
 
 DATA = Path("dots") / "data" / "tested_stacks.json"
@@ -23,11 +24,18 @@ LIBRARIES = ("torch", "transformers", "vllm")
 
 
 def inputs_sha256(repo: Path) -> str:
-    """sha256 over pyproject.toml and every file of constraints/ (name and bytes, sorted by name):
-    what decides the resolution a bounds run tests."""
-    digest = hashlib.sha256()
-    files = [repo / "pyproject.toml", *sorted((repo / "constraints").glob("*"))]
-    for path in files:
+    """sha256 over what decides the resolution a bounds run tests: pyproject.toml's
+    `[build-system]`, `requires-python`, `dependencies` and `optional-dependencies` (as canonical
+    JSON: a change to a tool's settings, such as `[tool.mutmut]`, is not a new stack), and every
+    file of constraints/ (name and bytes, sorted by name)."""
+    project = tomllib.loads((repo / "pyproject.toml").read_text())
+    table = project.get("project", {})
+    resolution = {
+        "build-system": project.get("build-system"),
+        **{key: table.get(key) for key in ("requires-python", "dependencies", "optional-dependencies")},
+    }
+    digest = hashlib.sha256(json.dumps(resolution, sort_keys=True).encode() + b"\0")
+    for path in sorted((repo / "constraints").glob("*")):
         if path.is_file():
             digest.update(path.relative_to(repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -78,7 +86,7 @@ def append(repo: Path, args: argparse.Namespace) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent)
-    parser.add_argument("--inputs", action="store_true", help="print the sha256 of pyproject.toml + constraints/")
+    parser.add_argument("--inputs", action="store_true", help="print the sha256 of the dependencies + constraints/")
     parser.add_argument("--passed-inputs", metavar="NAME", help="exit 0 when NAME passed on the current inputs")
     for field in ("freeze", "name", "command", "result", "passed", "tests", "versions", "engine", "date", "python"):
         parser.add_argument(f"--{field}", default="")

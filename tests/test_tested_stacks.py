@@ -91,7 +91,8 @@ def test_each_constraints_file_is_a_tested_stack_named_in_the_docs(path):
 
 def test_ci_knows_whether_the_lowest_bounds_passed_on_these_inputs(tmp_path):
     """scripts/tested_stacks.py --passed-inputs: true once a passing record carries the sha256 of
-    pyproject.toml + constraints/, false again after either changes (CI reruns the bounds then)."""
+    pyproject.toml's dependencies + constraints/, false again after either changes (CI reruns
+    the bounds then); a tool's settings in pyproject.toml are not a new stack."""
     for part in ("pyproject.toml", "constraints", "dots/data/tested_stacks.json"):
         dst = tmp_path / part
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -102,6 +103,14 @@ def test_ci_knows_whether_the_lowest_bounds_passed_on_these_inputs(tmp_path):
         return subprocess.run([*script, "--passed-inputs", "lowest core"]).returncode == 0
 
     subprocess.run([*script, "--name", "lowest core", "--command", "test", "--result", "1 passed", "--passed", "1"])
+    assert passed()
+    pyproject = tmp_path / "pyproject.toml"
+    settings = pyproject.read_text()
+    pyproject.write_text(settings.replace("[tool.mutmut]\n", "[tool.mutmut]\ndebug = true\n", 1))
+    assert passed()  # a tool's settings: the same stack
+    pyproject.write_text(settings.replace('"torch>=2.4"', '"torch>=2.5"', 1))
+    assert not passed()
+    pyproject.write_text(settings)
     assert passed()
     (tmp_path / "constraints" / "transformers.txt").write_text("torch==2.4.0\n")
     assert not passed()
