@@ -168,3 +168,46 @@ def test_the_anatomy_figures_are_what_dots_analyze_prints_and_records(tmp_path):
     assert stated("docs/lab.md", r"SFT's in the LM head \((\S+)% of it\)") == (pct(share["sft"]["lm_head"]),)
     assert stated("docs/lab.md", r"attention and MLP \((\S+)% / (\S+)%,") == (
         pct(share["rlvr"]["attention"]), pct(share["rlvr"]["mlp"]))  # fmt: skip
+
+
+def test_the_memory_plan_table_is_what_dots_plan_prints():
+    """docs/search.md's memory plan table: each column is `python -m dots.plan` with the shapes file
+    and options shown above it (a config.json alone, no model), in GB as the plan prints them."""
+    commands = {
+        "qwen7b": ["--shapes", "benchmarks/shapes/qwen2.5-7b.json", "--device-memory-gb", "80", "backbone=qwen7b",
+                   "engine=vllm"],
+        "llama70b": ["--shapes", "benchmarks/shapes/llama-3-70b.json", "--device-memory-gb", "80", "backbone=qwen7b",
+                     "engine=vllm", "engine.tensor_parallel_size=8"],
+    }  # fmt: skip
+    doc = text("docs/search.md")
+    for words in commands.values():
+        assert " ".join(["python -m dots.plan", *words[:4], "backbone=qwen7b"]) in doc.replace("\\ ", "")
+    rows = {}
+    for line in (REPO / "docs" / "search.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in (
+            "engine weights",
+            "engine KV cache (minimum)",
+            "reserve",
+            "τ̃ resident (this worker's shard)",
+            "τ̃ from the cache",
+            "choice",
+        ):
+            rows[cells[0]] = cells[1:]  # fmt: skip
+    assert len(rows) == 6
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DOTS_PROGRESS": "0"}
+    for column, words in enumerate(commands.values()):
+        out = subprocess.run([sys.executable, "-m", "dots.plan", *words], cwd=REPO, capture_output=True, text=True,
+                             env=env).stdout  # fmt: skip
+        gb = {
+            k: re.search(rf"{k}\s+(\S+) GB", out).group(1) for k in ("weights", "KV cache", "reserve", "from the cache")
+        }
+        resident = re.search(r"τ̃ resident\s+(\S+) GB  bitmask form: θ0 (\S+) GB \+ 2 τ̃ (\S+) GB \+ set-up or swap "
+                             r"buffers (\S+) GB", out).groups()  # fmt: skip
+        share = re.search(r"gpu_memory_utilization (\S+):", out).group(1)
+        assert rows["engine weights"][column] == f"{gb['weights']} GB"
+        assert rows["engine KV cache (minimum)"][column] == f"{gb['KV cache']} GB"
+        assert rows["reserve"][column] == f"{gb['reserve']} GB"
+        assert rows["τ̃ from the cache"][column] == f"{gb['from the cache']} GB"
+        assert re.findall(r"\d+\.\d\d", rows["τ̃ resident (this worker's shard)"][column]) == list(resident)
+        assert re.search(r"vLLM (?:gets )?(\S+)", rows["choice"][column]).group(1) == share
