@@ -3,8 +3,8 @@ those commands wrote — each test fails when a stated number is edited to anoth
 
 Run here (cheap, deterministic): the search's pick line, drawn from the README run's committed
 result.yaml by the function the search prints it with; what `dots lab --rebuild` announces before
-it trains, and the shipped stages' seconds it adds up; the two redraw commands of docs/lab.md's
-pictures. Checked against a committed record instead of a run (too slow for CI here): docs/lab.md's
+it trains, and the shipped stages' seconds and rewards; `dots analyze` on the shipped trio (~15 s);
+`dots plan` for docs/search.md's memory table; the two redraw commands of docs/lab.md's pictures. Checked against a committed record instead of a run (too slow for CI here): docs/lab.md's
 table of every baseline (a 1,024-problem evaluation of 12 models, ~30 min on 2 cores) against
 `docs/figures/lab/methods-scores.json`, the scores.json that `bash benchmarks/pick/methods.sh` wrote;
 its base, SFT, RLVR and pick rows are also compared with `dots lab --model` by
@@ -70,7 +70,8 @@ def test_the_pick_figures_are_the_pick_line_of_the_recorded_run():
 
 def test_the_rebuild_announcement_and_the_shipped_stages_seconds(tmp_path, monkeypatch):
     """docs/lab.md: `dots lab --rebuild` says first how long the shipped build took (the sum of the
-    stages' `seconds`, in min), and the three stages' seconds are those of dots/data/lab/*/lab.json."""
+    stages' `seconds`, in min); the three stages' seconds and GRPO's first and last reward are those
+    of the shipped dots/data/lab/*/lab.json (the records the build wrote)."""
     from dots.lab.__main__ import where_line
     from dots.lab.config import load_config
 
@@ -85,6 +86,11 @@ def test_the_rebuild_announcement_and_the_shipped_stages_seconds(tmp_path, monke
     }
     shown = stated("docs/lab.md", r"The shipped trio's stages took base (\S+) s, SFT (\S+) s, RLVR (\S+) s")
     assert shown == tuple(f"{seconds[s]:.1f}" for s in ("base", "sft", "rlvr"))
+    rlvr = json.loads(next((REPO / "dots" / "data" / "lab").glob("rlvr-*/lab.json")).read_text())["metrics"]
+    reward = (
+        r"GRPO sees (\S+)% reward at T = 1 on its first step \(`reward_first` in the shipped \S+; (\S+)% on its last\)"
+    )
+    assert stated("docs/lab.md", reward) == (f"{100 * rlvr['reward_first']:.1f}", f"{100 * rlvr['reward_last']:.1f}")
 
 
 def methods_table() -> dict[str, tuple[float, float]]:
