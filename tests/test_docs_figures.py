@@ -4,8 +4,9 @@ those commands wrote — each test fails when a stated number is edited to anoth
 Run here (cheap, deterministic): the search's pick line, drawn from the README run's committed
 result.yaml by the function the search prints it with; what `dots lab --rebuild` announces before
 it trains, and the shipped stages' seconds and rewards; `dots analyze` on the shipped trio (~15 s);
-`dots plan` for docs/search.md's memory table; the two redraw commands of docs/lab.md's pictures. Checked against a committed record instead of a run (too slow for CI here): docs/lab.md's
-table of every baseline (a 1,024-problem evaluation of 12 models, ~30 min on 2 cores) against
+`dots plan` for docs/search.md's memory table; the two redraw commands of docs/lab.md's pictures.
+Checked against a committed record instead of a run (too slow for CI here): docs/lab.md's table
+of every baseline (a 1,024-problem evaluation of 12 models, 8.6 min here on 2 cores) against
 `docs/figures/lab/methods-scores.json`, the scores.json that `bash benchmarks/pick/methods.sh` wrote;
 its base, SFT, RLVR and pick rows are also compared with `dots lab --model` by
 tests/test_docs_commands.py. Not checked: the benchmark studies' tables (minutes to hours of
