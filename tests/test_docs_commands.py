@@ -7,7 +7,8 @@ DIR or <run> aside) — so a renamed option cannot linger in the docs. The cheap
 `dots --help` with docs/install.md's listing, each verb's `--help`, the landscape command, a lab
 variant's build, and the README's headline accuracies with the command the README names for them.
 Runs that start an inference engine or a cluster (the searches, the doctor, evaluate, SLURM,
-tracking servers, the Hub) are too slow for CI here and are each run by their own tests (HEAVY)."""
+tracking servers, the Hub) are too slow for CI here and are each run by their own tests (HEAVY);
+the figures of those runs are compared with the records they wrote in tests/test_docs_figures.py."""
 
 from __future__ import annotations
 
@@ -158,9 +159,11 @@ def stated(text: str, pattern: str) -> list[float]:
 
 def test_readme_accuracies_are_what_the_command_it_names_prints(tmp_path, capsys):
     """README: the pick λ = (SFT 0.61, RLVR 0.63) scores 88.6% against SFT 78.3% and RLVR 70.3%, and
-    `dots lab --model dots=<run dir>/model` prints them. The pick's exact λ is the README run's
-    (docs/figures/lab/landscape-run/result.yaml); its export is made with `dots merge
-    method=dots_fixed`, as the search exports it; the lab command prints the A∪B greedy column."""
+    `dots lab --model dots=<run dir>/model` prints them; so do docs/lab.md's ground truth and its
+    evaluate table's rows of the four (`engine=hf engine.dtype=float32` scores as the lab does). The
+    pick's exact λ is the README run's (docs/figures/lab/landscape-run/result.yaml); its export is
+    made with `dots merge method=dots_fixed`, as the search exports it; the lab command prints the
+    A∪B greedy column."""
     import yaml
 
     from dots.lab.__main__ import main as lab
@@ -187,3 +190,8 @@ def test_readme_accuracies_are_what_the_command_it_names_prints(tmp_path, capsys
     lab_md = (REPO / "docs" / "lab.md").read_text()
     assert stated(lab_md, r"Ground truth \(greedy, 1024 test problems, A∪B\): base (\d+\.\d)%, SFT (\d+\.\d)%, "
                           r"RLVR (\d+\.\d)%") == [rows["base"], sft, rlvr]  # fmt: skip
+    from test_docs_figures import methods_table  # docs/lab.md's evaluate table: the same four, to the digit
+
+    table = methods_table()
+    four = ("base", "sft", "rlvr", "dots")
+    assert [table[m if m != "dots" else "dots_pick"][0] for m in four] == [rows[m] for m in four]

@@ -114,7 +114,7 @@ def lab_summary(lab: int, test_size: int, oracle: bool = True) -> dict | None:
 
 
 def acc(x: float) -> str:
-    return f"{x:.3f}"
+    return f"{100 * x:.1f}"  # accuracy in %
 
 
 def lab_rows(reps: dict[int, dict]) -> list[str]:
@@ -146,7 +146,7 @@ def per_lab_rows(reps: dict[int, dict], cell: Any) -> list[str]:
 
 def mean_cell(rep: dict, v: str) -> str:
     runs = rep["runs"]
-    return f"{statistics.mean(r[v]['gt'] for r in runs):.3f} ({sum(beats(rep, r, v) for r in runs)}/{len(runs)})"
+    return f"{acc(statistics.mean(r[v]['gt'] for r in runs))} ({sum(beats(rep, r, v) for r in runs)}/{len(runs)})"
 
 
 def grid_cell(rep: dict, v: str) -> str:
@@ -169,7 +169,7 @@ def overall_rows(reps: dict[int, dict]) -> list[str]:
                       for rep in reps.values())  # fmt: skip
         every = sum(all(beats(rep, r, v) for r in rep["runs"]) for rep in reps.values())
         md.append(
-            f"| {v} | {len(runs)} | {statistics.mean(r[v]['gt'] for _, r in runs):.3f} | "
+            f"| {v} | {len(runs)} | {acc(statistics.mean(r[v]['gt'] for _, r in runs))} | "
             f"{'—' if v == 'today' else fmt_ci([r[v]['gt'] - r['today']['gt'] for _, r in runs])} | "
             f"{fmt_ci([r[v]['gt'] - rep['best_grid'] for rep, r in runs])} | {at_grid}/{len(reps)} | "
             f"{sum(beats(rep, r, v) for rep, r in runs)}/{len(runs)} | {every}/{len(reps)} | "
@@ -186,7 +186,8 @@ def cmd_report(args: argparse.Namespace) -> None:
     os.environ.setdefault("DOTS_PROGRESS", "0")
     reps = {lab: rep for lab in args.labs if (rep := lab_summary(lab, args.test_size, args.oracle)) is not None}
     md = ["# Beyond the grid: confirmation and smoothed picks (benchmarks/pick/confirm.py, #42)", "",
-          "## Labs (greedy accuracy on the test problems; search seeds measured)", ""]  # fmt: skip
+          "## Labs (greedy accuracy in % on the test problems, differences in points; search seeds measured)",
+          ""]  # fmt: skip
     md += lab_rows(reps)
     md += ["", "## Per lab: mean pick accuracy over search seeds (runs beating both sources / runs)", ""]
     md += per_lab_rows(reps, mean_cell)

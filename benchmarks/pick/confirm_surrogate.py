@@ -51,9 +51,9 @@ def cmd_surrogate(args: Any) -> None:
         diffs += d
         at, best = max(rep["fine"].items(), key=lambda kv: kv[1])
         lines.append(
-            f"| {lab} | {statistics.mean(r['today'] for r in rep['runs']):.3f} | "
-            f"{statistics.mean(r['accuracy'] for r in rep['runs']):.3f} | {fmt_ci(d)} | {rep['best_grid']:.3f} | "
-            f"{best:.3f} ({at}) |"
+            f"| {lab} | {100 * statistics.mean(r['today'] for r in rep['runs']):.1f} | "
+            f"{100 * statistics.mean(r['accuracy'] for r in rep['runs']):.1f} | {fmt_ci(d)} | "
+            f"{100 * rep['best_grid']:.1f} | {100 * best:.1f} ({at}) |"
         )
     lines.append(f"| all ({len(diffs)} runs) | | | {fmt_ci(diffs)} | | |")
     print("\n".join(lines))

@@ -143,7 +143,8 @@ def main() -> None:
 def markdown(res: dict) -> str:
     f = res["facts"]
     lines = [
-        f"Test set: {res['problems']} problems (half A, half B); T=0.6 columns are avg@{res['samples']}.",
+        f"Test set: {res['problems']} problems (half A, half B); accuracy in %, T=0.6 columns are "
+        f"avg@{res['samples']}; consistency a share of 1.",
         "",
         "| model | A greedy | B greedy | A∪B greedy | A T=0.6 | B T=0.6 | A∪B T=0.6 | consistency |",
         "|---|---|---|---|---|---|---|---|",
@@ -151,8 +152,8 @@ def markdown(res: dict) -> str:
     for k, m in res["models"].items():
         g, s = m["greedy"], m["t06"]
         lines.append(
-            f"| {k} | {g['add']:.3f} | {g['sub']:.3f} | {g['all']:.3f} | {s['add']:.3f} | {s['sub']:.3f} "
-            f"| {s['all']:.3f} | {m['consistency']:.3f} |"
+            f"| {k} | {100 * g['add']:.1f} | {100 * g['sub']:.1f} | {100 * g['all']:.1f} | {100 * s['add']:.1f} "
+            f"| {100 * s['sub']:.1f} | {100 * s['all']:.1f} | {m['consistency']:.3f} |"
         )
     lines += [
         "",
@@ -170,7 +171,8 @@ def markdown(res: dict) -> str:
     if "grid" in res:
         lines += [
             "",
-            f"Grid: {res['grid_problems']} test problems (half A, half B), T=0.6 columns avg@{res['samples']}.",
+            f"Grid: {res['grid_problems']} test problems (half A, half B), T=0.6 columns avg@{res['samples']}; "
+            "accuracy in %, A and B to the whole percent.",
         ]
         for vname in ("dense", "sparse"):
             for metric, label in (
@@ -193,13 +195,15 @@ def markdown(res: dict) -> str:
                             cells.append(f"{c['consistency']:.3f}")
                         else:
                             m = c[metric]
-                            cells.append(f"{m['all']:.3f} ({m['add']:.2f}/{m['sub']:.2f})")
+                            cells.append(f"{100 * m['all']:.1f} ({100 * m['add']:.0f}/{100 * m['sub']:.0f})")
                     lines.append(f"| {ls:g} | " + " | ".join(cells) + " |")
         for vname in ("dense", "sparse"):
             grid = {k: v for k, v in res["grid"].items() if k.startswith(vname)}
             best = max(grid, key=lambda k: grid[k]["greedy"]["all"])
             pick = max(grid, key=lambda k: (grid[k]["consistency"], grid[k]["greedy"]["all"]))
-            fmt = lambda k, grid=grid: f"λ=({k.split(',')[1]}, {k.split(',')[2]}) greedy {grid[k]['greedy']['all']:.3f}"  # noqa: E731
+            fmt = lambda k, grid=grid: (
+                f"λ=({k.split(',')[1]}, {k.split(',')[2]}) greedy {100 * grid[k]['greedy']['all']:.1f}%"
+            )  # noqa: E731
             lines += [
                 "",
                 f"{vname}: best merge {fmt(best)}; max-consistency merge {fmt(pick)} "

@@ -131,8 +131,8 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 def fmt_ci(diffs: Sequence[float]) -> str:
     if not diffs:
         return "—"
-    m, lo, hi = interval(diffs)
-    return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    m, lo, hi = interval(diffs)  # accuracy differences, in points (%)
+    return f"{100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
 def paired(labs: dict[int, dict], a: tuple[str, str], b: tuple[str, str]) -> list[float]:

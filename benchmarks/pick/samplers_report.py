@@ -14,7 +14,7 @@ from typing import Any
 from benchmarks.harness.lab import out_root
 from benchmarks.harness.results import write_json
 from benchmarks.pick.samplers_study import SAMPLERS, config_name
-from benchmarks.pick.truth import GRID, GroundTruth, classic_merges, fallbacks, first_reach, hv_curve, spread
+from benchmarks.pick.truth import GRID, GroundTruth, classic_merges, fallbacks, first_reach, hv_curve, percent, spread
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -121,11 +121,11 @@ def cmd_report(args: argparse.Namespace) -> None:
                 f"| {name} | {len(runs)} | {n_trials} | {spread(cfg_json['hv_final'], '{:.4f}')} | "
                 f"{len(reached)}/{len(runs)}: {spread(reached, '{:.0f}') if reached else '—'} | "
                 f"{spread(reach_tokens, '{:,.0f}') if reach_tokens else '—'} | {spread(tok_per_trial, '{:,.0f}')} | "
-                f"{spread(gt_25)} | {spread(gt_final)} | {beats}/{len(gt_final)} | "
+                f"{spread(percent(gt_25))} | {spread(percent(gt_final))} | {beats}/{len(gt_final)} | "
                 f"{spread([r['fallbacks'] for r in runs], '{:.0f}')} |"
             )
         summary["labs"][str(lab)] = lab_json
-        merge_list = ", ".join(f"{m} {v['all']:.3f}" for m, v in merges.items())
+        merge_list = ", ".join(f"{m} {100 * v['all']:.1f}%" for m, v in merges.items())
         md += [
             f"### Lab seed={lab}",
             "",
@@ -134,9 +134,10 @@ def cmd_report(args: argparse.Namespace) -> None:
             if target is not None
             else f"Reference point: C = {ref[0]:.4f}, PPL = {ref[1]:.3f}; no 50-trial tpe-full run yet",
             "",
-            f"Ground truth (greedy, {len(gt.problems)} test problems, A∪B): base {models['base']['all']:.3f}, "
-            f"SFT {models['sft']['all']:.3f}, RLVR {models['rlvr']['all']:.3f}; best grid λ = {best_grid} "
-            f"{grid[best_grid]['all']:.3f}; best classic merge {best_merge} {merges[best_merge]['all']:.3f} "
+            f"Ground truth (greedy, {len(gt.problems)} test problems, A∪B): base {100 * models['base']['all']:.1f}%, "
+            f"SFT {100 * models['sft']['all']:.1f}%, RLVR {100 * models['rlvr']['all']:.1f}%; best grid λ = "
+            f"{best_grid} {100 * grid[best_grid]['all']:.1f}%; best classic merge {best_merge} "
+            f"{100 * merges[best_merge]['all']:.1f}% "
             f"({merge_list}).",
             "",
             "| config | seeds | trials | HV at end | reached 95% target: trials | tokens to target | "
@@ -166,7 +167,7 @@ def cmd_report(args: argparse.Namespace) -> None:
             best_source = max(models["sft"]["all"], models["rlvr"]["all"])
             ratio = f"{statistics.median(spent) / full_spent:.2f}" if full_spent else "—"
             resc.append(
-                f"| {sampler}-adaptive | {spread(own)} | {spread(gts)} | "
+                f"| {sampler}-adaptive | {spread(percent(own))} | {spread(percent(gts))} | "
                 f"{sum(g > best_source for g in gts)}/{len(gts)} | "
                 f"{spread([r['rescored_pick']['front_size'] for r in runs], '{:.0f}')} | "
                 f"{spread(spent, '{:,.0f}')} | {ratio} |"
@@ -218,9 +219,9 @@ def cross_lab(summary: dict) -> list[str]:
             f"| {name} | {len(runs)} | {len(reached)}/{len(runs)}: {spread(reached, '{:.0f}') if reached else '—'} | "
             f"{spread(tokens, '{:,.0f}') if tokens else '—'} | "
             f"{spread([r['tokens_per_trial'] for r in runs], '{:,.0f}')} | "
-            f"{spread(gain, '{:+.3f}')} | {sum(g > 0 for g in gain)}/{len(gain)} | "
-            f"{spread(paired_25, '{:+.3f}') if paired_25 else '—'} | "
-            f"{spread(paired_end, '{:+.3f}') if paired_end else '—'} |"
+            f"{spread(percent(gain), '{:+.1f}')} | {sum(g > 0 for g in gain)}/{len(gain)} | "
+            f"{spread(percent(paired_25), '{:+.1f}') if paired_25 else '—'} | "
+            f"{spread(percent(paired_end), '{:+.1f}') if paired_end else '—'} |"
         )
     return [
         "### All labs",
@@ -228,7 +229,7 @@ def cross_lab(summary: dict) -> list[str]:
         "Medians [min–max] over every (lab, search seed) run. Target: 95% of the mean hypervolume of "
         "tpe-full after 50 trials on the same lab. Accuracy: greedy, A∪B, the pick of the search's "
         "own rule (max consistency on the front) after its last trial; 'vs tpe-full' pairs runs of "
-        "the same lab and seed.",
+        "the same lab and seed. Accuracy in %, its differences in points.",
         "",
         "| config | runs | reached target: trials | tokens to target | tokens / trial | "
         "pick acc − better source | pick > both sources | pick acc − tpe-full's @25 | pick acc − tpe-full's @end |",

@@ -31,8 +31,9 @@ def signal_rows(reps: dict[int, dict]) -> list[str]:
         top = max(rep["merges"], key=lambda k: rep["merges"][k])
         rho = " | ".join(f"{sp[k]:+.2f}" if k in sp else "—" for k in ("consistency", "neg_perplexity", "agreement"))
         md.append(
-            f"| {lab} | {m['base']:.3f} | {m['sft']:.3f} | {m['rlvr']:.3f} | {rep['best_grid']:.3f} "
-            f"{tuple(rep['best_grid_lambda'])} | {rep['merges'][top]:.3f} {top} | {cs} | {ps} | "
+            f"| {lab} | {100 * m['base']:.1f} | {100 * m['sft']:.1f} | {100 * m['rlvr']:.1f} | "
+            f"{100 * rep['best_grid']:.1f} {tuple(rep['best_grid_lambda'])} | {100 * rep['merges'][top]:.1f} {top} | "
+            f"{cs} | {ps} | "
             f"{rep['source_agreement']:.3f} | {rho} |"
         )
     return md
@@ -218,7 +219,8 @@ def cmd_report(args: argparse.Namespace) -> None:
     md += ["", "## Pruning against its control (blocks of 16, prune off)", ""]
     md += prune_rows(reps)
     md += ["", "## Remedies (#31): the pick against ground truth", ""]
-    md += ["Per lab: median pick accuracy over seeds (runs beating both sources / runs).", ""]
+    md += ["Per lab: median pick accuracy in % over seeds (runs beating both sources / runs); "
+           "differences in points.", ""]  # fmt: skip
     md += remedy_rows(reps)
     md += ["", "Per lab, paired against the default (tpe · max_consistency at the full budget):", ""]
     md += per_lab_rows(

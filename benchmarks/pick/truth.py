@@ -134,7 +134,12 @@ def first_reach(curve: list[float], target: float) -> int | None:
     return next((i + 1 for i, v in enumerate(curve) if v >= target - 1e-15), None)
 
 
-def spread(values: Sequence[float], fmt: str = "{:.3f}") -> str:
+def percent(values: Sequence[float]) -> list[float]:
+    """Accuracies (fractions of 1) in %, as every report prints them (differences: in points)."""
+    return [100 * v for v in values]
+
+
+def spread(values: Sequence[float], fmt: str = "{:.1f}") -> str:
     """median [min–max] over seeds."""
     if not values:
         return "—"

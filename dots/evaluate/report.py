@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Mapping, Sequence, cast
 
@@ -123,3 +124,9 @@ def write_json(obj: Mapping, path: str | Path) -> Path:
     path = Path(path)
     write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
     return path
+
+
+if __name__ == "__main__":  # python -m dots.evaluate.report SCORES.json [OUT.png]: scores.png drawn again
+    scores = Path(sys.argv[1])
+    recorded = json.loads(scores.read_text())
+    plot_scores(recorded, sys.argv[2] if len(sys.argv) > 2 else scores.with_suffix(".png"), recorded.get("title", ""))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -12,7 +13,7 @@ from dots.errors import DotsError
 from dots.io.commit import atomic_file
 from dots.vectors.coefficients import Coefficients, format_coefficients
 
-__all__ = ["Point", "front_figure", "pareto_front", "pick", "plot_front", "write_trials_csv"]
+__all__ = ["Point", "front_figure", "pareto_front", "pick", "plot_front", "run_points", "write_trials_csv"]
 
 PICKS = ("max_consistency", "knee")
 
@@ -166,3 +167,30 @@ def front_figure(points: Sequence[Point], front: Sequence[Point], chosen: Point,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
     return fig
+
+
+def run_points(run_dir: Path) -> tuple[list[Point], Point, str]:
+    """A run's complete trials read back from trials.csv (λ from its `lambda_*` columns), the pick
+    of result.yaml and the figure's title (the backbone of config.yaml, when the run has one)."""
+    import yaml
+
+    with open(run_dir / "trials.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["state"] == "COMPLETE"]
+    points = [
+        Point(int(r["number"]), float(r["consistency"]), float(r["perplexity"]),
+              {k.removeprefix("lambda_"): float(v) for k, v in r.items() if k.startswith("lambda_")})
+        for r in rows
+    ]  # fmt: skip
+    trial = yaml.safe_load((run_dir / "result.yaml").read_text())["trial"]
+    config = run_dir / "config.yaml"
+    backbone = (yaml.safe_load(config.read_text()) or {}).get("backbone", {}) if config.is_file() else {}
+    title = f"DoTS on {backbone['name']}" if isinstance(backbone, dict) and backbone.get("name") else ""
+    return points, next(p for p in points if p.number == trial), title
+
+
+if __name__ == "__main__":  # python -m dots.search.pick.pareto RUN_DIR [OUT.png]: pareto.png drawn again
+    run = Path(sys.argv[1])
+    points, chosen, title = run_points(run)
+    plot_front(
+        points, pareto_front(points), chosen, Path(sys.argv[2]) if len(sys.argv) > 2 else run / "pareto.png", title
+    )
