@@ -204,7 +204,9 @@ def save_merged(tv: Any, coefficients: Mapping[str, Any], base: Any, out: Path) 
 
 def greedy(engine: Any, prompts: Sequence[str], max_tokens: int = 24) -> list[list[str]]:
     """One greedy completion per prompt."""
-    return engine.generate(list(prompts), n=1, temperature=0.0, max_tokens=max_tokens)
+    from dots.scoring.sampling import Sampling
+
+    return engine.generate(list(prompts), Sampling(n=1, temperature=0.0, max_tokens=max_tokens))
 
 
 def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = None, queries: int = 4) -> Any:

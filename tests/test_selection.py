@@ -76,9 +76,9 @@ def test_scoring_resumes_from_record(tmp_path):
     prompts = {q.id: q.question for q in queries}
     calls = []
 
-    def generate(batch, n, **kw):
+    def generate(batch, sampling):
         calls.append(len(batch))
-        return [[f"\\boxed{{{i % 2}}}"] * n for i, _ in enumerate(batch)]
+        return [[f"\\boxed{{{i % 2}}}"] * sampling.n for i, _ in enumerate(batch)]
 
     loaded = []
     activate = {"a": lambda: loaded.append("a"), "b": lambda: loaded.append("b")}

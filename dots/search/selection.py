@@ -24,6 +24,7 @@ from dots.io.problems import Query
 from dots.options.selection import SelectionConfig
 from dots.runtime.progress import progress_bar
 from dots.scoring.grade import consistency_and_majority
+from dots.scoring.sampling import Sampling
 
 __all__ = ["SelectionConfig", "choose", "load_selection", "random_selection", "save_selection", "score_difficulty"]
 
@@ -53,14 +54,10 @@ def _score_source(
     todo = [q for q in queries if q.id not in done]
     batches = [todo[i : i + cfg.batch] for i in range(0, len(todo), cfg.batch)]
     for b, batch in enumerate(progress_bar(batches, f"difficulty · {source}")):
-        outs = generate(
-            [prompts[q.id] for q in batch],
-            n=cfg.m,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            max_tokens=cfg.max_tokens,
-            seed=cfg.seed + b,
+        sampling = Sampling(
+            n=cfg.m, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed + b
         )
+        outs = generate([prompts[q.id] for q in batch], sampling)
         with open(record, "a") as fh:
             for q, samples in zip(batch, outs):
                 done[q.id], answer = consistency_and_majority(samples, mode, rule)
