@@ -319,6 +319,18 @@ def run_together(commands: Sequence[Sequence[str]], timeout: float = 600) -> lis
 # --- studies -----------------------------------------------------------------------------
 
 
+def study_of(values: Sequence[Sequence[float]]) -> Any:
+    """An in-memory (maximise C, minimise PPL) study with one complete trial per (C, PPL) of
+    `values`, in order (trial i at x = i / 100)."""
+    import optuna
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    dist = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    for i, v in enumerate(values):
+        study.add_trial(optuna.trial.create_trial(params={"x": i / 100}, distributions=dist, values=list(v)))
+    return study
+
+
 def add_perfect_trial(storage: Any, name: str) -> None:
     """A complete trial at C = 1, PPL = 1 in the study the CLI will open: it dominates every
     λ the tiny models can score, so pruning must stop each new trial after its first block."""
