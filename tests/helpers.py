@@ -65,6 +65,18 @@ def vllm_cpu_gemm_reads_its_weight(dtype: Any) -> bool:
     return not torch.equal(before, layer.cpu_linear(x, layer.weight, None))
 
 
+# --- source trees -------------------------------------------------------------------------
+
+
+def write_tree(root: Path, files: Mapping[str, str]) -> None:
+    """Write each file of `files` (a path relative to `root` → its text), folders made as needed:
+    a small source tree for the tests that read one with `ast`."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
 # --- the command line ---------------------------------------------------------------------
 
 
