@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Sequence
 
 from dots.errors import DotsError
 from dots.io.commit import atomic_file
+from dots.io.jsonl import json_lines
 from dots.io.problems import Query
 from dots.options.selection import SelectionConfig
 from dots.runtime.progress import progress_bar
@@ -81,14 +82,9 @@ def score_difficulty(
     there are reused, new ones appended as each batch finishes."""
     known: dict[str, dict[str, float]] = {s: {} for s in activate}
     wanted = {q.id for q in queries}
-    if record.exists():
-        for line in record.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-            if row["source"] in known and row["id"] in wanted:
-                known[row["source"]][row["id"]] = row["consistency"]
+    for row in json_lines(record):
+        if row is not None and row["source"] in known and row["id"] in wanted:  # None: a line cut by a kill
+            known[row["source"]][row["id"]] = row["consistency"]
     for source, load in activate.items():
         if all(q.id in known[source] for q in queries):
             continue
