@@ -65,6 +65,18 @@ def vllm_cpu_gemm_reads_its_weight(dtype: Any) -> bool:
     return not torch.equal(before, layer.cpu_linear(x, layer.weight, None))
 
 
+# --- source trees -------------------------------------------------------------------------
+
+
+def write_tree(root: Path, files: Mapping[str, str]) -> None:
+    """Write each file of `files` (a path relative to `root` → its text), folders made as needed:
+    a small source tree for the tests that read one with `ast`."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
 # --- the command line ---------------------------------------------------------------------
 
 
@@ -204,7 +216,9 @@ def save_merged(tv: Any, coefficients: Mapping[str, Any], base: Any, out: Path) 
 
 def greedy(engine: Any, prompts: Sequence[str], max_tokens: int = 24) -> list[list[str]]:
     """One greedy completion per prompt."""
-    return engine.generate(list(prompts), n=1, temperature=0.0, max_tokens=max_tokens)
+    from dots.scoring.sampling import Sampling
+
+    return engine.generate(list(prompts), Sampling(n=1, temperature=0.0, max_tokens=max_tokens))
 
 
 def lab_scorer(cache: Path, k: int = 4, adaptive: Mapping[str, Any] | None = None, queries: int = 4) -> Any:
@@ -315,6 +329,18 @@ def run_together(commands: Sequence[Sequence[str]], timeout: float = 600) -> lis
 
 
 # --- studies -----------------------------------------------------------------------------
+
+
+def study_of(values: Sequence[Sequence[float]]) -> Any:
+    """An in-memory (maximise C, minimise PPL) study with one complete trial per (C, PPL) of
+    `values`, in order (trial i at x = i / 100)."""
+    import optuna
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    dist = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    for i, v in enumerate(values):
+        study.add_trial(optuna.trial.create_trial(params={"x": i / 100}, distributions=dist, values=list(v)))
+    return study
 
 
 def add_perfect_trial(storage: Any, name: str) -> None:

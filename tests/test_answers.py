@@ -68,11 +68,6 @@ EXTRACTION = [
 ]
 
 
-@pytest.mark.parametrize("text,expected", EXTRACTION)
-def test_extract_answer(text, expected):
-    assert extract_answer(text) == expected
-
-
 def test_last_number_fallback_is_opt_in():
     assert extract_answer("the sum is 3 + 4 = 7", fallbacks=("answer_is", "last_number")) == "7"
     assert extract_answer("total 1,234 apples", fallbacks=("last_number",)) == "1234"
@@ -170,9 +165,14 @@ CHOICES = [
 ]
 
 
-@pytest.mark.parametrize("text,expected", CHOICES)
-def test_extract_choice(text, expected):
-    assert extract_choice(text) == expected
+@pytest.mark.parametrize(
+    "extract,text,expected",
+    [(extract_answer, *case) for case in EXTRACTION] + [(extract_choice, *case) for case in CHOICES],
+    ids=lambda value: value.__name__ if callable(value) else None,
+)
+def test_extraction(extract, text, expected):
+    """extract_answer on EXTRACTION's completions, extract_choice on CHOICES'."""
+    assert extract(text) == expected
 
 
 def test_consistency_definition():

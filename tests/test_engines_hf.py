@@ -16,6 +16,7 @@ from dots.options.engine import EngineOptions
 from dots.paths import CONF_DIR
 from dots.scoring import perplexity
 from dots.scoring.perplexity import perplexity
+from dots.scoring.sampling import Sampling
 from dots.vectors.synth import synthesize
 
 PROMPTS = ["12+34=", "What is 7*8? ", "abc", "The answer is \\boxed{"]
@@ -40,12 +41,12 @@ def test_batched_left_padded_generation_equals_one_by_one(engine):
 
 
 def test_sampling_is_seeded_and_varied(engine):
-    a = engine.generate(PROMPTS[:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=3)
-    b = engine.generate(PROMPTS[:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=3)
+    a = engine.generate(PROMPTS[:2], Sampling(n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=3))
+    b = engine.generate(PROMPTS[:2], Sampling(n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=3))
     assert a == b
     assert [len(x) for x in a] == [4, 4]
     assert len(set(a[0])) > 1  # n distinct samples, not n copies
-    assert engine.generate(PROMPTS[:1], n=3, max_tokens=5) == [[greedy(engine, PROMPTS[:1])[0][0][:5]] * 3]
+    assert engine.generate(PROMPTS[:1], Sampling(n=3, max_tokens=5)) == [[greedy(engine, PROMPTS[:1])[0][0][:5]] * 3]
 
 
 def test_prompt_nll_matches_a_plain_forward_pass(engine):

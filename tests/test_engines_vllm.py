@@ -22,6 +22,7 @@ from dots.errors import DotsError  # noqa: E402
 from dots.io.checkpoint import Checkpoint  # noqa: E402
 from dots.options.engine import EngineOptions  # noqa: E402
 from dots.scoring.perplexity import perplexity  # noqa: E402
+from dots.scoring.sampling import Sampling  # noqa: E402
 from dots.vectors.synth import synthesize  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -142,17 +143,17 @@ def test_bad_swaps_leave_the_weights_alone(engine, trio, checkpoints):
 
 
 def test_sampling(engine):
-    a = engine.generate(PROMPTS[:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5)
-    b = engine.generate(PROMPTS[:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5)
+    a = engine.generate(PROMPTS[:2], Sampling(n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5))
+    b = engine.generate(PROMPTS[:2], Sampling(n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5))
     assert a == b and [len(x) for x in a] == [4, 4]
     assert len(set(a[0])) > 1  # distinct samples
     assert a[0] != a[1]
     # a prompt's draws are keyed by the prompt, not its place in the call (common random numbers
     # across an adaptive round's differing active queries); a repeated prompt gets a stream of its own
-    alone = engine.generate(PROMPTS[1:2], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5)
-    twice = engine.generate([PROMPTS[0], PROMPTS[0]], n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5)
+    alone = engine.generate(PROMPTS[1:2], Sampling(n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5))
+    twice = engine.generate([PROMPTS[0], PROMPTS[0]], Sampling(n=4, temperature=1.0, top_p=0.95, max_tokens=12, seed=5))
     assert alone[0] == a[1] and twice[0] == a[0] and twice[1] != twice[0]
-    g = engine.generate(PROMPTS[:1], n=3, temperature=0.0, max_tokens=8)
+    g = engine.generate(PROMPTS[:1], Sampling(n=3, temperature=0.0, max_tokens=8))
     assert len(g[0]) == 3 and len(set(g[0])) == 1
     assert perplexity(engine.prompt_nll(PROMPTS)) > 1.0
 
@@ -162,6 +163,7 @@ import sys
 from dots.engines.vllm.engine import VLLMEngine
 from dots.options.engine import EngineOptions
 from dots.runtime.signals import exit_on_sigterm
+from dots.scoring.sampling import Sampling
 
 if __name__ == "__main__":
     exit_on_sigterm()  # what dots.search and dots.evaluate install
@@ -169,7 +171,7 @@ if __name__ == "__main__":
     try:
         print("engine-core", engine.worker_info()[0]["pid"], flush=True)
         while True:
-            engine.generate(["12+34="], n=2, temperature=1.0, max_tokens=16)
+            engine.generate(["12+34="], Sampling(n=2, temperature=1.0, max_tokens=16))
     finally:
         engine.close()
 """

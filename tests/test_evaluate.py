@@ -265,9 +265,9 @@ class Counting:
     def __init__(self, engine, log):
         self._engine, self._log = engine, log
 
-    def generate(self, prompts, **kw):
+    def generate(self, prompts, sampling):
         self._log.append(len(prompts))
-        return self._engine.generate(prompts, **kw)
+        return self._engine.generate(prompts, sampling)
 
     def __getattr__(self, name):
         return getattr(self._engine, name)

@@ -848,47 +848,42 @@ def refused_evaluate_option(box: Sandbox, option: str, value: str) -> None:
     refused(box, "evaluate options", "dots.evaluate", with_option(evaluate_argv(box), option, value), [option])
 
 
-@pytest.mark.parametrize("option", sorted(SEARCH_OPTIONS))
+# command -> (its options' domains, the kept cases, the refusal of a bad value: (box, *where, value),
+# where an option's name, or for merge its method and name)
+COMMAND_OPTIONS = {
+    "search": (SEARCH_OPTIONS, SEARCH_CASES, refused_search_option),
+    "merge": (MERGE_OPTIONS, MERGE_CASES, refused_merge_option),
+    "evaluate": (EVALUATE_OPTIONS, EVALUATE_CASES, refused_evaluate_option),
+}
+
+
+def where(key: str | tuple[str, ...]) -> tuple[str, ...]:
+    """An option's key in its table as the refusal's arguments (merge's keys are (method, option))."""
+    return key if isinstance(key, tuple) else (key,)
+
+
+@pytest.mark.parametrize(
+    "command,key",
+    [(command, key) for command, (options, _, _) in COMMAND_OPTIONS.items() for key in sorted(options)],
+    ids=lambda value: ":".join(where(value)),
+)
 @OPTION_FUZZ
 @seed(SEED)
 @given(data=st.data())
-def test_search_options(box, option, data):
-    """Every option of `dots.search` at least once per run: a bad value is refused naming it."""
-    refused_search_option(box, option, data.draw(bad_values(SEARCH_OPTIONS[option]), label="value"))
+def test_command_options(box, command, key, data):
+    """Every option of `dots.search`, `dots.merge` (per method) and `dots.evaluate` at least once
+    per run: a bad value is refused naming it."""
+    options, _, refuse = COMMAND_OPTIONS[command]
+    refuse(box, *where(key), data.draw(bad_values(options[key]), label="value"))
 
 
-@pytest.mark.parametrize("case", SEARCH_CASES, ids="=".join)
-def test_search_option_cases(box, case):
-    refused_search_option(box, *case)
-
-
-@pytest.mark.parametrize("method_option", sorted(MERGE_OPTIONS), ids=":".join)
-@OPTION_FUZZ
-@seed(SEED)
-@given(data=st.data())
-def test_merge_options(box, method_option, data):
-    """Every option of `dots.merge` (per method) at least once per run, refused naming it."""
-    value = data.draw(bad_values(MERGE_OPTIONS[method_option]), label="value")
-    refused_merge_option(box, *method_option, value)
-
-
-@pytest.mark.parametrize("case", MERGE_CASES, ids=":".join)
-def test_merge_option_cases(box, case):
-    refused_merge_option(box, *case)
-
-
-@pytest.mark.parametrize("option", sorted(EVALUATE_OPTIONS))
-@OPTION_FUZZ
-@seed(SEED)
-@given(data=st.data())
-def test_evaluate_options(box, option, data):
-    """Every option of `dots.evaluate` at least once per run, refused naming it."""
-    refused_evaluate_option(box, option, data.draw(bad_values(EVALUATE_OPTIONS[option]), label="value"))
-
-
-@pytest.mark.parametrize("case", EVALUATE_CASES, ids="=".join)
-def test_evaluate_option_cases(box, case):
-    refused_evaluate_option(box, *case)
+@pytest.mark.parametrize(
+    "command,case",
+    [(command, case) for command, (_, cases, _) in COMMAND_OPTIONS.items() for case in cases],
+    ids=lambda value: "=".join(where(value)),
+)
+def test_command_option_cases(box, command, case):
+    COMMAND_OPTIONS[command][2](box, *case)
 
 
 # --- inputs against each other (issue #39) -----------------------------------------------------------

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from dots.errors import DotsError
 from dots.lab import tasks as T
+from dots.scoring.sampling import Sampling
 
 # A trio small enough to train in a few seconds (head_dim stays 32).
 TINY = [
@@ -278,7 +279,7 @@ def test_local_sampler_matches_transformers_greedy(trio):
 
     engine = LocalEngine(trio["sft"])
     prompts = ["5+3=", "47+38=", "100-7=", "9-9="]  # different lengths: left padding in one batch
-    ours = engine.generate(prompts, n=1, temperature=0.0, max_tokens=10)
+    ours = engine.generate(prompts, Sampling(n=1, temperature=0.0, max_tokens=10))
     model = AutoModelForCausalLM.from_pretrained(trio["sft"], dtype=torch.float32)
     for prompt, [text] in zip(prompts, ours):
         ids = torch.tensor(encode(engine.tok, [prompt]))
@@ -297,8 +298,8 @@ def test_sampling_is_seeded(trio):
     from dots.lab.sampling import LocalEngine
 
     engine = LocalEngine(trio["base"])
-    a = engine.generate(["12+34="] * 3, n=4, temperature=1.0, max_tokens=8, seed=3)
-    b = engine.generate(["12+34="] * 3, n=4, temperature=1.0, max_tokens=8, seed=3)
+    a = engine.generate(["12+34="] * 3, Sampling(n=4, temperature=1.0, max_tokens=8, seed=3))
+    b = engine.generate(["12+34="] * 3, Sampling(n=4, temperature=1.0, max_tokens=8, seed=3))
     assert a == b and len(a) == 3 and all(len(x) == 4 for x in a)
 
 
@@ -308,8 +309,8 @@ class AnswerBook:
     def __init__(self, sub_answers):
         self.sub_answers = sub_answers
 
-    def generate(self, prompts, n=1, temperature=0.0, top_p=1.0, max_tokens=256, seed=None):
-        out = []
+    def generate(self, prompts, sampling=Sampling()):
+        n, out = sampling.n, []
         for p in prompts:
             a, op, b = p[:-1].partition("+") if "+" in p else p[:-1].partition("-")
             if op == "+":

@@ -13,6 +13,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers import write_tree
 
 ROOT = Path(__file__).resolve().parent.parent / "dots"
 
@@ -135,15 +136,19 @@ def graph() -> tuple[dict[str, Path], dict[str, set[str]]]:
 
 def test_the_reader_sees_function_level_and_type_checking_imports(tmp_path):
     pkg = tmp_path / "dots"
-    (pkg / "a").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a" / "__init__.py").write_text("")
-    (pkg / "a" / "x.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dots.a.y import T\n"
-        "def f():\n    from . import z\n"
+    write_tree(
+        tmp_path,
+        {
+            "dots/__init__.py": "",
+            "dots/a/__init__.py": "",
+            "dots/a/x.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dots.a.y import T\n"
+                "def f():\n    from . import z\n"
+            ),
+            "dots/a/y.py": "import dots.a.x\n",
+            "dots/a/z.py": "from dots.a import x as _x\n",
+        },
     )
-    (pkg / "a" / "y.py").write_text("import dots.a.x\n")
-    (pkg / "a" / "z.py").write_text("from dots.a import x as _x\n")
     modules = {
         ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): p for p in pkg.rglob("*.py")
     }

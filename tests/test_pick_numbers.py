@@ -10,9 +10,9 @@ import json
 import math
 from types import SimpleNamespace
 
-import optuna
 import pytest
 import torch
+from helpers import study_of
 from safetensors.torch import save_file
 
 from dots.errors import DotsError
@@ -78,14 +78,6 @@ def test_the_pick_is_the_highest_confirmed_c_with_its_interval_not_the_best_sear
 
 
 # ---- the stop rule: windows and the share of the hypervolume
-
-
-def study_of(values) -> optuna.Study:
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    dist = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
-    for i, v in enumerate(values):
-        study.add_trial(optuna.trial.create_trial(params={"x": i / 100}, distributions=dist, values=list(v)))
-    return study
 
 
 def test_the_share_a_window_adds_is_the_hand_computed_one():

@@ -16,7 +16,7 @@ import re
 import optuna
 import pytest
 import yaml
-from helpers import add_perfect_trial, compose, overrides, run_cli, run_together
+from helpers import add_perfect_trial, compose, overrides, run_cli, run_together, study_of
 from test_parallel import load, worker_cmd
 
 from dots.search.pick.pareto import Point, pareto_front, pick
@@ -88,19 +88,11 @@ def test_hypervolume_of_a_staircase_and_the_relative_gain():
     assert relative_gain([(0.5, 2.0), None, None], 2) == 0.0  # pruned trials add nothing
 
 
-def synthetic_study(values):
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    dist = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
-    for i, v in enumerate(values):
-        study.add_trial(optuna.trial.create_trial(params={"x": i / 100}, distributions=dist, values=list(v)))
-    return study
-
-
 def test_the_stop_rule_waits_for_two_windows_fires_on_no_gain_and_is_kept():
     rule = StopRule("hypervolume", window=3, threshold=0.01)
     gains = [(0.1 * i, 3.0 - 0.1 * i) for i in range(5)]  # every trial improves the front
-    assert stop_reason(synthetic_study(gains), rule) is None
-    stuck = synthetic_study(gains[:3] + [(0.0, 9.0)] * 2)
+    assert stop_reason(study_of(gains), rule) is None
+    stuck = study_of(gains[:3] + [(0.0, 9.0)] * 2)
     assert stop_reason(stuck, rule) is None  # five scored trials < 2·window
     stuck.add_trial(
         optuna.trial.create_trial(

@@ -12,6 +12,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+from helpers import write_tree
+
 REPO = Path(__file__).resolve().parent.parent
 TREES = ("dots", "tests", "benchmarks", "scripts")
 
@@ -80,36 +83,40 @@ def outside_all(root: Path) -> list[str]:
     return found
 
 
-def test_the_scan_finds_a_private_name_imported_from_another_package(tmp_path):
-    (tmp_path / "dots" / "a").mkdir(parents=True)
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "dots" / "a" / "x.py").write_text(
-        "from dots.a.y import _same_package\nfrom dots import __version__\nfrom . import _relative\n"
-        "def f():\n    from dots.b.z import _hidden\n"
-    )
-    (tmp_path / "tests" / "test_x.py").write_text("from dots.a.x import _f, public\n")
-    assert private_crossings(tmp_path) == [
-        "dots/a/x.py:5: from dots.b.z import _hidden",
-        "tests/test_x.py:1: from dots.a.x import _f",
-    ]
+# each scan on a small tree of its own: (the scan, the tree's files, the lines it must report)
+PLANTED = {
+    "private-name": (
+        private_crossings,
+        {
+            "dots/a/x.py": (
+                "from dots.a.y import _same_package\nfrom dots import __version__\nfrom . import _relative\n"
+                "def f():\n    from dots.b.z import _hidden\n"
+            ),
+            "tests/test_x.py": "from dots.a.x import _f, public\n",
+        },
+        ["dots/a/x.py:5: from dots.b.z import _hidden", "tests/test_x.py:1: from dots.a.x import _f"],
+    ),
+    "outside-all": (
+        outside_all,
+        {
+            "dots/a/x.py": '__all__ = ["offered"]\n\ndef offered(): ...\ndef kept(): ...\n',
+            "dots/a/y.py": "from dots.a.x import kept\n",  # same package: fine
+            "dots/b/z.py": "from dots.a.x import offered, kept\nfrom dots.a import x\n",
+            "tests/test_x.py": "def f():\n    from dots.a.x import kept\n",
+        },
+        ["dots/b/z.py:1: from dots.a.x import kept", "tests/test_x.py:2: from dots.a.x import kept"],
+    ),
+}
+
+
+@pytest.mark.parametrize("scan,files,found", PLANTED.values(), ids=list(PLANTED))
+def test_the_scan_finds_what_is_planted(tmp_path, scan, files, found):
+    write_tree(tmp_path, files)
+    assert scan(tmp_path) == found
 
 
 def test_no_private_name_crosses_a_package():
     assert private_crossings(REPO) == []
-
-
-def test_the_scan_finds_a_name_outside_all(tmp_path):
-    (tmp_path / "dots" / "a").mkdir(parents=True)
-    (tmp_path / "dots" / "b").mkdir()
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "dots" / "a" / "x.py").write_text('__all__ = ["offered"]\n\ndef offered(): ...\ndef kept(): ...\n')
-    (tmp_path / "dots" / "a" / "y.py").write_text("from dots.a.x import kept\n")  # same package: fine
-    (tmp_path / "dots" / "b" / "z.py").write_text("from dots.a.x import offered, kept\nfrom dots.a import x\n")
-    (tmp_path / "tests" / "test_x.py").write_text("def f():\n    from dots.a.x import kept\n")
-    assert outside_all(tmp_path) == [
-        "dots/b/z.py:1: from dots.a.x import kept",
-        "tests/test_x.py:2: from dots.a.x import kept",
-    ]
 
 
 def test_what_crosses_a_package_is_in_its_all():

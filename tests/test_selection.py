@@ -76,9 +76,9 @@ def test_scoring_resumes_from_record(tmp_path):
     prompts = {q.id: q.question for q in queries}
     calls = []
 
-    def generate(batch, n, **kw):
+    def generate(batch, sampling):
         calls.append(len(batch))
-        return [[f"\\boxed{{{i % 2}}}"] * n for i, _ in enumerate(batch)]
+        return [[f"\\boxed{{{i % 2}}}"] * sampling.n for i, _ in enumerate(batch)]
 
     loaded = []
     activate = {"a": lambda: loaded.append("a"), "b": lambda: loaded.append("b")}
@@ -104,3 +104,12 @@ def test_selection_file_roundtrip_and_key(tmp_path):
     assert load_selection(tmp_path / "selection.jsonl", "k2") is None
     first_row = json.loads((tmp_path / "selection.jsonl").read_text().splitlines()[1])
     assert set(first_row["consistency"]) == {"sft", "rlvr"} and "difficulty" in first_row
+
+
+def test_an_appended_record_reads_a_cut_line_as_none(tmp_path):
+    from dots.io.jsonl import json_lines
+
+    record = tmp_path / "rows.jsonl"
+    assert json_lines(record) == []  # no file yet
+    record.write_text('{"a": 1}\n{"a": 2, "b"{"a": 3}\n{"a": 4}\n{"a": 5')  # a cut row, a row after it, a cut end
+    assert json_lines(record) == [{"a": 1}, None, {"a": 4}, None]

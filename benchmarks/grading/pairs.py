@@ -14,12 +14,15 @@ from benchmarks.harness.results import REPO
 def lab_pairs(problems: int, samples: int) -> list[dict]:
     from dots.lab import tasks
     from dots.lab.sampling import LocalEngine
+    from dots.scoring.sampling import Sampling
 
     recs = tasks.test_problems({"size": problems})
     out = []
     for model in sorted((REPO / "dots" / "data" / "lab").glob("*-*")):
         engine = LocalEngine(model, threads=1)
-        gens = engine.generate([r["question"] for r in recs], n=samples, temperature=0.6, max_tokens=32, seed=0)
+        gens = engine.generate(
+            [r["question"] for r in recs], Sampling(n=samples, temperature=0.6, max_tokens=32, seed=0)
+        )
         for rec, comps in zip(recs, gens):
             for c in comps:
                 truth = tasks.extract_answer(c) == int(rec["answer"])

@@ -13,10 +13,13 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from benchmarks.harness.results import REPO as ROOT
 from benchmarks.harness.results import write_json
+
+if TYPE_CHECKING:
+    from dots.scoring.sampling import Sampling
 
 
 def out_root() -> Path:
@@ -89,8 +92,8 @@ class LabEngine:
         self.synth = ResidentSynthesizer(task_vectors, device=torch.device("cpu"))
         self.tok = self.local.tok
 
-    def generate(self, prompts, n=1, temperature=0.0, top_p=1.0, max_tokens=256, seed=None):
-        return self.local.generate(prompts, n, temperature, top_p, max_tokens, seed)
+    def generate(self, prompts: Sequence[str], sampling: Sampling) -> list[list[str]]:
+        return self.local.generate(prompts, sampling)
 
     def prompt_nll(self, texts: Sequence[str]) -> list:
         import torch

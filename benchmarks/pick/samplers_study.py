@@ -34,12 +34,10 @@ class MemoScorer:
         return json.dumps([int(seed), sorted((k, round(float(v), 10)) for k, v in coefficients.items())])
 
     def _read(self) -> None:
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:  # a line cut by a kill
-                    continue
+        from dots.io.jsonl import json_lines
+
+        for row in json_lines(self.path):
+            if row is not None:  # None: a line cut by a kill
                 self.rows[row["key"]] = row
 
     def add(self, key: str, res: Any) -> None:

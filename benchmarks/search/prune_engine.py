@@ -4,7 +4,10 @@ optimum; the prompts' NLL is a quadratic in λ with its own optimum (`ppl_center
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dots.scoring.sampling import Sampling
 
 
 class SynthEngine:
@@ -24,7 +27,7 @@ class SynthEngine:
         nll = 1.0 + (a - self.center[0]) ** 2 + 0.5 * (b - self.center[1]) ** 2
         return [PromptNLL(5 * nll, 5) for _ in texts]
 
-    def generate(self, prompts: Any, n: int, temperature: float, top_p: float, max_tokens: int, seed: int) -> list:
+    def generate(self, prompts: Any, sampling: Sampling) -> list:
         import hashlib
         import random
 
@@ -33,8 +36,11 @@ class SynthEngine:
         for prompt in prompts:
             d = int(prompt.split()[1])
             right = max(0.05, min(0.98, 0.95 - 0.3 * ((a - 1.2) ** 2 + (b - 1.0) ** 2) - 0.01 * (d % 30)))
-            rng = random.Random(hashlib.sha256(f"{prompt}|{seed}|{a:.12f}|{b:.12f}".encode()).digest())
+            rng = random.Random(hashlib.sha256(f"{prompt}|{sampling.seed}|{a:.12f}|{b:.12f}".encode()).digest())
             out.append(
-                [f"\\boxed{{{d}}}" if rng.random() < right else f"\\boxed{{{rng.randint(0, 3)}}}" for _ in range(n)]
+                [
+                    f"\\boxed{{{d}}}" if rng.random() < right else f"\\boxed{{{rng.randint(0, 3)}}}"
+                    for _ in range(sampling.n)
+                ]
             )
         return out

@@ -25,6 +25,7 @@ from benchmarks.harness.tokenizer import write_tokenizer
 from dots.io.checkpoint import Checkpoint
 from dots.io.writer import CheckpointWriter
 from dots.options.engine import EngineOptions
+from dots.scoring.sampling import Sampling
 
 PROMPT = "Question: what is 12 + 30? Answer:"
 QWEN_05B = SHAPES["qwen2-0.5b-depth"]  # Qwen2.5-0.5B's widths, tied embeddings; the depth is --layers
@@ -109,4 +110,4 @@ def make_engine(kind: str, model: Path, tv=None, args=None, synth_cache: str = "
 
 
 def greedy(engine) -> str:
-    return engine.generate([PROMPT], max_tokens=8)[0][0]
+    return engine.generate([PROMPT], Sampling(max_tokens=8))[0][0]

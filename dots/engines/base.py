@@ -9,6 +9,7 @@ import torch
 
 from dots.errors import DotsError
 from dots.scoring.perplexity import PromptNLL
+from dots.scoring.sampling import Sampling
 from dots.vectors.coefficients import Coefficients
 
 if TYPE_CHECKING:
@@ -51,16 +52,8 @@ class Engine(Protocol):
     resident_form: str  # the form τ̃ is held in when resident (`dots.vectors.forms`)
     swap_path: str
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_tokens: int = 256,
-        seed: int | None = None,
-    ) -> list[list[str]]:
-        """n completions per prompt (temperature 0 = greedy)."""
+    def generate(self, prompts: Sequence[str], sampling: Sampling = Sampling()) -> list[list[str]]:
+        """`sampling.n` completions per prompt (temperature 0 = greedy)."""
         ...
 
     def prompt_nll(self, texts: Sequence[str]) -> list[PromptNLL]: ...

@@ -28,6 +28,7 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.options.engine import DTYPES, EngineOptions
 from dots.scoring.perplexity import PromptNLL
+from dots.scoring.sampling import Sampling
 from dots.vectors.coefficients import Coefficients
 
 if TYPE_CHECKING:
@@ -87,14 +88,14 @@ class HFEngine:
         self.set_task_vectors(task_vectors)
 
     # --- inference ------------------------------------------------------------------------
-    def _generation_config(self, n: int, temperature: float, top_p: float, max_tokens: int):
+    def _generation_config(self, sampling: Sampling):
         from transformers import GenerationConfig
 
-        greedy = temperature <= 0
+        greedy = sampling.greedy
         cfg = GenerationConfig(
-            max_new_tokens=int(max_tokens),
+            max_new_tokens=int(sampling.max_tokens),
             do_sample=not greedy,
-            num_return_sequences=1 if greedy else n,
+            num_return_sequences=1 if greedy else sampling.n,
             eos_token_id=self._eos or None,
             pad_token_id=self.tokenizer.pad_token_id,
             top_k=None,
@@ -103,27 +104,17 @@ class HFEngine:
             bos_token_id=self.model.generation_config.bos_token_id,
         )
         if not greedy:
-            cfg.temperature = float(temperature)
-            cfg.top_p = float(top_p)
+            cfg.temperature = float(sampling.temperature)
+            cfg.top_p = float(sampling.top_p)
         return cfg
 
     @torch.inference_mode()
-    def generate(
-        self,
-        prompts: Sequence[str],
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_tokens: int = 256,
-        seed: int | None = None,
-    ) -> list[list[str]]:
+    def generate(self, prompts: Sequence[str], sampling: Sampling = Sampling()) -> list[list[str]]:
         """n completions per prompt; temperature 0 is greedy (its n copies are identical)."""
-        if n < 1:
-            raise DotsError(f"n must be >= 1, got {n}")
-        if seed is not None:
-            torch.manual_seed(seed)
-        greedy = temperature <= 0
-        cfg = self._generation_config(n, temperature, top_p, max_tokens)
+        n, greedy = sampling.n, sampling.greedy
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        cfg = self._generation_config(sampling)
         per_batch = self.batch_size if greedy else max(1, self.batch_size // n)
         results: list[list[str]] = []
         for start in range(0, len(prompts), per_batch):

@@ -17,6 +17,7 @@ from dots.io.commit import atomic_file
 from dots.io.problems import Query
 from dots.keys import stable_hash
 from dots.scoring.prompts import format_prompt
+from dots.scoring.sampling import Sampling
 
 if TYPE_CHECKING:
     from dots.engines.base import Engine
@@ -108,14 +109,14 @@ def run_benchmark(
             prompts = [
                 format_prompt(p.question, cast(str, bench.prompt), tokenizer, bench.system_prompt) for _, p in items
             ]
-            outs = engine.generate(
-                prompts,
+            sampling = Sampling(
                 n=metric.n,
                 temperature=float(bench.temperature),
                 top_p=float(bench.top_p),
                 max_tokens=int(cast(int, bench.max_tokens)),  # validate() requires it
                 seed=int(seed) + index,
             )
+            outs = engine.generate(prompts, sampling)
             if len(outs) != len(items) or any(len(o) != metric.n for o in outs):
                 raise RuntimeError(f"the engine returned {len(outs)} results for {len(items)} prompts")
             for (_, p), completions in zip(items, outs):

@@ -14,6 +14,7 @@ import torch
 
 from dots.lab.tokenizer import build_char_tokenizer
 from dots.scoring.perplexity import PromptNLL
+from dots.scoring.sampling import Sampling
 
 if TYPE_CHECKING:
     from dots.vectors.coefficients import Coefficients
@@ -107,20 +108,12 @@ class LocalEngine:
         self.model = load_model(model) if isinstance(model, (str, Path)) else model.eval()
         self.tok = build_char_tokenizer()
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_tokens: int = 256,
-        seed: int | None = None,
-    ) -> list[list[str]]:
-        gen = torch.Generator().manual_seed(int(seed or 0))
+    def generate(self, prompts: Sequence[str], sampling: Sampling = Sampling()) -> list[list[str]]:
+        n = sampling.n
+        gen = torch.Generator().manual_seed(int(sampling.seed or 0))
         ids = [p for p in encode(self.tok, prompts) for _ in range(n)]
-        done = sample_ids(
-            self.model, ids, max_tokens, self.tok.eos_token_id, self.tok.pad_token_id, temperature, top_p, gen
-        )
+        eos, pad = self.tok.eos_token_id, self.tok.pad_token_id
+        done = sample_ids(self.model, ids, sampling.max_tokens, eos, pad, sampling.temperature, sampling.top_p, gen)
         texts = self.tok.batch_decode(done, skip_special_tokens=True)
         return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from dots.lab.tasks import extract_answer
 from dots.scoring.grade import consistency_of_labels
+from dots.scoring.sampling import Sampling
 
 __all__ = ["accuracy"]
 
@@ -35,9 +36,8 @@ def accuracy(
     """
     if not problems:
         raise ValueError("no problems to score")
-    outs = engine.generate(
-        [p["question"] for p in problems], n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
-    )
+    sampling = Sampling(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
+    outs = engine.generate([p["question"] for p in problems], sampling)
     by_skill: dict[str, list[float]] = defaultdict(list)
     cons, rows = [], []
     for prob, samples in zip(problems, outs):

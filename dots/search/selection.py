@@ -20,10 +20,12 @@ from typing import Callable, Mapping, Sequence
 
 from dots.errors import DotsError
 from dots.io.commit import atomic_file
+from dots.io.jsonl import json_lines
 from dots.io.problems import Query
 from dots.options.selection import SelectionConfig
 from dots.runtime.progress import progress_bar
 from dots.scoring.grade import consistency_and_majority
+from dots.scoring.sampling import Sampling
 
 __all__ = ["SelectionConfig", "choose", "load_selection", "random_selection", "save_selection", "score_difficulty"]
 
@@ -53,14 +55,10 @@ def _score_source(
     todo = [q for q in queries if q.id not in done]
     batches = [todo[i : i + cfg.batch] for i in range(0, len(todo), cfg.batch)]
     for b, batch in enumerate(progress_bar(batches, f"difficulty · {source}")):
-        outs = generate(
-            [prompts[q.id] for q in batch],
-            n=cfg.m,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            max_tokens=cfg.max_tokens,
-            seed=cfg.seed + b,
+        sampling = Sampling(
+            n=cfg.m, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed + b
         )
+        outs = generate([prompts[q.id] for q in batch], sampling)
         with open(record, "a") as fh:
             for q, samples in zip(batch, outs):
                 done[q.id], answer = consistency_and_majority(samples, mode, rule)
@@ -84,14 +82,9 @@ def score_difficulty(
     there are reused, new ones appended as each batch finishes."""
     known: dict[str, dict[str, float]] = {s: {} for s in activate}
     wanted = {q.id for q in queries}
-    if record.exists():
-        for line in record.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-            if row["source"] in known and row["id"] in wanted:
-                known[row["source"]][row["id"]] = row["consistency"]
+    for row in json_lines(record):
+        if row is not None and row["source"] in known and row["id"] in wanted:  # None: a line cut by a kill
+            known[row["source"]][row["id"]] = row["consistency"]
     for source, load in activate.items():
         if all(q.id in known[source] for q in queries):
             continue

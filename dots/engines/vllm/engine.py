@@ -50,6 +50,7 @@ from dots.paths import export_import_path
 from dots.runtime.environ import environment
 from dots.runtime.reaper import start_reaper
 from dots.scoring.perplexity import PromptNLL
+from dots.scoring.sampling import Sampling
 from dots.vectors.coefficients import Coefficients
 
 __all__ = ["VLLMEngine"]
@@ -107,22 +108,10 @@ class VLLMEngine:
             self.set_task_vectors(task_vectors)
 
     # --- inference ------------------------------------------------------------------------
-    def generate(
-        self,
-        prompts: Sequence[str],
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_tokens: int = 256,
-        seed: int | None = None,
-    ) -> list[list[str]]:
+    def generate(self, prompts: Sequence[str], sampling: Sampling = Sampling()) -> list[list[str]]:
         """n completions per prompt; temperature 0 is greedy (its n copies are identical)."""
         SamplingParams = import_vllm().SamplingParams
-
-        if n < 1:
-            raise DotsError(f"n must be >= 1, got {n}")
-        greedy = temperature <= 0
-
+        n, greedy, seed = sampling.n, sampling.greedy, sampling.seed
         seen: dict[str, int] = {}
 
         def params(prompt: str) -> Any:
@@ -131,9 +120,9 @@ class VLLMEngine:
             occurrence = seen[prompt] = seen.get(prompt, -1) + 1
             return SamplingParams(
                 n=1 if greedy else n,
-                temperature=0.0 if greedy else float(temperature),
-                top_p=1.0 if greedy else float(top_p),
-                max_tokens=int(max_tokens),
+                temperature=0.0 if greedy else float(sampling.temperature),
+                top_p=1.0 if greedy else float(sampling.top_p),
+                max_tokens=int(sampling.max_tokens),
                 seed=None if seed is None else _prompt_seed(seed, prompt, occurrence, n),
             )
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from dots.io.jsonl import json_lines
 from dots.options.pick import ConfirmOptions
 from dots.options.study import StudyOptions
 from dots.search.pick.pareto import Point
@@ -98,12 +99,8 @@ def confirm_candidates(
 def read_partial(path: Path, key: str) -> list[dict]:
     """The rows of an interrupted confirmation with this key, in order (a torn last line dropped)."""
     rows: list[dict] = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+    for row in json_lines(path):
+        if row is None:  # a torn line: the rows up to it
             break
         if isinstance(row, dict) and row.get("key") == key and row.get("rank") == len(rows):
             rows.append({k: v for k, v in row.items() if k != "key"})

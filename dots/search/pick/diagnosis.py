@@ -14,10 +14,10 @@ label-free signs of that, each one line at the end of a search, in result.yaml a
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from dots.io.jsonl import json_lines
 from dots.options.study import DEFAULT_RANGE
 from dots.scoring.equivalence import answers_equivalent
 
@@ -41,13 +41,7 @@ def source_answers(record: Path) -> dict[str, dict[str, str | None]]:
     """source -> query id -> majority answer, from the selection's difficulty record (rows
     written before answers were recorded are skipped)."""
     found: dict[str, dict[str, str | None]] = {}
-    if not record.is_file():
-        return found
-    for line in record.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for row in json_lines(record):
         if isinstance(row, dict) and "answer" in row:
             found.setdefault(str(row["source"]), {})[str(row["id"])] = row["answer"]
     return found

@@ -14,6 +14,7 @@ from dots.options.study import StudyOptions
 from dots.runtime.timing import DeviceTimer, device_of
 from dots.scoring.grade import answer_labels, consistency_and_majority
 from dots.scoring.perplexity import perplexity
+from dots.scoring.sampling import Sampling
 from dots.search.study.adaptive import sample_adaptively
 from dots.search.study.pruning import DEFAULT_BATCH
 from dots.vectors.coefficients import Coefficients
@@ -68,9 +69,8 @@ class Scorer:
         self.pruner: Callable[[list[float], int, float], dict | None] | None = None  # set by pruning.attach
 
     def _generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:
-        return self.engine.generate(
-            prompts, n=n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=seed
-        )
+        sampling = Sampling(n=n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=seed)
+        return self.engine.generate(prompts, sampling)
 
     def sample(self, prompts: list[str], seed: int) -> list[list[str]]:
         """k samples per prompt, or fewer where adaptive sampling settles a query's majority."""
