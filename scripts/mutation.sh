@@ -4,23 +4,28 @@
 # with the fast in-process tests of those modules ([tool.mutmut] in pyproject.toml). Each mutant
 # runs only the selected tests that reach the mutated function; one child at nice 19 (it must not
 # starve anything else on the machine), torch on one thread. Results: docs/testing.md.
-# A run over all mutants takes days on 2 shared cores: start it with `--sample 1`, and continue
-# it in later sessions with `--resume` (mutants/ keeps every result; do not delete it).
+# A run over all mutants takes days on 2 shared cores: generate them once (`--generate`), then run
+# them a package at a time (NAME globs), continuing in later sessions with `--resume GLOB` (mutants/
+# keeps every result; do not delete it).
 #
 #   scripts/mutation.sh [--sample K]  fresh run (removes mutants/) of every K-th mutant of the
-#                                     sorted list (default K=30; K=1: all 6522 mutants)
-#   scripts/mutation.sh --resume      runs the mutants of mutants/sample.txt not run yet (after an
-#                                     interruption), then the score
+#                                     sorted list (default K=30; K=1: all, 16,443 on 2026-12-04)
+#   scripts/mutation.sh --generate    fresh mutants/ (removes it): every mutant and mutmut's
+#                                     per-test stats, all listed in mutants/sample.txt, none run;
+#                                     then run the core in pieces with NAME... or --resume GLOB...
+#   scripts/mutation.sh --resume [GLOB...]  runs the mutants of mutants/sample.txt not run yet
+#                                     (those matching a GLOB, e.g. 'dots.scoring.*'; "run" by
+#                                     mutmut or in mutants/results.txt), then the score
 #   scripts/mutation.sh --survivors   reruns only the mutants in mutants/survivors.txt (after
 #                                     adding tests), then the score
-#   scripts/mutation.sh --score       the score of the last run, nothing rerun
-#   scripts/mutation.sh NAME...       reruns the named mutants (globs allowed: 'dots.scoring.*')
+#   scripts/mutation.sh --score       the score of the mutants run so far, nothing rerun
+#   scripts/mutation.sh NAME...       (re)runs the named mutants (globs allowed: 'dots.scoring.*')
 #
-# Prints killed / total per package and overall (survived, timeout, no-tests apart; total counts
-# the mutants run) and writes the survivors to mutants/survivors.txt; `mutmut show NAME` prints
-# a mutant's diff. Time on 2 shared cores (AMD EPYC VM, other work running, measured 2026-11-28):
-# the default sample of 218 mutants ~50 min, rerunning the 76 not killed 23 min; all 6,522
-# mutants would take many hours (docs/testing.md).
+# Prints killed / run per package of the core (survived, timeout, no-tests apart; "not run": the
+# mutants of mutants/sample.txt in that package not run yet) and per module with mutants run, and
+# writes the survivors to mutants/survivors.txt; `mutmut show NAME` prints a mutant's diff. Time on
+# 2 shared cores (AMD EPYC VM, other work running): generating the mutants and the stats ~12 min,
+# the default sample of 218 mutants ~50 min (2026-11-28); per package: docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -40,13 +45,40 @@ score() {
   "$MUTMUT" results --all true | "$PY" scripts/mutation_score.py mutants/results.txt mutants/survivors.txt mutants/sample.txt
 }
 
+# A fresh mutants/: the first call generates the mutants and the test stats, and stops (no mutant
+# has that name); a test failing there stops mutmut ("failed to collect stats"), shown here. Then
+# every K-th mutant of the sorted list goes into mutants/sample.txt.
+generate() {
+  rm -rf mutants
+  nice -n 19 "$MUTMUT" run --max-children 1 "no-mutant-has-this-name" >mutants-generate.log 2>&1 || true
+  mv mutants-generate.log mutants/generate.log
+  if grep -q "failed to collect stats" mutants/generate.log; then
+    tr '\r' '\n' <mutants/generate.log | grep -v "Running stats" | tail -40
+    echo "mutmut's stats run failed: a selected test fails where mutmut runs it; to see which, run the"
+    echo "selection in mutants/ as mutmut does: cd mutants && MUTANT_UNDER_TEST=stats python -m pytest ..."
+    exit 1
+  fi
+  "$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' | LC_ALL=C sort \
+    | awk -v k="$1" '(NR - 1) % k == 0' >mutants/sample.txt
+  echo "$(wc -l <mutants/sample.txt) mutants: every $1-th of $("$MUTMUT" results --all true | wc -l)"
+}
+
 start=$(date +%s)
 case "${1:-}" in
   --score) score; exit 0 ;;
+  --generate) generate 1; exit 0 ;;
   --resume)
-    mapfile -t names < <("$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' \
-      | grep -Fxf mutants/sample.txt)
-    echo "${#names[@]} mutants of mutants/sample.txt not run yet"
+    shift
+    globs=("${@:-*}")
+    names=()
+    while read -r name; do
+      for glob in "${globs[@]}"; do
+        # shellcheck disable=SC2053  # the glob matches as a pattern
+        if [[ $name == $glob ]]; then names+=("$name"); break; fi
+      done
+    done < <("$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' | grep -Fxf mutants/sample.txt \
+      | grep -vFxf <(sed 's/: [^:]*$//' mutants/results.txt 2>/dev/null))
+    echo "${#names[@]} mutants of mutants/sample.txt not run yet (matching ${globs[*]})"
     [ ${#names[@]} -eq 0 ] || nice -n 19 "$MUTMUT" run --max-children 1 "${names[@]}" ;;
   --survivors)
     mapfile -t names < mutants/survivors.txt
@@ -54,13 +86,7 @@ case "${1:-}" in
     nice -n 19 "$MUTMUT" run --max-children 1 "${names[@]}" ;;
   "" | --sample)
     [ "${1:-}" = --sample ] && SAMPLE=$2
-    rm -rf mutants
-    # the first call generates the mutants and the test stats, and stops: no mutant is named
-    nice -n 19 "$MUTMUT" run --max-children 1 "no-mutant-has-this-name" >mutants-generate.log 2>&1 || true
-    mv mutants-generate.log mutants/generate.log
-    "$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' | LC_ALL=C sort \
-      | awk -v k="$SAMPLE" '(NR - 1) % k == 0' >mutants/sample.txt
-    echo "$(wc -l <mutants/sample.txt) mutants: every $SAMPLE-th of $("$MUTMUT" results --all true | wc -l)"
+    generate "$SAMPLE"
     mapfile -t names < mutants/sample.txt
     nice -n 19 "$MUTMUT" run --max-children 1 "${names[@]}" ;;
   *) nice -n 19 "$MUTMUT" run --max-children 1 "$@" ;;

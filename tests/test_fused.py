@@ -1,6 +1,8 @@
 """The fused swap (`dots.vectors.fused`): one compiled pass per block, the streaming path's bytes in
 every resident form, on the CPU (inductor's C++ backend) as CI runs it."""
 
+import os
+
 import pytest
 import torch
 
@@ -29,6 +31,15 @@ def raw(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.uint8)
 
 
+def counting_calls() -> bool:
+    """Whether this is mutmut's stats pass (docs/testing.md): the tests run with no mutant active
+    to learn which test reaches which function, each call counted by a trampoline that
+    torch.compile cannot trace. The compiled pass then breaks into pieces, some falling back to
+    eager (dynamo's log), and the bitmask form's bytes differ from streaming's: bytes that say
+    nothing about the code. Read at each call: mutmut sets the variable after importing the tests."""
+    return os.environ.get("MUTANT_UNDER_TEST") == "stats"
+
+
 @pytest.mark.parametrize("form", BY_SPEED)
 def test_fused_pass_gives_the_streaming_bytes(tv, form, monkeypatch):
     """Every form, every set of sources a swap can combine (λ = 0 leaves one out), negative λ,
@@ -46,7 +57,7 @@ def test_fused_pass_gives_the_streaming_bytes(tv, form, monkeypatch):
         got = {name: t.clone() for name, t in fused(lam)}
         live = {name: torch.full_like(t, float("nan")) for name, t in want.items()}
         assert list(fused(lam, into=live)) == []
-        for name, tensor in want.items():
+        for name, tensor in [] if counting_calls() else want.items():  # bytes: not in the stats pass
             assert torch.equal(raw(got[name]), raw(tensor)), (form, name, lam)
             assert torch.equal(raw(live[name]), raw(tensor)), (form, "into", name, lam)
     assert len(ran) >= len(tv.names) * len(LAMBDAS)  # the fused pass wrote (nearly) every tensor
