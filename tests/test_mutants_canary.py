@@ -15,9 +15,9 @@ from dots.engines.canary import (
     CUDA_TOLERANCE,
     PROMPTS,
     Canary,
-    _gap,
     broken_swap,
     checked,
+    nll_gap,
     read_canary,
     run_canary,
     summary,
@@ -97,10 +97,10 @@ def test_the_tolerance_is_zero_on_the_cpu_and_the_cuda_one_elsewhere(monkeypatch
 
 
 def test_the_gap_is_the_largest_difference_per_token():
-    assert _gap([(31.0, 10), (38.0, 16)], [(30.0, 10), (40.0, 16)]) == 0.125  # 0.1 and 0.125
-    assert _gap([(3.0, 0)], [(1.0, 0)]) == 2.0  # no tokens: per one token
-    assert _gap([(1.0, 4), (1.0, 4)], [(1.0, 4), (1.0, 5)]) == float("inf")  # other tokens
-    assert _gap([], []) == 0.0
+    assert nll_gap([(31.0, 10), (38.0, 16)], [(30.0, 10), (40.0, 16)]) == 0.125  # 0.1 and 0.125
+    assert nll_gap([(3.0, 0)], [(1.0, 0)]) == 2.0  # no tokens: per one token
+    assert nll_gap([(1.0, 4), (1.0, 4)], [(1.0, 4), (1.0, 5)]) == float("inf")  # other tokens
+    assert nll_gap([], []) == 0.0
 
 
 def test_a_verdict_reads_as_one_line():

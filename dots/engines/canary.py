@@ -35,7 +35,19 @@ from dots.engines.base import Engine
 from dots.errors import DotsError
 from dots.io.commit import write_atomic
 
-__all__ = ["CPU_TOLERANCE", "CUDA_TOLERANCE", "checked", "read_canary", "run_canary", "summary"]
+__all__ = [
+    "CPU_TOLERANCE",
+    "CUDA_TOLERANCE",
+    "PROMPTS",
+    "Canary",
+    "broken_swap",
+    "checked",
+    "nll_gap",
+    "read_canary",
+    "run_canary",
+    "summary",
+    "tolerance_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +110,7 @@ def _nll(engine: Engine) -> list[tuple[float, int]]:
     return [(r.nll, r.tokens) for r in engine.prompt_nll(list(PROMPTS))]
 
 
-def _gap(a: list[tuple[float, int]], b: list[tuple[float, int]]) -> float:
+def nll_gap(a: list[tuple[float, int]], b: list[tuple[float, int]]) -> float:
     """The largest |ΔNLL| per token over the prompts (inf when the token counts differ)."""
     gaps = [abs(x - y) / max(n, 1) if n == m else float("inf") for (x, n), (y, m) in zip(a, b)]
     return max(gaps, default=0.0)
@@ -111,15 +123,15 @@ def check_swaps(engine: Engine, sources: list[str], fresh: list[tuple[float, int
     moved = dict.fromkeys(sources, LAMBDA)
     failures = []
     engine.swap_coefficients(zero)
-    gap = _gap(_nll(engine), fresh)
+    gap = nll_gap(_nll(engine), fresh)
     if gap > tol:
         failures.append(f"λ=0 differs from the freshly loaded θ0 by {gap:.3g} nats/token")
     engine.swap_coefficients(moved)
     fast = _nll(engine)
-    if _gap(fast, fresh) <= tol:
+    if nll_gap(fast, fresh) <= tol:
         failures.append(f"λ={LAMBDA} leaves the log-probs of θ0 unchanged: the swap does not reach the model")
     engine.swap_coefficients_public(moved)
-    gap = _gap(_nll(engine), fast)
+    gap = nll_gap(_nll(engine), fast)
     if gap > tol:
         failures.append(f"λ={LAMBDA} through the public loading path differs from the fast one by {gap:.3g} nats/token")
     engine.swap_coefficients(zero)

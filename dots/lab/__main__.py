@@ -16,7 +16,7 @@ from pathlib import Path
 from dots.errors import argument_error, cli_errors
 from dots.lab.config import STAGES, LabOptions, shipped_dir, stage_dir
 
-__all__ = ["main"]
+__all__ = ["main", "where_line"]
 
 
 def build_time(stages: list[str]) -> float:
