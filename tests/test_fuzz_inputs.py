@@ -595,17 +595,6 @@ def bad_headers(draw, file: Path) -> None:
     return _write(file, json.dumps(header).encode(), data)
 
 
-@FUZZ
-@seed(SEED)
-@given(verb=VERBS, data=st.data())
-def test_safetensors_header(box, verb, data):
-    model = fresh(box, "model")
-    shutil.copytree(box.sft, model)
-    file = model / "model.safetensors"
-    data.draw(bad_headers(file))
-    refused(box, "safetensors header", verb, with_checkpoint(box, verb, model), [str(file)])
-
-
 @st.composite
 def bad_indexes(draw, model: Path) -> None:
     """Rewrite `model`'s model.safetensors.index.json into one a reader must refuse."""
@@ -642,14 +631,27 @@ def bad_indexes(draw, model: Path) -> None:
     index.write_text(json.dumps(content))
 
 
+# what is broken -> (the checkpoint its copy starts from, the file the refusal names in the copy,
+# the strategy that breaks it)
+BROKEN_FILES = {
+    "safetensors header": ("sft", "model.safetensors", bad_headers),
+    "safetensors index": ("sharded", "", bad_indexes),
+}
+
+
+@pytest.mark.parametrize("target", sorted(BROKEN_FILES))
 @FUZZ
 @seed(SEED)
 @given(verb=VERBS, data=st.data())
-def test_index_json(box, verb, data):
+def test_broken_weight_files(box, target, verb, data):
+    """A safetensors header or a shard index a reader must refuse: refused naming the file (the
+    model directory for an index), by every command that reads weights."""
+    source, name, breaking = BROKEN_FILES[target]
     model = fresh(box, "model")
-    shutil.copytree(box.sharded, model)
-    data.draw(bad_indexes(model))
-    refused(box, "safetensors index", verb, with_checkpoint(box, verb, model), [str(model)])
+    shutil.copytree(getattr(box, source), model)
+    named = model / name if name else model
+    data.draw(breaking(named))
+    refused(box, target, verb, with_checkpoint(box, verb, model), [str(named)])
 
 
 # --- option values -----------------------------------------------------------------------------------
