@@ -106,6 +106,11 @@ class Command:
     signals: tuple[int, ...] = ()  # handled signals sent for real at each point (SIGKILL: by snapshot)
     compare: Callable[[str, dict[str, bytes]], dict[str, bytes]] = field(default=lambda name, files: files)
     growing: tuple[str, ...] = ()  # outputs that grow entry by entry (a cache root): compared per entry
+    roots: tuple[str, ...] = ()  # the files whose changes are the crash points (none: all of the work folder)
+    stale: tuple[str, ...] = ()  # what a dead writer leaves that only a timeout clears: removed before a rerun
+    # the rerun's check when it cannot reproduce the clean run's bytes (a resumed study samples anew):
+    # (the crashed folder, the rerun's folder, the clean run's outputs) -> what is wrong, or None
+    rerun_check: Callable[[Path, Path, dict[str, object]], str | None] | None = None
 
 
 @dataclass
@@ -144,7 +149,8 @@ def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Pat
     old = _state(command, work)
     ops, log = scratch / f"{command.name}.ops", scratch / f"{command.name}.log"
     snapshots.mkdir()
-    roots = {"DOTS_FAULT_ROOTS": str(work)}
+    points = ":".join(str(work / r) for r in command.roots) or str(work)
+    roots = {"DOTS_FAULT_ROOTS": points, "DOTS_FAULT_COPY": str(work)}
     code = run(server, command, work, log, **roots, DOTS_FAULT_LOG=str(ops), DOTS_FAULT_SNAPSHOT=str(snapshots))
     assert code == 0, f"{command.name}: the clean run failed ({code}):\n{log.read_text()[-3000:]}"
     new = _state(command, work)
@@ -161,6 +167,8 @@ def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Pat
                 whole = all(v in (before.get(k), after.get(k)) for k, v in now[o].items())  # type: ignore[union-attr]
             if not whole:
                 report.failures.append(f"{where}: {o} is neither the old version nor the new one")
+        for name in command.stale:
+            (crashed / name).unlink(missing_ok=True)
         seen = crash_state(crashed)
         if seen in rerun:
             return
@@ -172,7 +180,9 @@ def enumerate_crashes(server: Runner, command: Command, work: Path, scratch: Pat
         code = run(server, command, work, log)
         if code != 0:
             report.failures.append(f"{where}: the rerun failed ({code}): {log.read_text()[-600:]}")
-        elif _state(command, work) != new:
+        elif command.rerun_check and (wrong := command.rerun_check(crashed, work, new)):
+            report.failures.append(f"{where}: {wrong}")
+        elif not command.rerun_check and _state(command, work) != new:
             report.failures.append(f"{where}: the rerun's outputs differ from the clean run's")
         elif left := leftovers(work):
             report.failures.append(f"{where}: the rerun left {left[0]}")

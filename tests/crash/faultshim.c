@@ -1,4 +1,4 @@
-/* A fault injector for crash-point tests (tests/crash/points.py), loaded with LD_PRELOAD.
+/* A fault injector for crash-point tests (tests/crash_points.py), loaded with LD_PRELOAD.
 
    Every call that changes a file under one of the roots in DOTS_FAULT_ROOTS (colon-separated
    absolute paths) is a crash point: a write, truncate, create, mkdir, rename, link, delete or
@@ -6,8 +6,8 @@
    each is appended there as "N KIND PATH". With DOTS_FAULT_AT=N the process sends itself
    DOTS_FAULT_SIGNAL (default 9, SIGKILL) just before crash point N: SIGKILL never returns, a
    handled signal (SIGTERM) lets the call proceed, as a signal arriving at that instant would.
-   With DOTS_FAULT_SNAPSHOT=DIR, the first root is copied to DIR/N just before each point N (other
-   threads' points wait meanwhile): the files a SIGKILL there would have left, every point in one run.
+   With DOTS_FAULT_SNAPSHOT=DIR, DOTS_FAULT_COPY (default: the first root) is copied to DIR/N just
+   before each point N (other threads' points wait meanwhile): the files a SIGKILL there would have left, every point in one run.
    dots_fault_configure() rereads the environment (a forked child arms itself with it). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -34,6 +34,7 @@ static long fault_at = 0;
 static int fault_signal = SIGKILL;
 static long counter = 0;
 static char snapshots[PATH_MAX];
+static char copied[PATH_MAX];
 static pthread_mutex_t one_at_a_time = PTHREAD_MUTEX_INITIALIZER;
 
 void dots_fault_configure(void) {
@@ -48,6 +49,10 @@ void dots_fault_configure(void) {
     log_fd = -1;
     const char *snap = getenv("DOTS_FAULT_SNAPSHOT");
     snprintf(snapshots, sizeof snapshots, "%s", snap ? snap : "");
+    const char *copy = getenv("DOTS_FAULT_COPY");
+    snprintf(copied, sizeof copied, "%s", copy && *copy ? copy : roots);
+    char *colon = strchr(copied, ':');
+    if (colon) *colon = 0;
     const char *log = getenv("DOTS_FAULT_LOG");
     if (log && *log) log_fd = (int)syscall(SYS_openat, AT_FDCWD, log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
@@ -88,14 +93,11 @@ static int absolute(int dirfd, const char *path, char *out, size_t size) {
     return 1;
 }
 
-/* copy the first root to `snapshots`/n with cp -a (no injector in it) */
+/* copy the copied folder to `snapshots`/n with cp -a (no injector in it) */
 static void snapshot(long n) {
-    char root[sizeof roots], target[PATH_MAX + 32];
-    snprintf(root, sizeof root, "%s", roots);
-    char *colon = strchr(root, ':');
-    if (colon) *colon = 0;
+    char target[PATH_MAX + 32];
     snprintf(target, sizeof target, "%s/%ld", snapshots, n);
-    char *argv[] = {"cp", "-a", root, target, NULL};
+    char *argv[] = {"cp", "-a", copied, target, NULL};
     char *envp[] = {"PATH=/usr/bin:/bin", NULL};
     pid_t pid;
     if (posix_spawn(&pid, "/bin/cp", NULL, NULL, argv, envp) == 0) {
