@@ -33,7 +33,7 @@ def package(mutant: str) -> str:
 
 
 def module(mutant: str) -> str:
-    """dots.scoring.extract.x_letter_of__mutmut_3 -> dots.scoring.extract (methods: xǁClassǁname)."""
+    """A mutant's module: its name is MODULE.x_FUNCTION__mutmut_N (methods: MODULE.xǁCLASSǁNAME__mutmut_N)."""
     return re.split(r"\.x[_ǁ]", mutant, maxsplit=1)[0]
 
 
