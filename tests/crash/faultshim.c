@@ -7,7 +7,8 @@
    DOTS_FAULT_SIGNAL (default 9, SIGKILL) just before crash point N: SIGKILL never returns, a
    handled signal (SIGTERM) lets the call proceed, as a signal arriving at that instant would.
    With DOTS_FAULT_SNAPSHOT=DIR, DOTS_FAULT_COPY (default: the first root) is copied to DIR/N just
-   before each point N (other threads' points wait meanwhile): the files a SIGKILL there would have left, every point in one run.
+   before each point N (other threads' points wait meanwhile): the files a SIGKILL there would have
+   left, every point in one run.
    dots_fault_configure() rereads the environment (a forked child arms itself with it). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
