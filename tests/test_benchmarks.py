@@ -154,6 +154,35 @@ def test_every_question_runs_its_smallest_case(question, argv, tmp_path):
     assert proc.stdout.strip(), "the benchmark printed nothing"
 
 
+def variants() -> list:
+    return [
+        pytest.param(q, name, id=f"{q}-{name}")
+        for q in QUESTIONS
+        for name in importlib.import_module(f"benchmarks.{q}").VARIANTS
+    ]
+
+
+@pytest.mark.parametrize(("question", "variant"), variants())
+def test_every_variant_answers_help_and_writes_nothing(question, variant, tmp_path):
+    """`python -m benchmarks.Q VARIANT --help` prints its usage and exits 0, a script variant too (a
+    script once took --help for its results file and ran the whole GPU check)."""
+    status = ["git", "status", "--porcelain", "--untracked-files=all", "--", "benchmarks"]  # results files
+    before = subprocess.run(status, capture_output=True, text=True, cwd=REPO).stdout
+    env = {**repo_env(), "DOTS_OUTPUTS": str(tmp_path / "outputs")}
+    proc = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{question}", variant, "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-1000:] + proc.stderr[-2000:]
+    assert "usage" in proc.stdout.lower() or variant in proc.stdout, proc.stdout[:500]
+    assert list(tmp_path.iterdir()) == [] and not (REPO / "--help").exists()
+    assert subprocess.run(status, capture_output=True, text=True, cwd=REPO).stdout == before
+
+
 def test_an_unknown_variant_names_the_choices():
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.swap", "nope"], capture_output=True, text=True, env=repo_env(), cwd=REPO

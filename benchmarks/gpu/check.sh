@@ -22,6 +22,10 @@
 # (qwen7b's memory plan does not fit a CPU host), a 3-trial lab search, the swap table at Qwen2.5-0.5B widths with a 4,096-row vocabulary and 1 layer.
 set -uo pipefail
 
+if [[ " $* " == *" -h "* || " $* " == *" --help "* ]]; then
+  sed -n '2,/^set /p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-$(command -v python || command -v python3)}
 smoke=0 fused=0 list=0
@@ -35,6 +39,10 @@ fi
 if [[ ${1:-} == --list ]]; then
   list=1
   shift
+fi
+if [[ ${1:-} == -* || $# -gt 1 ]]; then
+  echo "benchmarks/gpu/check.sh: unexpected '$*' (usage: [--cpu-smoke|--fused] [--list] [results.md]; -h)" >&2
+  exit 2
 fi
 OUT=${1:-benchmarks/results/gpu_check-$(date -u +%Y%m%dT%H%M%SZ).md}
 ((list)) && OUT=/dev/null

@@ -12,6 +12,14 @@
 # per skill, avg@4 at T = 0.6). Extra arguments after the run directory go to dots.evaluate
 # (docs/lab.md: benchmarks=[lab_greedy] engine=hf engine.dtype=float32). Output: ${DOTS_OUTPUTS:-outputs}/evaluate/lab-methods/scores.{md,json,png}.
 set -euo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^set /p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+if [[ ${1:-} == -* ]]; then
+  echo "benchmarks/pick/methods.sh: unexpected '$1' (usage: [SEARCH_RUN_DIR] [dots.evaluate overrides]; -h)" >&2
+  exit 2
+fi
 cd "$(dirname "$0")/../.."
 
 OUT=${DOTS_OUTPUTS:-outputs}
