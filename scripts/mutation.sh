@@ -3,22 +3,25 @@
 # dots/scoring, dots/search/pick, dots/search/study, dots/io, dots/runtime, dots/engines/canary.py —
 # with the fast in-process tests of those modules ([tool.mutmut] in pyproject.toml). Each mutant
 # runs only the selected tests that reach the mutated function; one child at nice 19 (it must not
-# starve anything else on the machine), torch on one thread. Results: docs/testing.md.
+# starve anything else on the machine; MUTATION_CHILDREN=2 on an idle one), torch on one thread,
+# the tests fastest first (tests/conftest.py). Results: tests/mutation/ (one file a module, merged
+# from every run, kept in git: valid while the module's source is unchanged); docs/testing.md.
 # A run over all mutants takes days on 2 shared cores: generate them once (`--generate`), then run
-# them a package at a time (NAME globs), continuing in later sessions with `--resume GLOB` (mutants/
-# keeps every result; do not delete it).
+# them in pieces (NAME globs), continuing in later sessions, on any machine, with `--resume GLOB`:
+# it runs the mutants with no result in tests/mutation/ yet.
 #
 #   scripts/mutation.sh [--sample K]  fresh run (removes mutants/) of every K-th mutant of the
 #                                     sorted list (default K=30; K=1: all, 16,443 on 2026-12-04)
 #   scripts/mutation.sh --generate    fresh mutants/ (removes it): every mutant and mutmut's
 #                                     per-test stats, all listed in mutants/sample.txt, none run;
 #                                     then run the core in pieces with NAME... or --resume GLOB...
-#   scripts/mutation.sh --resume [GLOB...]  runs the mutants of mutants/sample.txt not run yet
-#                                     (those matching a GLOB, e.g. 'dots.scoring.*'; "run" by
-#                                     mutmut or in mutants/results.txt), then the score
+#   scripts/mutation.sh --resume [GLOB...]  runs the mutants of mutants/sample.txt (generated if
+#                                     missing) with no result in tests/mutation/ (those matching
+#                                     a GLOB, e.g. 'dots.scoring.*'), then the score
 #   scripts/mutation.sh --survivors   reruns only the mutants in mutants/survivors.txt (after
 #                                     adding tests), then the score
-#   scripts/mutation.sh --score       the score of the mutants run so far, nothing rerun
+#   scripts/mutation.sh --score       the score of the mutants run so far (tests/mutation/ and
+#                                     mutants/), nothing rerun
 #   scripts/mutation.sh NAME...       (re)runs the named mutants (globs allowed: 'dots.scoring.*')
 #
 # Prints killed / run per package of the core (survived, timeout, no-tests apart; "not run": the
@@ -30,6 +33,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 SAMPLE=${MUTATION_SAMPLE:-30}
+CHILDREN=${MUTATION_CHILDREN:-1}
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
   "$PY" -m pip install "mutmut>=3.8,<4"
 fi
@@ -37,12 +41,15 @@ MUTMUT="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/mut
 # mutmut puts mutants/ first on sys.path itself (and drops the repository root)
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DOTS_PROGRESS=0
 
-# mutants/results.txt keeps every mutant run and its last status: a rerun replaces the statuses
-# of the mutants it ran and keeps the others' (mutmut itself forgets all results when the test
-# selection in pyproject.toml changes, e.g. when a test file is added to kill survivors); only
-# the mutants of mutants/sample.txt count
+# tests/mutation/ keeps every mutant run and its last status: a rerun replaces the statuses of the
+# mutants it ran and keeps the others' (mutmut itself forgets all results when the test selection
+# in pyproject.toml changes, e.g. when a test file is added to kill survivors)
 score() {
-  "$MUTMUT" results --all true | "$PY" scripts/mutation_score.py mutants/results.txt mutants/survivors.txt mutants/sample.txt
+  if [ -d mutants ]; then
+    "$MUTMUT" results --all true | "$PY" scripts/mutation_score.py merge
+  else
+    "$PY" scripts/mutation_score.py score
+  fi
 }
 
 # A fresh mutants/: the first call generates the mutants and the test stats, and stops (no mutant
@@ -69,6 +76,7 @@ case "${1:-}" in
   --generate) generate 1; exit 0 ;;
   --resume)
     shift
+    [ -f mutants/sample.txt ] || generate 1
     globs=("${@:-*}")
     names=()
     while read -r name; do
@@ -76,20 +84,19 @@ case "${1:-}" in
         # shellcheck disable=SC2053  # the glob matches as a pattern
         if [[ $name == $glob ]]; then names+=("$name"); break; fi
       done
-    done < <("$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' | grep -Fxf mutants/sample.txt \
-      | grep -vFxf <(sed 's/: [^:]*$//' mutants/results.txt 2>/dev/null))
+    done < <(grep -vFxf <("$PY" scripts/mutation_score.py done) mutants/sample.txt)
     echo "${#names[@]} mutants of mutants/sample.txt not run yet (matching ${globs[*]})"
-    [ ${#names[@]} -eq 0 ] || nice -n 19 "$MUTMUT" run --max-children 1 "${names[@]}" ;;
+    [ ${#names[@]} -eq 0 ] || nice -n 19 "$MUTMUT" run --max-children "$CHILDREN" "${names[@]}" ;;
   --survivors)
     mapfile -t names < mutants/survivors.txt
     [ ${#names[@]} -gt 0 ] || { echo "no survivors listed"; exit 0; }
-    nice -n 19 "$MUTMUT" run --max-children 1 "${names[@]}" ;;
+    nice -n 19 "$MUTMUT" run --max-children "$CHILDREN" "${names[@]}" ;;
   "" | --sample)
     [ "${1:-}" = --sample ] && SAMPLE=$2
     generate "$SAMPLE"
     mapfile -t names < mutants/sample.txt
-    nice -n 19 "$MUTMUT" run --max-children 1 "${names[@]}" ;;
-  *) nice -n 19 "$MUTMUT" run --max-children 1 "$@" ;;
+    nice -n 19 "$MUTMUT" run --max-children "$CHILDREN" "${names[@]}" ;;
+  *) nice -n 19 "$MUTMUT" run --max-children "$CHILDREN" "$@" ;;
 esac
 echo "mutmut run: $(( ($(date +%s) - start) / 60 )) min"
 score

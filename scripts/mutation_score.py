@@ -1,19 +1,30 @@
-"""The mutation score (scripts/mutation.sh): reads `mutmut results --all true` on stdin, merges it
-into RESULTS (name: status lines; a mutant's new status replaces its old one, "not checked" never
-does), prints killed / run per package of the core and per module with mutants run (with the
-survived, timeout, no-tests counts and the mutants not run yet) and writes the surviving mutants'
-names, one a line, to SURVIVORS. With SAMPLE (names, one a line), only the mutants it names count.
+"""The mutation score (scripts/mutation.sh) and the results it is computed from, kept in the
+repository: tests/mutation/MODULE.txt holds, for one module of the core, the status of every
+mutant run so far, valid for the source it was run on (its git blob hash, in the header; a
+module whose source changed has no valid results until it is run again). Sessions on different
+machines merge into the same files, so a run over all of the core can go in pieces.
 
-    mutmut results --all true | python scripts/mutation_score.py RESULTS SURVIVORS [SAMPLE]
+    mutmut results --all true | python scripts/mutation_score.py merge  # add mutmut's statuses, score
+    python scripts/mutation_score.py score                               # the score, nothing merged
+    python scripts/mutation_score.py done                                # names with a valid result
+
+`merge` reads mutmut's `NAME: STATUS` lines (every mutant generated, "not checked" for those not
+run), replaces the stored status of each mutant run, prints killed / run per package of the
+core and per module (survived, timeout, no tests and "not run" apart) and writes the survivors'
+names to mutants/survivors.txt. Killed counts mutants failed by a test, by a timeout of a test or
+by the interpreter (segfault). Without mutants/ (a fresh clone) `score` reads only the store.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+STORE = ROOT / "tests" / "mutation"
 # the packages of the core ([tool.mutmut] only_mutate in pyproject.toml)
 PACKAGES = (
     "dots.vectors",
@@ -26,27 +37,86 @@ PACKAGES = (
     "dots.engines.canary",
 )
 COLUMNS = ("killed", "survived", "timeout", "no tests", "other")
+KILLED = {"killed", "segfault"}  # a crash of the interpreter under the mutant fails the tests too
+NAME = re.compile(r"^(?P<module>.+?)\.(?P<function>x[_ǁ].*)__mutmut_(?P<n>\d+)$")
 
 
-def package(mutant: str) -> str:
-    return next((p for p in PACKAGES if mutant.startswith(p + ".")), "other")
+def package(module: str) -> str:
+    return next((p for p in PACKAGES if module == p or module.startswith(p + ".")), "other")
 
 
-def module(mutant: str) -> str:
-    """A mutant's module: its name is MODULE.x_FUNCTION__mutmut_N (methods: MODULE.xǁCLASSǁNAME__mutmut_N)."""
-    return re.split(r"\.x[_ǁ]", mutant, maxsplit=1)[0]
+def source_of(module: str) -> Path:
+    path = ROOT / module.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def parse(lines: list[str]) -> tuple[dict[str, str], set[str]]:
-    """The statuses of the mutants run, and the names of every mutant listed."""
-    statuses, names = {}, set()
+def blob_hash(path: Path) -> str:
+    """git's blob hash of a file (`git hash-object`): sha1 of "blob SIZE\\0" + the bytes."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def ranges(numbers: list[int]) -> str:
+    """1,2,3,5 -> "1-3,5"."""
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+
+
+def numbers(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        out.extend(range(int(a), int(b or a) + 1))
+    return out
+
+
+def load(module: str) -> tuple[dict[str, str], int | None]:
+    """The valid stored statuses of MODULE's mutants (name -> status) and its mutant count."""
+    path = STORE / f"{module}.txt"
+    if not path.exists():
+        return {}, None
+    lines = path.read_text().splitlines()
+    header = dict(re.findall(r"(\w+)=(\S+)", lines[0]))
+    if header.get("source") != blob_hash(source_of(module)):
+        return {}, None  # the source changed since: its mutants are other mutants now
+    statuses = {}
+    for line in lines[1:]:
+        status, function, spans = line.split("\t")
+        for n in numbers(spans):
+            statuses[f"{module}.{function}__mutmut_{n}"] = status
+    return statuses, int(header["mutants"])
+
+
+def save(module: str, statuses: dict[str, str], total: int) -> None:
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for name, status in statuses.items():
+        m = NAME.match(name)
+        assert m, name
+        groups[(status, m["function"])].append(int(m["n"]))
+    STORE.mkdir(exist_ok=True)
+    body = "".join(f"{s}\t{f}\t{ranges(ns)}\n" for (s, f), ns in sorted(groups.items()))
+    header = f"# mutmut results source={blob_hash(source_of(module))} mutants={total}\n"
+    (STORE / f"{module}.txt").write_text(header + body)
+
+
+def parse(lines: list[str]) -> dict[str, dict[str, str]]:
+    """mutmut's `NAME: STATUS` lines, by module."""
+    by_module: dict[str, dict[str, str]] = defaultdict(dict)
     for line in lines:
         name, sep, status = line.strip().rpartition(": ")
-        if sep:
-            names.add(name)
-            if status != "not checked":
-                statuses[name] = status
-    return statuses, names
+        m = NAME.match(name)
+        if sep and m:
+            by_module[m["module"]][name] = status
+    return by_module
+
+
+def stored_modules() -> list[str]:
+    return sorted(p.stem for p in STORE.glob("*.txt"))
 
 
 def row(label: str, c: Counter[str], not_run: int) -> str:
@@ -56,37 +126,46 @@ def row(label: str, c: Counter[str], not_run: int) -> str:
     return f"{label:40} {c['killed']:>6} / {total:<6} {score}  {counts} {not_run:>8}"
 
 
-def main() -> None:
-    results, survivors_path = Path(sys.argv[1]), Path(sys.argv[2])
-    statuses = parse(results.read_text().splitlines())[0] if results.exists() else {}
-    new, names = parse(sys.stdin.read().splitlines())
-    statuses.update(new)
-    if len(sys.argv) > 3:
-        sample = set(Path(sys.argv[3]).read_text().split())
-        statuses = {name: status for name, status in statuses.items() if name in sample}
-        names &= sample
-    results.write_text("".join(f"{name}: {status}\n" for name, status in sorted(statuses.items())))
+def report(modules: dict[str, tuple[dict[str, str], int | None]]) -> list[str]:
+    """Prints the score per package and module; returns the survivors' names."""
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     not_run: Counter[str] = Counter()
-    for name in names | set(statuses):
-        keys = {package(name), module(name), "overall"}  # a package of one module: once
-        status = statuses.get(name)
-        for key in keys:
-            if status is None:
-                not_run[key] += 1
-            else:
+    for module, (statuses, total) in modules.items():
+        for key in {package(module), module, "overall"}:  # a package of one module: once
+            for status in statuses.values():
+                status = "killed" if status in KILLED else status
                 counts[key][status if status in COLUMNS else "other"] += 1
+            not_run[key] += (total or 0) - len(statuses)
     header = " ".join(f"{c:>8}" for c in (*COLUMNS[1:], "not run"))
     print(f"{'package / module':40} {'killed / run':>15} {'score':>7}  {header}")
     for pkg in (*PACKAGES, "other", "overall"):
         if pkg == "other" and not counts[pkg] and not not_run[pkg]:
             continue
         print(row(pkg, counts[pkg], not_run[pkg]))
-        for mod in sorted(m for m in counts if package(m + ".x") == pkg and m not in PACKAGES):
+        for mod in sorted(m for m in modules if package(m) == pkg and m != pkg):
             print(row("  " + mod.removeprefix(pkg + "."), counts[mod], not_run[mod]))
-    survivors = sorted(name for name, status in statuses.items() if status == "survived")
-    survivors_path.write_text("".join(f"{s}\n" for s in survivors))
-    print(f"{len(survivors)} survivors listed in {survivors_path}")
+    return sorted(n for s, _ in modules.values() for n, st in s.items() if st == "survived")
+
+
+def main() -> None:
+    command = sys.argv[1] if len(sys.argv) > 1 else "score"
+    if command == "merge":
+        listed = parse(sys.stdin.read().splitlines())
+        for module, statuses in listed.items():
+            stored, _ = load(module)
+            stored.update({n: s for n, s in statuses.items() if s != "not checked"})
+            save(module, stored, len(statuses))  # with none run yet: the count, for "not run"
+    modules = {m: load(m) for m in stored_modules()}
+    if command == "done":
+        print("".join(f"{name}\n" for statuses, _ in modules.values() for name in statuses), end="")
+        return
+    stale = [m for m, (_, total) in modules.items() if total is None]
+    survivors = report({m: v for m, v in modules.items() if v[1] is not None})
+    if stale:
+        print(f"stale (the source changed since the run; run again): {' '.join(stale)}")
+    if (ROOT / "mutants").is_dir():
+        (ROOT / "mutants" / "survivors.txt").write_text("".join(f"{s}\n" for s in survivors))
+        print(f"{len(survivors)} survivors listed in mutants/survivors.txt")
 
 
 if __name__ == "__main__":
