@@ -20,6 +20,7 @@
 #                                     a GLOB, e.g. 'dots.scoring.*'), then the score
 #   scripts/mutation.sh --survivors   reruns only the mutants in mutants/survivors.txt (after
 #                                     adding tests), then the score
+#   scripts/mutation.sh --ci          CI's sample: the modules changed since tests/mutation/ (below)
 #   scripts/mutation.sh --score       the score of the mutants run so far (tests/mutation/ and
 #                                     mutants/), nothing rerun
 #   scripts/mutation.sh NAME...       (re)runs the named mutants (globs allowed: 'dots.scoring.*')
@@ -34,10 +35,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 SAMPLE=${MUTATION_SAMPLE:-30}
 CHILDREN=${MUTATION_CHILDREN:-1}
-if ! "$PY" -c "import mutmut" 2>/dev/null; then
-  "$PY" -m pip install "mutmut>=3.8,<4"
-fi
 MUTMUT="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/mutmut"
+need_mutmut() {
+  "$PY" -c "import mutmut" 2>/dev/null || "$PY" -m pip install -q "mutmut>=3.8,<4"
+}
 # mutmut puts mutants/ first on sys.path itself (and drops the repository root)
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DOTS_PROGRESS=0
 
@@ -70,9 +71,49 @@ generate() {
   echo "$(wc -l <mutants/sample.txt) mutants: every $1-th of $("$MUTMUT" results --all true | wc -l)"
 }
 
+# CI (.ci/run): nothing when every module of the core is as its results in tests/mutation/ were
+# run; else a sample of the changed modules' mutants (every MUTATION_CI_EVERY-th, default 4) run
+# in a copy of the checkout whose [tool.mutmut] mutates only them, with only the test files that
+# reached them before, in at most MUTATION_CI_BUDGET_S seconds (default 600; mutmut's set-up, the
+# stats run of those tests, counts and is not cut short), and judged by
+# `mutation_score.py gate`: its score may not fall below min(90%, the modules' recorded score) by
+# more than two standard errors of the sample.
+ci() {
+  local changed tests work rc=0
+  mapfile -t changed < <("$PY" scripts/mutation_score.py changed)
+  if [ ${#changed[@]} -eq 0 ]; then
+    echo "mutation sample: every module of the core is as recorded in tests/mutation/: nothing to run"
+    return 0
+  fi
+  echo "mutation sample: changed since their run in tests/mutation/: ${changed[*]}"
+  need_mutmut
+  tests=$("$PY" scripts/mutation_score.py tests "${changed[@]}")
+  work=$(mktemp -d)
+  cp -r dots tests scripts pyproject.toml "$work/"
+  mkdir "$work/benchmarks" && cp -r benchmarks/shapes "$work/benchmarks/"
+  [ -z "$tests" ] || "$PY" scripts/mutation_score.py narrow "$work/pyproject.toml" "${changed[*]}" "$tests"
+  (
+    cd "$work"
+    t0=$SECONDS
+    generate "${MUTATION_CI_EVERY:-4}"
+    mapfile -t names < mutants/sample.txt
+    left=$((${MUTATION_CI_BUDGET_S:-600} - (SECONDS - t0)))
+    ((left > 0)) || left=1
+    timeout --signal=INT --kill-after=30 "$left" \
+      "$MUTMUT" run --max-children "$CHILDREN" "${names[@]}" >mutants/run.log 2>&1 || true
+    "$MUTMUT" results --all true | "$PY" scripts/mutation_score.py gate "$OLDPWD/tests/mutation"
+  ) || rc=$?
+  rm -rf "$work"
+  return $rc
+}
+
 start=$(date +%s)
 case "${1:-}" in
-  --score) score; exit 0 ;;
+  --ci) ci; exit ;;
+  --score) [ -d mutants ] && need_mutmut; score; exit 0 ;;
+esac
+need_mutmut
+case "${1:-}" in
   --generate) generate 1; exit 0 ;;
   --resume)
     shift

@@ -7,6 +7,10 @@ machines merge into the same files, so a run over all of the core can go in piec
     mutmut results --all true | python scripts/mutation_score.py merge  # add mutmut's statuses, score
     python scripts/mutation_score.py score                               # the score, nothing merged
     python scripts/mutation_score.py done                                # names with a valid result
+    python scripts/mutation_score.py changed       # modules of the core changed since their run
+    python scripts/mutation_score.py tests MODULE...   # the test files that reached them
+    python scripts/mutation_score.py narrow PYPROJECT "MODULE..." "TEST..."  # a copy's [tool.mutmut]
+    mutmut results --all true | python scripts/mutation_score.py gate RECORDED  # CI's sample
 
 `merge` reads mutmut's `NAME: STATUS` lines (every mutant generated, "not checked" for those not
 run), replaces the stored status of each mutant run, prints killed / run per package of the
@@ -18,6 +22,7 @@ by the interpreter (segfault). Without mutants/ (a fresh clone) `score` reads on
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sys
 from collections import Counter, defaultdict
@@ -75,33 +80,92 @@ def numbers(text: str) -> list[int]:
     return out
 
 
-def load(module: str) -> tuple[dict[str, str], int | None]:
-    """The valid stored statuses of MODULE's mutants (name -> status) and its mutant count."""
-    path = STORE / f"{module}.txt"
+def header(module: str, store: Path | None = None) -> dict[str, str]:
+    path = (store or STORE) / f"{module}.txt"
+    return dict(re.findall(r"(\w+)=(\S+)", path.read_text().split("\n", 1)[0])) if path.exists() else {}
+
+
+def load(module: str, store: Path | None = None, stale: bool = False) -> tuple[dict[str, str], int | None]:
+    """The valid stored statuses of MODULE's mutants (name -> status) and its mutant count (with
+    `stale`, those of a source that changed since, too)."""
+    path = (store or STORE) / f"{module}.txt"
     if not path.exists():
         return {}, None
     lines = path.read_text().splitlines()
-    header = dict(re.findall(r"(\w+)=(\S+)", lines[0]))
-    if header.get("source") != blob_hash(source_of(module)):
+    if not stale and header(module, store).get("source") != blob_hash(source_of(module)):
         return {}, None  # the source changed since: its mutants are other mutants now
     statuses = {}
     for line in lines[1:]:
         status, function, spans = line.split("\t")
         for n in numbers(spans):
             statuses[f"{module}.{function}__mutmut_{n}"] = status
-    return statuses, int(header["mutants"])
+    return statuses, int(header(module, store)["mutants"])
 
 
-def save(module: str, statuses: dict[str, str], total: int) -> None:
+def save(module: str, statuses: dict[str, str], total: int, tests: set[str]) -> None:
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for name, status in statuses.items():
         m = NAME.match(name)
         assert m, name
         groups[(status, m["function"])].append(int(m["n"]))
-    STORE.mkdir(exist_ok=True)
+    STORE.mkdir(parents=True, exist_ok=True)
     body = "".join(f"{s}\t{f}\t{ranges(ns)}\n" for (s, f), ns in sorted(groups.items()))
-    header = f"# mutmut results source={blob_hash(source_of(module))} mutants={total}\n"
-    (STORE / f"{module}.txt").write_text(header + body)
+    files = ",".join(sorted(tests)) or "-"
+    head = f"# mutmut results source={blob_hash(source_of(module))} mutants={total} tests={files}\n"
+    (STORE / f"{module}.txt").write_text(head + body)
+
+
+def reaching_tests(module: str) -> set[str]:
+    """The test files that reached any function of MODULE in mutmut's stats run (mutants/)."""
+    stats = ROOT / "mutants" / "mutmut-stats.json"
+    if not stats.exists():
+        return set(filter(None, header(module).get("tests", "-").strip("-").split(",")))
+    by_function = json.loads(stats.read_text())["tests_by_mangled_function_name"]
+    prefix = module + ".x"
+    return {t.split("::")[0] for f, ts in by_function.items() if f.startswith(prefix) for t in ts}
+
+
+def core_modules() -> list[str]:
+    """The modules of the core with code in a function (the others have no mutants)."""
+    paths = [p for pkg in PACKAGES for p in sorted(ROOT.glob(pkg.replace(".", "/") + "*/**/*.py"))]
+    paths += [p for pkg in PACKAGES if (p := source_of(pkg)).is_file()]
+    found = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__") for p in paths}
+    return sorted(m for m in found if re.search(r"^\s*def ", source_of(m).read_text(), re.M))
+
+
+def changed() -> list[str]:
+    """The core's modules whose source is not the one their stored results were run on."""
+    return [m for m in core_modules() if header(m).get("source") != blob_hash(source_of(m))]
+
+
+def narrow(pyproject: Path, modules: list[str], tests: list[str]) -> None:
+    """Rewrites [tool.mutmut] of PYPROJECT (a copy's) to mutate only MODULES with only TESTS (the
+    selection's other arguments kept), for CI's sample."""
+    paths = [str(source_of(m).relative_to(ROOT)) for m in modules]
+    text = re.sub(r"(?ms)^only_mutate = \[.*?^\]", f"only_mutate = {json.dumps(paths)}", pyproject.read_text())
+    selection = re.compile(r'(?ms)^(pytest_add_cli_args_test_selection = \[\n)(?:  "tests/[^\n]*\n)+')
+    text, n = selection.subn(lambda m: m[1] + "".join(f'  "{t}",\n' for t in tests), text)
+    assert n == 1 and 'only_mutate = ["' in text, "pyproject.toml: [tool.mutmut] not as expected"
+    pyproject.write_text(text)
+
+
+def gate(sample: dict[str, dict[str, str]], recorded: Path, minimum: float = 90.0) -> bool:
+    """CI's check of a sample of the changed modules' mutants: its score may fall short of
+    min(MINIMUM, the score recorded for those modules before the change) by two standard errors
+    of the sample's score (sqrt(p(1 - p) / n)), no more."""
+    run = [s for statuses in sample.values() for s in statuses.values() if s != "not checked"]
+    before = [s for m in sample for s in load(m, recorded, stale=True)[0].values()]
+    if not run:
+        print("mutation sample: no mutant ran within the time given (not judged)")
+        return True
+    p = sum(s in KILLED for s in run) / len(run)
+    bar = min(minimum, 100 * sum(s in KILLED for s in before) / len(before) if before else minimum)
+    allowed = bar - 200 * (p * (1 - p) / len(run)) ** 0.5
+    print(
+        f"mutation sample: {100 * p:.1f}% of {len(run)} mutants killed; bar {bar:.1f}% "
+        f"(recorded before the change, at most {minimum:.0f}%), failing below {allowed:.1f}%"
+    )
+    return 100 * p >= allowed
 
 
 def parse(lines: list[str]) -> dict[str, dict[str, str]]:
@@ -142,22 +206,38 @@ def report(modules: dict[str, tuple[dict[str, str], int | None]]) -> list[str]:
         if pkg == "other" and not counts[pkg] and not not_run[pkg]:
             continue
         print(row(pkg, counts[pkg], not_run[pkg]))
-        for mod in sorted(m for m in modules if package(m) == pkg and m != pkg):
+        for mod in sorted(m for m in modules if package(m) == pkg and m != pkg and modules[m][1]):
             print(row("  " + mod.removeprefix(pkg + "."), counts[mod], not_run[mod]))
     return sorted(n for s, _ in modules.values() for n, st in s.items() if st == "survived")
 
 
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else "score"
+    if command == "changed":
+        print("".join(f"{m}\n" for m in changed()), end="")
+        return
+    if command == "tests":
+        print(" ".join(sorted({f"tests/{t.removeprefix('tests/')}" for m in sys.argv[2:] for t in reaching_tests(m)})))
+        return
+    if command == "narrow":
+        narrow(Path(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split())
+        return
+    if command == "gate":
+        sys.exit(0 if gate(parse(sys.stdin.read().splitlines()), Path(sys.argv[2])) else 1)
     if command == "merge":
         listed = parse(sys.stdin.read().splitlines())
+        for module in core_modules():  # mutated by mutmut, with no mutant: recorded as such
+            meta = ROOT / "mutants" / source_of(module).relative_to(ROOT).with_suffix(".py.meta")
+            if module not in listed and meta.exists():
+                listed[module] = {}
         for module, statuses in listed.items():
             stored, _ = load(module)
             stored.update({n: s for n, s in statuses.items() if s != "not checked"})
-            save(module, stored, len(statuses))  # with none run yet: the count, for "not run"
+            save(module, stored, len(statuses), reaching_tests(module))  # none run: the count
     modules = {m: load(m) for m in stored_modules()}
-    if command == "done":
-        print("".join(f"{name}\n" for statuses, _ in modules.values() for name in statuses), end="")
+    if command == "done":  # "no tests" is no verdict: a wider selection may reach the mutant
+        names = (n for statuses, _ in modules.values() for n, s in statuses.items() if s != "no tests")
+        print("".join(f"{name}\n" for name in names), end="")
         return
     stale = [m for m, (_, total) in modules.items() if total is None]
     survivors = report({m: v for m, v in modules.items() if v[1] is not None})
