@@ -169,3 +169,13 @@ def test_all_finite(dtype):
         y[500] = bad
         assert not all_finite(y)
     assert all_finite(torch.arange(5))  # integers cannot hold NaN
+
+
+def test_json_lines_reads_utf8_and_keeps_a_line_of_bad_bytes_as_none(tmp_path):
+    """dots.io.jsonl: a row cut by a kill can end inside a multi-byte character."""
+    from dots.io.jsonl import json_lines
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes('{"a": "é"}\n'.encode() + b'{"b": "\xc3\n{"c": 1}\n')
+    assert json_lines(path) == [{"a": "é"}, None, {"c": 1}]
+    assert json_lines(tmp_path / "missing.jsonl") == []

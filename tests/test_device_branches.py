@@ -9,6 +9,8 @@ tests/test_timing.py's CUDA cases, tests/test_canary.py on CUDA, and `python -m 
 
 from __future__ import annotations
 
+import sys
+import types
 from functools import partial
 
 import numpy as np
@@ -107,12 +109,49 @@ def test_what_cuda_has_free_counts_what_torch_holds_unused(monkeypatch):
 
 def test_the_gpus_memory_is_the_smallest_of_the_group(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(devices, "_nvml_memory", lambda count: None)  # torch measures
+    asked = []
+    monkeypatch.setattr(devices, "_nvml_memory", lambda count: asked.append(count))  # torch measures
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: [(700, 900), (500, 800)][i])
     assert devices.device_memory("cuda", 2) == devices.DeviceMemory(500, 800, "measured on 2 GPU(s)")
     assert devices.device_memory("cuda", 1).free == 700
     with pytest.raises(DotsError, match="needs 3 GPU"):
         devices.device_memory("cuda", 3)
+    assert asked == [2, 1]  # NVML asked first, for as many GPUs as the engine needs
+
+
+def test_the_hosts_memory_is_what_meminfo_says_is_available(monkeypatch):
+    monkeypatch.setattr(devices, "meminfo", lambda: {"MemTotal": 5000, "MemAvailable": 3000, "MemFree": 1})
+    assert devices.device_memory("cpu") == devices.DeviceMemory(3000, 5000, "measured (host MemAvailable)")
+    monkeypatch.setattr(devices, "meminfo", lambda: {})
+    assert devices.device_memory("cpu") == devices.DeviceMemory(0, 0, "measured (host MemAvailable)")
+
+
+def test_nvml_reads_the_visible_gpus_by_their_physical_index(monkeypatch):
+    """NVML numbers every GPU of the machine; CUDA_VISIBLE_DEVICES=3,5 makes GPU 0 of torch NVML's 3."""
+    handles = []
+
+    def handle(i):
+        handles.append(i)
+        return i
+
+    nvml = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=handle,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(free=100 * h, total=1000 + h),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6")
+    assert devices._nvml_memory(2) == [(300, 1003), (500, 1005)] and handles == [3, 5]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-uuid")  # not indices: torch's order is NVML's
+    assert devices._nvml_memory(2) == [(0, 1000), (100, 1001)]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert devices._nvml_memory(1) == [(0, 1000)]
+
+    def broken(h):
+        raise RuntimeError("NVML_ERROR_UNINITIALIZED")
+
+    monkeypatch.setattr(nvml, "nvmlDeviceGetMemoryInfo", broken)
+    assert devices._nvml_memory(1) is None  # torch measures instead
 
 
 # ---- the fused pass: its checks and its choice, without compiling (the compiled pass: test_fused)
@@ -216,6 +255,22 @@ def test_the_fused_pass_stays_on_only_where_it_is_not_slower(monkeypatch, second
     params = [(small, [taus[0][0]]), (large, [large_taus[0][0], None])]
     keep_if_faster(fc, params, combine)
     assert raced == [([40], fc.device), ([], fc.device)] and fc.raced == seconds and fc.enabled is kept
+
+
+def test_the_race_gives_each_source_its_warm_lambda_and_needs_a_parameter_and_a_source(monkeypatch):
+    """Five sources take λ = WARM_LAMBDAS[i mod 4]; no parameter, or no source with an entry for
+    the largest one: no race, the fused pass stays as it is."""
+    monkeypatch.setattr(fused_mod, "race", lambda fast, slow, device: fast() or (1.0, 2.0))
+    seen = []
+    fc = eager()
+    taus = [object() for _ in range(5)]
+    keep_if_faster(fc, [(torch.zeros(3), taus)], lambda out, theta0, picked, fused: seen.append(picked))
+    assert seen == [[(tau, fused_mod.WARM_LAMBDAS[i % 4]) for i, tau in enumerate(taus)]]
+    assert fc.raced == (1.0, 2.0) and fc.enabled
+    fc = eager()
+    for params in ([], [(torch.zeros(3), [None, None])]):
+        keep_if_faster(fc, params, lambda *a, **k: seen.append("raced"))
+    assert len(seen) == 1 and fc.raced is None
 
 
 def test_prepare_races_only_when_the_choice_is_its_own(monkeypatch):

@@ -4,13 +4,17 @@ only runs merges never sees a mutant of the decorator (docs/testing.md)."""
 
 from __future__ import annotations
 
+import json
+import random
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from dots.errors import DotsError
+from dots.io.problems import load_pool
 from dots.keys import name_seed
+from dots.merge.calibration import pool_calibration
 from dots.merge.methods import METHODS, build_options, merge_method
 from dots.merge.methods.base import DROP_BLOCK, drop_mask
 from dots.merge.methods.declare import NoOptions
@@ -128,3 +132,19 @@ def test_an_int_option_is_a_whole_number_of_at_least_zero(bad):
     assert build_options(METHODS["dare"], {"seed": "3"}).seed == 3
     with pytest.raises(DotsError, match=r"method\.seed must be"):
         build_options(METHODS["dare"], {"seed": bad})
+
+
+def test_the_calibration_draws_n_of_the_pool_with_its_seed_and_keeps_a_pool_of_n_in_order(tmp_path):
+    path = tmp_path / "pool.jsonl"
+    rows = [{"prompt": f"q{i}", "reward_model": {"ground_truth": "" if i == 2 else str(i)}} for i in range(6)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = {"kind": "jsonl", "path": str(path)}
+    queries = load_pool(cfg)
+    drawn = [q.question for q in random.Random(0).sample(queries, 3)]
+    assert [e.prompt for e in pool_calibration(cfg, n=3)] == drawn  # the default seed is 0
+    assert [e.prompt for e in pool_calibration(cfg, n=3, seed=5)] == [
+        q.question for q in random.Random(5).sample(queries, 3)
+    ]
+    whole = pool_calibration(cfg, n=6, format_prompt=lambda q: f"<{q}>")
+    assert [e.prompt for e in whole] == [f"<q{i}>" for i in range(6)]  # n = the pool: all, in order
+    assert [e.answer for e in whole] == ["0", "1", None, "3", "4", "5"]  # an empty gold is none

@@ -3,14 +3,21 @@ follows from the docstrings of dots/scoring/extract.py and dots/scoring/grade.py
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
+from types import SimpleNamespace
 
+import pytest
+
+from dots.errors import DotsError
 from dots.scoring.extract import clean_phrase, extract_choice
-from dots.scoring.grade import consistency_and_majority, is_correct
+from dots.scoring.grade import consistency_and_majority, is_correct, majority_answer
 from dots.scoring.normalize import normalize, shape, strip_delimiters, to_latex
 from dots.scoring.numbers import read_number
 from dots.scoring.perplexity import PromptNLL, perplexity
+from dots.scoring.prompts import format_prompt, format_prompts
+from dots.scoring.sampling import Sampling
 
 
 def test_a_phrase_that_opens_with_a_box_states_its_content():
@@ -90,3 +97,32 @@ def test_strip_delimiters_needs_both_ends_and_keeps_a_decimal_point():
     assert strip_delimiters("\\(x+1\\)") == strip_delimiters("\\[x+1\\]") == "x+1"
     assert strip_delimiters("\\(x+1") == "\\(x+1" and strip_delimiters("x+1\\]") == "x+1\\]"
     assert strip_delimiters("$\\pi r$.") == "\\pi r" and strip_delimiters("5.") == "5."
+
+
+# ---- survivors of the whole-core run (#49, tests/mutation/)
+
+
+def test_the_majority_is_the_first_seen_among_tied_classes_with_the_fallbacks_given():
+    assert majority_answer(["\\boxed{1}", "\\boxed{2}"]) == "1"
+    assert majority_answer(["\\boxed{2}", "\\boxed{1}", "\\boxed{1}"]) == "1"
+    assert majority_answer(["The answer is 7."]) == "7"  # the default fallbacks read "the answer is"
+    assert majority_answer(["The answer is 7."], fallbacks=()) is None
+
+
+def test_format_prompts_is_format_prompt_for_each_question_with_every_argument():
+    assert format_prompts(["q1", "q2"]) == [format_prompt("q1"), format_prompt("q2")]
+    assert format_prompts(["q1"])[0] == format_prompt("q1", "dots_think")
+    assert "SYSTEM-X" in format_prompts(["q1"], "dots_think", None, "SYSTEM-X")[0]
+    chat = SimpleNamespace(
+        chat_template="{{ messages }}",
+        apply_chat_template=lambda messages, tokenize, add_generation_prompt: json.dumps(messages),
+    )
+    assert json.loads(format_prompts(["q1"], "chat", chat, "SYSTEM-X")[0]) == [
+        {"role": "system", "content": "SYSTEM-X"},
+        {"role": "user", "content": "q1"},
+    ]
+
+
+def test_sampling_refuses_no_completion_in_one_line():
+    with pytest.raises(DotsError, match=r"n must be >= 1, got 0"):
+        Sampling(n=0)

@@ -120,3 +120,10 @@ def test_kth_largest_of_signed_values_on_the_sampled_path(absolute):
     for k in (1, 1000, 2 * SAMPLE):
         ranked = torch.sort(x.abs() if absolute else x, descending=True).values
         assert kth_largest(x, k, absolute=absolute) == (float(ranked[k - 1]), 1)
+
+
+def test_the_official_cut_keeps_the_largest_magnitude_at_one_entry_and_a_bool_mask_at_none():
+    x = torch.tensor([-5.0, 1.0, 2.0, 3.0])
+    assert ties_cut_mask(x, 0.25).tolist() == [True, False, False, False]  # k = 1: |−5| is largest
+    none = ties_cut_mask(x, 0.2)  # k = ⌊0.8⌋ = 0
+    assert none.dtype == torch.bool and none.tolist() == [False] * 4

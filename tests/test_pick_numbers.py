@@ -19,9 +19,9 @@ from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.inputs import check_checkpoint, check_config_against_weights
 from dots.search.pick.confirm import confirm_candidates, confirmed_choice
-from dots.search.pick.pareto import Point, pareto_front, pick
-from dots.search.pick.rules import rank
-from dots.search.study.stopping import StopRule, relative_gain, stop_reason
+from dots.search.pick.pareto import Point, by_knee, pareto_front, pick
+from dots.search.pick.rules import PickContext, agreement_of, rank
+from dots.search.study.stopping import StopRule, hypervolume, normalised, relative_gain, stop_reason
 
 
 def point(n: int, c: float, ppl: float, sft: float = 1.0) -> Point:
@@ -48,6 +48,27 @@ def test_the_knee_on_hand_computed_distances():
     PPL by 9. Distances to (1, 1): 1.0; √(0.2² + (3/9)²) = 0.389; √(0.5² + (1/9)²) = 0.512; 1.0."""
     points = [point(0, 1.0, 10.0), point(1, 0.8, 4.0), point(2, 0.5, 2.0), point(3, 0.0, 1.0)]
     assert [p.number for p in rank("knee", points)] == [1, 2, 0, 3]  # 0 and 3 tie at 1.0: higher C first
+
+
+def test_the_knee_scales_each_objective_by_its_own_span_over_the_front():
+    """C spans 0.1, PPL 10: (0.9, 20) → (0, 1): 1; (0.85, 10) → (0.5, 0): 0.5; (0.8, 12) →
+    (1, 0.2): 1.02. Divided by the wrong span (or multiplied) the order changes."""
+    points = [point(0, 0.9, 20.0), point(1, 0.85, 10.0), point(2, 0.8, 12.0)]
+    assert [p.number for p in by_knee(points)] == [1, 0, 2]
+    same_c = [point(0, 0.5, 3.0), point(1, 0.5, 2.0)]  # one objective without a span: the other decides
+    assert [p.number for p in by_knee(same_c)] == [1, 0]
+    assert [p.number for p in by_knee([point(0, 0.4, 2.0), point(1, 0.6, 2.0)])] == [1, 0]
+
+
+def test_agreement_counts_equivalent_answers_and_nothing_without_comparable_answers():
+    ids = ["a", "b"]
+    sources = {"sft": {"a": "0.5", "b": "2"}}
+    halves = Point(0, 0.9, 3.0, {"sft": 1.0}, ("1/2", "2"))
+    assert agreement_of(halves, PickContext(ids, sources)) == 1.0  # math: 1/2 is 0.5
+    assert agreement_of(halves, PickContext(ids, sources, mode="choice")) == 0.5  # letters: equal strings
+    short = Point(1, 0.9, 3.0, {"sft": 1.0}, ("0.5",))  # one answer for two queries
+    assert agreement_of(short, PickContext(ids, sources)) == 0.0
+    assert agreement_of(halves, PickContext(ids, {"sft": {"c": "1"}})) == 0.0  # no query in common
 
 
 # ---- the confirmation: a scripted scorer whose fresh draws differ from the search's
@@ -78,6 +99,29 @@ def test_the_pick_is_the_highest_confirmed_c_with_its_interval_not_the_best_sear
 
 
 # ---- the stop rule: windows and the share of the hypervolume
+
+
+def test_the_hypervolume_of_a_staircase_worked_out_by_hand():
+    """(0.2, 0.8), (0.5, 0.3), (0.9, 0.1) under (1, 1): 0.3·0.2 + 0.4·0.7 + 0.1·0.9 = 0.43."""
+    assert hypervolume([(0.9, 0.1), (0.2, 0.8), (0.5, 0.3)], (1.0, 1.0)) == pytest.approx(0.43)
+    # a tie in y: the second point adds nothing, and does not cut the first one's step short
+    assert hypervolume([(0.2, 0.5), (0.6, 0.5)], (1.0, 1.0)) == pytest.approx(0.4)
+    # the reference's axes are not interchangeable; points beyond it on either axis add nothing
+    assert hypervolume([(0.5, 0.5)], (1.0, 2.0)) == pytest.approx(0.75)
+    assert hypervolume([(0.5, 1.5), (1.5, 0.5)], (1.0, 2.0)) == pytest.approx(0.5 * 0.5)
+    assert hypervolume([(0.5, 1.5)], (1.0, 1.0)) == 0.0
+
+
+def test_the_objectives_are_min_max_normalised_on_one_minus_c_and_log_ppl():
+    """(C, PPL) = (0.5, e), (0.9, e³), (0.7, e²) → (1 − C, ln PPL) = (0.5, 1), (0.1, 3), (0.3, 2):
+    spans 0.4 and 2 from 0.1 and 1 → (1, 0), (0, 1), (0.5, 0.5)."""
+    out = normalised([(0.5, math.e), (0.9, math.e**3), (0.7, math.e**2)])
+    assert out == [pytest.approx(v) for v in [(1.0, 0.0), (0.0, 1.0), (0.5, 0.5)]]
+    assert normalised([(0.5, math.e), (0.5, math.e**2)]) == [(0.0, 0.0), (0.0, 1.0)]  # no C span: 0
+    assert [c for c, _ in normalised([(0.5, 0.0), (0.6, 1.0)])] == [1.0, 0.0]  # a PPL of 0: no error
+    assert relative_gain([None, None], 1) == 0.0  # nothing scored: nothing gained
+    # a pruned trial in the earlier part: the share as without it (two points, 0.10 / 0.21)
+    assert relative_gain([None, (0.0, 1.0), (1.0, math.e)], 1) == pytest.approx(0.10 / 0.21)
 
 
 def test_the_share_a_window_adds_is_the_hand_computed_one():
