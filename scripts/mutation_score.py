@@ -10,6 +10,7 @@ machines merge into the same files, so a run over all of the core can go in piec
     python scripts/mutation_score.py changed       # modules of the core changed since their run
     python scripts/mutation_score.py tests MODULE...   # the test files that reached them
     python scripts/mutation_score.py narrow PYPROJECT "MODULE..." "TEST..."  # a copy's [tool.mutmut]
+    python scripts/mutation_score.py reason "KIND: WHY" NAME...   # a survivor accounted for
     mutmut results --all true | python scripts/mutation_score.py gate RECORDED  # CI's sample
 
 `merge` reads mutmut's `NAME: STATUS` lines (every mutant generated, "not checked" for those not
@@ -30,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "tests" / "mutation"
+REASONS = STORE / "reasons.tsv"
 # the packages of the core ([tool.mutmut] only_mutate in pyproject.toml)
 PACKAGES = (
     "dots.vectors",
@@ -143,7 +145,7 @@ def narrow(pyproject: Path, modules: list[str], tests: list[str]) -> None:
     selection's other arguments kept), for CI's sample."""
     paths = [str(source_of(m).relative_to(ROOT)) for m in modules]
     text = re.sub(r"(?ms)^only_mutate = \[.*?^\]", f"only_mutate = {json.dumps(paths)}", pyproject.read_text())
-    selection = re.compile(r'(?ms)^(pytest_add_cli_args_test_selection = \[\n)(?:  "tests/[^\n]*\n)+')
+    selection = re.compile(r'(?ms)^(pytest_add_cli_args_test_selection = \[\n)(?:  (?:"tests/|#)[^\n]*\n)+')
     text, n = selection.subn(lambda m: m[1] + "".join(f'  "{t}",\n' for t in tests), text)
     assert n == 1 and 'only_mutate = ["' in text, "pyproject.toml: [tool.mutmut] not as expected"
     pyproject.write_text(text)
@@ -177,6 +179,29 @@ def parse(lines: list[str]) -> dict[str, dict[str, str]]:
         if sep and m:
             by_module[m["module"]][name] = status
     return by_module
+
+
+def accounted() -> dict[str, str]:
+    """REASONS: why a survivor is left (`NAME<TAB>SOURCE<TAB>kind: reason`, written by `reason`;
+    kind: equivalent, unreachable, outside), each valid while its module's source is SOURCE (the
+    first 12 digits of its blob hash): after a change the name is another mutant's."""
+    if not REASONS.exists():
+        return {}
+    rows = [line.split("\t", 2) for line in REASONS.read_text().splitlines() if line and not line.startswith("#")]
+    current = {m: blob_hash(source_of(m))[:12] for m in {NAME.match(n)["module"] for n, _, _ in rows}}  # type: ignore[index]
+    return {name: reason for name, source, reason in rows if current[NAME.match(name)["module"]] == source}  # type: ignore[index]
+
+
+def add_reason(names: list[str], reason: str) -> None:
+    """Appends NAMES with REASON to REASONS."""
+    assert re.match(r"(equivalent|unreachable|outside): ", reason), "kind: equivalent, unreachable or outside"
+    lines = []
+    for name in names:
+        m = NAME.match(name)
+        assert m, name
+        lines.append(f"{name}\t{blob_hash(source_of(m['module']))[:12]}\t{reason}\n")
+    with REASONS.open("a") as fh:
+        fh.write("".join(lines))
 
 
 def stored_modules() -> list[str]:
@@ -219,6 +244,9 @@ def main() -> None:
     if command == "tests":
         print(" ".join(sorted({f"tests/{t.removeprefix('tests/')}" for m in sys.argv[2:] for t in reaching_tests(m)})))
         return
+    if command == "reason":
+        add_reason(sys.argv[3:], sys.argv[2])
+        return
     if command == "narrow":
         narrow(Path(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split())
         return
@@ -241,11 +269,14 @@ def main() -> None:
         return
     stale = [m for m, (_, total) in modules.items() if total is None]
     survivors = report({m: v for m, v in modules.items() if v[1] is not None})
+    reasons = accounted()
+    print(f"{sum(s in reasons for s in survivors)} of {len(survivors)} survivors accounted for in {REASONS.name}")
+    survivors = [s for s in survivors if s not in reasons]
     if stale:
         print(f"stale (the source changed since the run; run again): {' '.join(stale)}")
     if (ROOT / "mutants").is_dir():
         (ROOT / "mutants" / "survivors.txt").write_text("".join(f"{s}\n" for s in survivors))
-        print(f"{len(survivors)} survivors listed in mutants/survivors.txt")
+        print(f"{len(survivors)} survivors not accounted for listed in mutants/survivors.txt")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,9 @@ def test_the_race_counts_the_work_queued_on_the_device_not_the_launch(cuda):
 
     assert timing.race(queued, host, "cuda", rounds=2) == (3.0, 1.0)
     assert len(runs) == 3 and len(calls) == 2 * 2 * 3
+    runs.clear()
+    timing.race(queued, host, "cuda")  # three timed rounds by default, after one untimed
+    assert len(runs) == 4
 
 
 def test_what_cuda_has_free_counts_what_torch_holds_unused(monkeypatch):

@@ -24,6 +24,7 @@ def score(tmp_path, monkeypatch):
     (tmp_path / "dots" / "scoring" / "x.py").write_text("def f(a):\n    return a + 1\n")
     monkeypatch.setattr(module, "ROOT", tmp_path)
     monkeypatch.setattr(module, "STORE", tmp_path / "tests" / "mutation")
+    monkeypatch.setattr(module, "REASONS", tmp_path / "tests" / "mutation" / "reasons.tsv")
     return module
 
 
@@ -59,6 +60,16 @@ def test_results_of_another_source_are_not_counted_and_the_module_is_listed_as_c
     assert len(score.load("dots.scoring.x", stale=True)[0]) == 2  # the gate's "before"
     (score.ROOT / "dots" / "scoring" / "y.py").write_text("def g():\n    return 0\n")  # never run
     assert score.changed() == ["dots.scoring.x", "dots.scoring.y"]
+
+
+def test_a_survivors_reason_holds_only_for_the_source_it_was_given_on(score):
+    merge(score, listing({1: "survived", 2: "survived"}))
+    score.add_reason(["dots.scoring.x.x_f__mutmut_2"], "equivalent: the same sum")
+    assert score.accounted() == {"dots.scoring.x.x_f__mutmut_2": "equivalent: the same sum"}
+    with pytest.raises(AssertionError, match="kind"):
+        score.add_reason(["dots.scoring.x.x_f__mutmut_1"], "looks fine")
+    (score.ROOT / "dots" / "scoring" / "x.py").write_text("def f(a):\n    return a * 2\n")
+    assert score.accounted() == {}  # mutant 2 of the new source is another mutant
 
 
 def test_the_ranges_round_trip():
