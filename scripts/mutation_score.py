@@ -263,8 +263,9 @@ def main() -> None:
             stored.update({n: s for n, s in statuses.items() if s != "not checked"})
             save(module, stored, len(statuses), reaching_tests(module))  # none run: the count
     modules = {m: load(m) for m in stored_modules()}
-    if command == "done":  # "no tests" is no verdict: a wider selection may reach the mutant
-        names = (n for statuses, _ in modules.values() for n, s in statuses.items() if s != "no tests")
+    if command == "done":  # "no tests" and "timeout" are no verdict: a wider selection may reach
+        # the mutant, a longer limit may see its tests end (a loop the mutant made endless)
+        names = (n for statuses, _ in modules.values() for n, s in statuses.items() if s not in ("no tests", "timeout"))
         print("".join(f"{name}\n" for name in names), end="")
         return
     stale = [m for m, (_, total) in modules.items() if total is None]
