@@ -179,3 +179,35 @@ def test_json_lines_reads_utf8_and_keeps_a_line_of_bad_bytes_as_none(tmp_path):
     path.write_bytes('{"a": "é"}\n'.encode() + b'{"b": "\xc3\n{"c": 1}\n')
     assert json_lines(path) == [{"a": "é"}, None, {"c": 1}]
     assert json_lines(tmp_path / "missing.jsonl") == []
+
+
+def test_a_tensor_in_two_weight_files_is_refused_in_one_line_naming_both(tmp_path):
+    """Which copy a loader reads depends on its file order: neither is taken, and the line says
+    what the index says of it (listed where, or not) or that there is no index."""
+    from safetensors.torch import save_file
+
+    def model(name: str, files: dict[str, list[str]], index: dict[str, str] | None) -> Checkpoint:
+        path = tmp_path / name
+        path.mkdir()
+        for file, names in files.items():
+            save_file({n: torch.ones(2) for n in names}, str(path / file))
+        if index is not None:
+            (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": index}))
+        return path
+
+    bare = model("bare", {"a.safetensors": ["w"], "b.safetensors": ["w"]}, None)
+    with pytest.raises(DotsError) as e:
+        Checkpoint(bare).names()
+    assert str(e.value) == (
+        f"{bare}: tensor 'w' is defined in two weight files, a.safetensors and b.safetensors, and no "
+        "model.safetensors.index.json says which to read: remove the file that does not belong"
+    )
+    files = {"a.safetensors": ["w", "x"], "b.safetensors": ["w", "v"]}
+    for listed, where in (({"w": "a.safetensors"}, "is listed in a.safetensors"), ({}, "is not listed")):
+        indexed = model(f"indexed{len(listed)}", files, {"x": "a.safetensors", "v": "b.safetensors", **listed})
+        with pytest.raises(DotsError) as e:
+            Checkpoint(indexed).names()
+        assert str(e.value) == (
+            f"{indexed / 'model.safetensors.index.json'}: tensor 'w' {where}, but both a.safetensors and "
+            "b.safetensors hold it: remove it from the shard the index does not name"
+        )
