@@ -211,3 +211,18 @@ def test_a_tensor_in_two_weight_files_is_refused_in_one_line_naming_both(tmp_pat
             f"{indexed / 'model.safetensors.index.json'}: tensor 'w' {where}, but both a.safetensors and "
             "b.safetensors hold it: remove it from the shard the index does not name"
         )
+
+
+def test_a_full_disk_is_said_so_and_another_disk_error_is_not(tmp_path):
+    """dots.io.writer.disk_write_error (the real full disk: tests/test_full_disk.py, outside the
+    mutation selection: it needs a small filesystem mounted)."""
+    import errno
+
+    from dots.io.writer import disk_write_error
+
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        said = str(disk_write_error(tmp_path, OSError(code, "No space left on device")))
+        assert said == f"cannot write {tmp_path}: No space left on device (no space left on the device: nothing was kept)"
+    assert str(disk_write_error(tmp_path, OSError(errno.EROFS, "Read-only file system"))) == (
+        f"cannot write {tmp_path}: Read-only file system"
+    )

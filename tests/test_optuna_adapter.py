@@ -43,3 +43,30 @@ def test_a_running_trial_is_failed_once(study):
     assert adapter.stored_trial(study, adapter.trial_id(trial)).state == TrialState.FAIL
     with pytest.raises(RuntimeError):  # finished (UpdateFinishedTrialError): another worker won
         adapter.mark_failed(study, adapter.trial_id(trial))
+
+
+def test_an_interrupted_trial_is_retried_at_its_point_once(study):
+    """dots.search.study.workers: a RUNNING trial is failed and its point enqueued again, tagged
+    with the trial it retries; an enqueued point wins, a sampled one counts only when every
+    coefficient was drawn, and a trial no longer RUNNING is left alone."""
+    from dots.search.study.workers import RETRY_OF, fail_and_requeue, retry_point
+
+    names = ["sft", "rlvr"]
+    half = study.ask()
+    half.suggest_float("sft", 0.0, 2.0)  # cut off before its second coefficient
+    frozen = adapter.stored_trial(study, adapter.trial_id(half))
+    assert retry_point(frozen, names) is None and retry_point(frozen) == frozen.params
+    assert retry_point(adapter.stored_trial(study, adapter.trial_id(study.ask())), names) is None  # nothing drawn
+    study.enqueue_trial({"sft": 1.25, "rlvr": 0.5})
+    queued = study.ask()
+    assert retry_point(adapter.stored_trial(study, adapter.trial_id(queued)), names) == {"sft": 1.25, "rlvr": 0.5}
+
+    assert fail_and_requeue(study, adapter.trial_id(queued), names)
+    assert adapter.stored_trial(study, adapter.trial_id(queued)).state == TrialState.FAIL
+    retry = study.ask()
+    assert {n: retry.suggest_float(n, 0.0, 2.0) for n in names} == {"sft": 1.25, "rlvr": 0.5}
+    assert retry.user_attrs[RETRY_OF] == queued.number
+    assert not fail_and_requeue(study, adapter.trial_id(queued), names)  # FAIL already: the other worker won
+    waiting = len(study.get_trials(states=(TrialState.WAITING,)))
+    assert fail_and_requeue(study, adapter.trial_id(half), names)  # failed, but nothing to retry
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == waiting
