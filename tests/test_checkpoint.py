@@ -222,7 +222,8 @@ def test_a_full_disk_is_said_so_and_another_disk_error_is_not(tmp_path):
 
     for code in (errno.ENOSPC, errno.EDQUOT):
         said = str(disk_write_error(tmp_path, OSError(code, "No space left on device")))
-        assert said == f"cannot write {tmp_path}: No space left on device (no space left on the device: nothing was kept)"
+        full = "(no space left on the device: nothing was kept)"
+        assert said == f"cannot write {tmp_path}: No space left on device {full}"
     assert str(disk_write_error(tmp_path, OSError(errno.EROFS, "Read-only file system"))) == (
         f"cannot write {tmp_path}: Read-only file system"
     )
