@@ -227,3 +227,44 @@ def test_a_full_disk_is_said_so_and_another_disk_error_is_not(tmp_path):
     assert str(disk_write_error(tmp_path, OSError(errno.EROFS, "Read-only file system"))) == (
         f"cannot write {tmp_path}: Read-only file system"
     )
+
+
+class _NotATensor:  # a global that torch's weights_only unpickler refuses
+    pass
+
+
+def test_a_bin_shard_is_read_mapped_or_whole_and_each_bad_one_is_one_line(tmp_path):
+    """dots.io.convert.load_bin in process (the CLI's conversion: tests/test_input_formats.py)."""
+    from dots.io.convert import load_bin
+
+    tensors = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(3, dtype=torch.bfloat16)}
+    torch.save(tensors, tmp_path / "zip.bin")
+    torch.save(tensors, tmp_path / "legacy.bin", _use_new_zipfile_serialization=False)
+    for name in ("zip.bin", "legacy.bin"):
+        state = load_bin(tmp_path / name)
+        assert set(state) == {"w", "b"} and all(torch.equal(state[k], tensors[k]) for k in tensors)
+        assert all(t.device.type == "cpu" for t in state.values())
+    torch.save({"w": _NotATensor()}, tmp_path / "pickle.bin")
+    with pytest.raises(DotsError) as e:
+        load_bin(tmp_path / "pickle.bin")
+    assert str(e.value).startswith(
+        f"{tmp_path / 'pickle.bin'}: torch refuses to load its pickle with weights_only=True (it names "
+        "test_checkpoint._NotATensor, which a file of tensors does not need); dots runs no code from a "
+        "pickle: load it with torch.load(weights_only=False) only if you trust its origin, and save its tensors"
+    )
+    (tmp_path / "junk.bin").write_bytes(b"not a checkpoint\n" * 4)
+    with pytest.raises(DotsError, match=rf"^cannot read {tmp_path / 'junk.bin'} as a PyTorch checkpoint: \S"):
+        load_bin(tmp_path / "junk.bin")
+
+
+@pytest.mark.parametrize(
+    ("value", "off"),
+    [("1", True), (" on ", True), ("yes", True), ("True", True), ("0", False), ("", False), ("no", False)],
+)
+def test_hf_hub_offline_is_read_as_huggingface_hub_reads_it(monkeypatch, value, off):
+    from dots.io.checkpoint import offline
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    assert offline() is off
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert offline() is False
