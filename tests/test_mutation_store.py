@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture()
 def score(tmp_path, monkeypatch):
-    """The script as a module, its repository a copy with one core module, dots/scoring/x.py."""
+    """The script as a module, its repository a copy with one core module, x.py in dots.scoring."""
     spec = importlib.util.spec_from_file_location("mutation_score", REPO / "scripts" / "mutation_score.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
