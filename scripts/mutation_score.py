@@ -1,5 +1,5 @@
 """The mutation score (scripts/mutation.sh) and the results it is computed from, kept in the
-repository: a file of tests/mutation/ (dots.io.jsonl.txt) holds, for one module of the core, the status of every
+repository: a file of tests/mutation/, named after its module, holds, for one module of the core, the status of every
 mutant run so far, valid for the source it was run on (its git blob hash, in the header; a
 module whose source changed has no valid results until it is run again). Sessions on different
 machines merge into the same files, so a run over all of the core can go in pieces.

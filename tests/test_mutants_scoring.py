@@ -126,9 +126,3 @@ def test_format_prompts_is_format_prompt_for_each_question_with_every_argument()
 def test_sampling_refuses_no_completion_in_one_line():
     with pytest.raises(DotsError, match=r"n must be >= 1, got 0"):
         Sampling(n=0)
-
-
-def test_braces_close_before_they_open_are_unbalanced():
-    from dots.scoring.numbers import _balanced
-
-    assert _balanced("{1}{2}") and not _balanced("}{") and not _balanced("{{}")

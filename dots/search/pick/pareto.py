@@ -13,7 +13,7 @@ from dots.errors import DotsError
 from dots.io.commit import atomic_file
 from dots.vectors.coefficients import Coefficients, format_coefficients
 
-__all__ = ["Point", "front_figure", "pareto_front", "pick", "plot_front", "run_points", "write_trials_csv"]
+__all__ = ["Point", "by_knee", "front_figure", "pareto_front", "pick", "plot_front", "run_points", "write_trials_csv"]
 
 PICKS = ("max_consistency", "knee")
 

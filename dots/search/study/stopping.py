@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from dots.options.study import StopRule
 
-__all__ = ["STOPPED", "StopRule", "hypervolume", "relative_gain", "stop_reason"]
+__all__ = ["STOPPED", "StopRule", "hypervolume", "normalised", "relative_gain", "stop_reason"]
 
 log = logging.getLogger("dots.search")
 

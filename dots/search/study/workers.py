@@ -18,7 +18,7 @@ from typing import Any
 
 from dots.search.study.optuna_adapter import enqueued_point, mark_failed, set_system_attr, stored_trial, trial_id
 
-__all__ = ["HEARTBEAT", "RETRY_OF", "fail_and_requeue", "recover_stale_trials"]
+__all__ = ["HEARTBEAT", "RETRY_OF", "fail_and_requeue", "recover_stale_trials", "retry_point"]
 
 log = logging.getLogger(__name__)
 
