@@ -94,14 +94,15 @@ def load(module: str, store: Path | None = None, stale: bool = False) -> tuple[d
     if not path.exists():
         return {}, None
     lines = path.read_text().splitlines()
-    if not stale and header(module, store).get("source") != blob_hash(source_of(module)):
+    head = dict(re.findall(r"(\w+)=(\S+)", lines[0]))
+    if not stale and head.get("source") != blob_hash(source_of(module)):
         return {}, None  # the source changed since: its mutants are other mutants now
     statuses = {}
     for line in lines[1:]:
         status, function, spans = line.split("\t")
         for n in numbers(spans):
             statuses[f"{module}.{function}__mutmut_{n}"] = status
-    return statuses, int(header(module, store)["mutants"])
+    return statuses, int(head["mutants"])
 
 
 def save(module: str, statuses: dict[str, str], total: int, tests: set[str]) -> None:
