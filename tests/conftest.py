@@ -13,6 +13,7 @@ import inspect
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -96,9 +97,38 @@ class _FastestFirst:
         items.sort(key=lambda item: self.durations.get(item.nodeid, float("inf")))
 
 
+class _SubprocessHits:
+    """Under mutmut's stats run: the core functions that processes started by a test called
+    (written by tests/subprocess_hits/sitecustomize.py) counted as called by that test, before
+    mutmut reads what the test reached; the grading helper's loop runs only in such a process."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        from mutmut.state import state
+
+        grading = sys.modules.get("dots.scoring.equivalence")
+        if grading is not None:  # each test that compares starts its own helper, so reaches _serve
+            grading.helper.close()
+        for path in self.folder.glob("*.txt"):
+            taken = path.with_suffix(".taken")
+            path.rename(taken)  # the process starts a new file for what it calls next
+            state()._stats.update(taken.read_text().split())
+            taken.unlink()
+
+
 def pytest_configure(config):
     if _distributed(config):
         config.pluginmanager.register(_LongestGroupFirst(), "dots-longest-group-first")
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        hits = Path(tempfile.mkdtemp(prefix="dots-subprocess-hits-"))
+        atexit.register(shutil.rmtree, hits, True)
+        os.environ["DOTS_SUBPROCESS_HITS"] = str(hits)
+        first = str(Path(__file__).parent / "subprocess_hits")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (first, os.environ.get("PYTHONPATH")) if p)
+        config.pluginmanager.register(_SubprocessHits(hits), "dots-subprocess-hits")
     stats = Path("mutmut-stats.json")  # mutmut runs the tests from mutants/, where it keeps them
     if os.environ.get("MUTANT_UNDER_TEST", "stats") != "stats" and stats.is_file():
         durations = json.loads(stats.read_text())["duration_by_test"]

@@ -242,4 +242,8 @@ class Helper:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    _serve()
+    # the importable module's function, not this __main__ copy of it: a mutation test swaps
+    # functions by their module's name (docs/testing.md), and this one runs only here
+    from dots.scoring import worker
+
+    worker._serve()
