@@ -1,6 +1,9 @@
 """Lazy reader and atomic planned writer on real safetensors files."""
 
 import json
+import logging
+import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -233,28 +236,101 @@ class _NotATensor:  # a global that torch's weights_only unpickler refuses
     pass
 
 
-def test_a_bin_shard_is_read_mapped_or_whole_and_each_bad_one_is_one_line(tmp_path):
-    """dots.io.convert.load_bin in process (the CLI's conversion: tests/test_input_formats.py)."""
+def _mapped(path) -> bool:
+    """Whether this process maps `path` (Linux: /proc/self/maps names every mapped file)."""
+    return str(path) in Path("/proc/self/maps").read_text()
+
+
+def test_a_bin_shard_is_read_mapped_or_whole(tmp_path, caplog):
+    """dots.io.convert.load_bin in process (the CLI's conversion: tests/test_input_formats.py): a
+    zip archive is mapped, the legacy format read whole with one info line; both give the tensors."""
     from dots.io.convert import load_bin
 
     tensors = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(3, dtype=torch.bfloat16)}
     torch.save(tensors, tmp_path / "zip.bin")
     torch.save(tensors, tmp_path / "legacy.bin", _use_new_zipfile_serialization=False)
-    for name in ("zip.bin", "legacy.bin"):
-        state = load_bin(tmp_path / name)
+    for name, mapped in (("zip.bin", True), ("legacy.bin", False)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="dots.io.convert"):
+            state = load_bin(tmp_path / name)
         assert set(state) == {"w", "b"} and all(torch.equal(state[k], tensors[k]) for k in tensors)
         assert all(t.device.type == "cpu" for t in state.values())
+        assert _mapped(tmp_path / name) is mapped
+        legacy = [f"{tmp_path / name} is in PyTorch's legacy (pre-1.6) format: read whole, it cannot be mapped"]
+        assert [r.getMessage() for r in caplog.records] == ([] if mapped else legacy)
+        del state
+
+
+def test_a_bin_shard_saved_from_a_gpu_is_read_onto_the_cpu(tmp_path):
+    """A checkpoint whose storages are tagged cuda:0 (saved from a GPU: a tagger registered with
+    torch.serialization marks them so here) loads onto the CPU; without map_location torch would
+    restore them to a CUDA device this machine does not have."""
+    from dots.io.convert import load_bin
+
+    saving = [True]
+    torch.serialization.register_package(-1, lambda s: "cuda:0" if saving[0] else None, lambda s, loc: None)
+    try:
+        torch.save({"w": torch.arange(3.0)}, tmp_path / "gpu.bin")
+    finally:
+        saving[0] = False
+    state = load_bin(tmp_path / "gpu.bin")
+    assert state["w"].device.type == "cpu" and torch.equal(state["w"], torch.arange(3.0))
+
+
+def test_each_bad_bin_shard_is_one_line(tmp_path):
+    """A pickle torch refuses names the global or torch's own reason; a file that is no checkpoint
+    gives torch's first line; a checkpoint that is no mapping of names to tensors is refused."""
+    from dots.io.convert import load_bin
+
+    def refused(path, what: str) -> str:
+        return (
+            f"{path}: torch refuses to load its pickle with weights_only=True ({what}, which a file of tensors "
+            "does not need); dots runs no code from a pickle: load it with torch.load(weights_only=False) only "
+            "if you trust its origin, and save its tensors"
+        )
+
     torch.save({"w": _NotATensor()}, tmp_path / "pickle.bin")
     with pytest.raises(DotsError) as e:
         load_bin(tmp_path / "pickle.bin")
-    assert str(e.value).startswith(
-        f"{tmp_path / 'pickle.bin'}: torch refuses to load its pickle with weights_only=True (it names "
-        "test_checkpoint._NotATensor, which a file of tensors does not need); dots runs no code from a "
-        "pickle: load it with torch.load(weights_only=False) only if you trust its origin, and save its tensors"
-    )
-    (tmp_path / "junk.bin").write_bytes(b"not a checkpoint\n" * 4)
-    with pytest.raises(DotsError, match=rf"^cannot read {tmp_path / 'junk.bin'} as a PyTorch checkpoint: \S"):
-        load_bin(tmp_path / "junk.bin")
+    assert str(e.value) == refused(tmp_path / "pickle.bin", "it names test_checkpoint._NotATensor")
+    (tmp_path / "opcode.bin").write_bytes(b"\x80\x02(i__main__\nX\n.")  # INST: an opcode the unpickler refuses
+    with pytest.raises(DotsError) as e:
+        load_bin(tmp_path / "opcode.bin")
+    assert str(e.value) == refused(tmp_path / "opcode.bin", "Unsupported operand 105")
+    for junk, says in (
+        (b"not a checkpoint\n" * 4, "neither a zip archive nor a pickle"),
+        (b"PK\x03\x04 not a zip archive", "neither a zip archive nor a pickle"),
+        (b"\x80\x02", "EOFError"),  # a pickle cut short: torch's error has no message, so its type
+    ):
+        (tmp_path / "junk.bin").write_bytes(junk)
+        with pytest.raises(DotsError) as e:
+            load_bin(tmp_path / "junk.bin")
+        assert str(e.value) == f"cannot read {tmp_path / 'junk.bin'} as a PyTorch checkpoint: {says}"
+    with zipfile.ZipFile(tmp_path / "other.bin", "w") as archive:  # a zip archive, not a checkpoint
+        archive.writestr("notes.txt", "hello")
+    with pytest.raises(Exception) as torch_says:
+        torch.load(tmp_path / "other.bin", map_location="cpu", weights_only=True)
+    with pytest.raises(DotsError) as e:
+        load_bin(tmp_path / "other.bin")
+    first = str(torch_says.value).strip().splitlines()[0]
+    assert str(e.value) == f"cannot read {tmp_path / 'other.bin'} as a PyTorch checkpoint: {first[:300]}"
+    torch.save([torch.ones(2)], tmp_path / "list.bin")
+    with pytest.raises(DotsError) as e:
+        load_bin(tmp_path / "list.bin")
+    assert str(e.value) == f"{tmp_path / 'list.bin'} holds a list, not a mapping of tensor names to tensors"
+    long = "k" * 90
+    for state, entry in (
+        ({"w": torch.ones(2), "step": 3}, "'step' is a int"),
+        ({long: 1.5}, f"{long[:80]!r} is a float"),
+        ({"w": torch.ones(2), 7: torch.ones(2)}, "'7' is a Tensor"),
+    ):
+        torch.save(state, tmp_path / "training.bin")
+        with pytest.raises(DotsError) as e:
+            load_bin(tmp_path / "training.bin")
+        assert str(e.value) == (
+            f"{tmp_path / 'training.bin'}: entry {entry}, not a tensor (a training checkpoint? save the model's "
+            "state_dict alone)"
+        )
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ from dots.io.writer import CheckpointWriter
 __all__ = ["convert_bin_to_safetensors", "load_bin"]
 
 log = logging.getLogger(__name__)
-REFUSED = re.compile(r"WeightsUnpickler error: (?:Unsupported global: GLOBAL ([\w.]+)|([^\n]{1,160}))")
+# torch's reason follows the marker on its line, or (torch 2.13) after a blank line
+REFUSED = re.compile(r"WeightsUnpickler error:\s*(?:Unsupported global: GLOBAL ([\w.]+)|([^\n]{1,160}))")
 
 
 def load_bin(shard: Path) -> Mapping[str, torch.Tensor]:
@@ -29,6 +30,10 @@ def load_bin(shard: Path) -> Mapping[str, torch.Tensor]:
     torch cannot map. A pickle torch refuses, a file that is no checkpoint, or one holding more
     than tensors (a training checkpoint) is one DotsError line."""
     legacy = not zipfile.is_zipfile(shard)
+    if legacy:
+        with open(shard, "rb") as head:
+            if head.read(1) != b"\x80":  # torch.save's legacy files are pickles of protocol 2: PROTO first
+                raise DotsError(f"cannot read {shard} as a PyTorch checkpoint: neither a zip archive nor a pickle")
     try:
         state = torch.load(shard, map_location="cpu", mmap=not legacy, weights_only=True)
     except Exception as exc:  # UnpicklingError, RuntimeError, EOFError, ...: torch's messages run to 20 lines
