@@ -127,3 +127,21 @@ def test_the_official_cut_keeps_the_largest_magnitude_at_one_entry_and_a_bool_ma
     assert ties_cut_mask(x, 0.25).tolist() == [True, False, False, False]  # k = 1: |−5| is largest
     none = ties_cut_mask(x, 0.2)  # k = ⌊0.8⌋ = 0
     assert none.dtype == torch.bool and none.tolist() == [False] * 4
+
+
+@pytest.mark.parametrize("kept", [[0, 9, 17], list(range(0, 2040, 2))])
+def test_kept_in_casts_the_sources_values_to_the_bases_dtype_from_entry_0(kept):
+    """where(M, θ_i, θ0) from a float32 source over a bfloat16 base: θ_i's values cast to θ0's dtype,
+    the first entry included (the index form, and the bitmask form unpacked from entry 0)."""
+    gen = torch.Generator().manual_seed(5)
+    theta0 = torch.randn(2040, generator=gen).bfloat16()
+    theta = theta0.float()
+    theta[kept] += 0.5 + torch.rand(len(kept), generator=gen)  # not representable in bfloat16
+    keep = torch.zeros(2040, dtype=torch.bool)
+    keep[kept] = True
+    form, parts = encode((theta - theta0.float()) * keep, theta, theta0)
+    assert form == ("index" if len(kept) == 3 else "bitmask")
+    ct = CompactTensor((2040,), form, parts[VALUES], parts.get(WHERE))
+    got = ct.kept_in(theta0)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got.view(torch.int16), torch.where(keep, theta.bfloat16(), theta0).view(torch.int16))

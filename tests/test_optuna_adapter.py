@@ -70,3 +70,24 @@ def test_an_interrupted_trial_is_retried_at_its_point_once(study):
     waiting = len(study.get_trials(states=(TrialState.WAITING,)))
     assert fail_and_requeue(study, adapter.trial_id(half), names)  # failed, but nothing to retry
     assert len(study.get_trials(states=(TrialState.WAITING,))) == waiting
+
+
+def test_a_trial_another_worker_finishes_first_is_neither_failed_nor_retried(study, monkeypatch):
+    """The race fail_and_requeue loses: the trial is RUNNING when read, but another worker tells it
+    before it is marked FAIL; Optuna refuses to change a finished trial, and the point is not queued."""
+    import dots.search.study.workers as workers
+
+    trial = study.ask()
+    for name in ("sft", "rlvr"):
+        trial.suggest_float(name, 0.0, 2.0)
+    marked = workers.mark_failed
+
+    def finished_first(study, trial_id):
+        study.tell(trial, 0.5)  # the other worker wins
+        return marked(study, trial_id)
+
+    monkeypatch.setattr(workers, "mark_failed", finished_first)
+    waiting = len(study.get_trials(states=(TrialState.WAITING,)))
+    assert workers.fail_and_requeue(study, adapter.trial_id(trial), ["sft", "rlvr"]) is False
+    assert adapter.stored_trial(study, adapter.trial_id(trial)).state == TrialState.COMPLETE
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == waiting
