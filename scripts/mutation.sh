@@ -15,9 +15,10 @@
 #   scripts/mutation.sh --generate    fresh mutants/ (removes it): every mutant and mutmut's
 #                                     per-test stats, all listed in mutants/sample.txt, none run;
 #                                     then run the core in pieces with NAME... or --resume GLOB...
-#   scripts/mutation.sh --resume [GLOB...]  runs the mutants of mutants/sample.txt (generated if
-#                                     missing) with no result in tests/mutation/ (those matching
-#                                     a GLOB, e.g. 'dots.scoring.*'), then the score
+#   scripts/mutation.sh --resume [GLOB...]  runs the mutants (mutants/ generated if missing, else
+#                                     brought up to date with the sources and tests) with no
+#                                     result in tests/mutation/ (those matching a GLOB, e.g.
+#                                     'dots.scoring.*'), then the score
 #   scripts/mutation.sh --survivors   reruns only the mutants in mutants/survivors.txt (after
 #                                     adding tests), then the score
 #   scripts/mutation.sh --ci          CI's sample: the modules changed since tests/mutation/ (below)
@@ -58,17 +59,30 @@ score() {
 # every K-th mutant of the sorted list goes into mutants/sample.txt.
 generate() {
   rm -rf mutants
-  nice -n 19 "$MUTMUT" run --max-children 1 "no-mutant-has-this-name" >mutants-generate.log 2>&1 || true
+  stats mutants-generate.log
   mv mutants-generate.log mutants/generate.log
-  if grep -q "failed to collect stats" mutants/generate.log; then
-    tr '\r' '\n' <mutants/generate.log | grep -v "Running stats" | tail -40
+  "$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' | LC_ALL=C sort \
+    | awk -v k="$1" '(NR - 1) % k == 0' >mutants/sample.txt
+  echo "$(wc -l <mutants/sample.txt) mutants: every $1-th of $("$MUTMUT" results --all true | wc -l)"
+}
+
+# mutmut's set-up alone, logged to $1: the mutants of the modules changed since mutants/ was made
+# are made again, the tests' stats brought up to date; then it stops (no mutant has that name).
+stats() {
+  nice -n 19 "$MUTMUT" run --max-children 1 "no-mutant-has-this-name" >"$1" 2>&1 || true
+  if grep -q "failed to collect stats" "$1"; then
+    tr '\r' '\n' <"$1" | grep -v "Running stats" | tail -40
     echo "mutmut's stats run failed: a selected test fails where mutmut runs it; to see which, run the"
     echo "selection in mutants/ as mutmut does: cd mutants && MUTANT_UNDER_TEST=stats python -m pytest ..."
     exit 1
   fi
-  "$MUTMUT" results --all true | sed -n 's/^ *\(.*\): not checked$/\1/p' | LC_ALL=C sort \
-    | awk -v k="$1" '(NR - 1) % k == 0' >mutants/sample.txt
-  echo "$(wc -l <mutants/sample.txt) mutants: every $1-th of $("$MUTMUT" results --all true | wc -l)"
+}
+
+# An existing mutants/ brought up to date: a changed module's mutants are renumbered, so
+# mutants/sample.txt becomes the list of every mutant there is now.
+refresh() {
+  stats mutants/refresh.log
+  "$MUTMUT" results --all true | sed -n 's/^ *\(dots\.[^:]*\): .*$/\1/p' | LC_ALL=C sort >mutants/sample.txt
 }
 
 # CI (.ci/run): nothing when every module of the core is as its results in tests/mutation/ were
@@ -117,7 +131,7 @@ case "${1:-}" in
   --generate) generate 1; exit 0 ;;
   --resume)
     shift
-    [ -f mutants/sample.txt ] || generate 1
+    if [ -f mutants/sample.txt ]; then refresh; else generate 1; fi
     globs=("${@:-*}")
     names=()
     while read -r name; do

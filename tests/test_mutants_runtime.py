@@ -486,7 +486,9 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(trees):
     thread.join(timeout=10)
     took = time.monotonic() - gone
     assert answer == [1] and tree.ends("s")
-    assert 0.3 <= took < 0.9  # (about 0.4 s: a watcher that looked every 1.1 s would take over 1.1 s)
+    # about 0.4 s; the bound leaves a loaded machine 0.85 s more, and still fails a watcher that
+    # waited a second past the grace
+    assert 0.3 <= took < 1.25
 
 
 @needs_proc
