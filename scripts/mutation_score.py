@@ -118,6 +118,13 @@ def save(module: str, statuses: dict[str, str], total: int, tests: set[str]) -> 
     (STORE / f"{module}.txt").write_text(head + body)
 
 
+def mutated_as_it_is(module: str) -> bool:
+    """Whether mutants/ holds the module's mutants of its current source: mutmut writes them after
+    copying the source, so a source edited since is newer than its copy there."""
+    source = source_of(module)
+    return source.stat().st_mtime <= (ROOT / "mutants" / source.relative_to(ROOT)).stat().st_mtime
+
+
 def reaching_tests(module: str) -> set[str]:
     """The test files that reached any function of MODULE in mutmut's stats run (mutants/)."""
     stats = ROOT / "mutants" / "mutmut-stats.json"
@@ -260,6 +267,9 @@ def main() -> None:
             if module not in listed and meta.exists():
                 listed[module] = {}
         for module, statuses in listed.items():
+            if not mutated_as_it_is(module):  # results of the old source, under the new one's hash
+                print(f"{module}: changed since mutants/ was made: not kept, run it again", file=sys.stderr)
+                continue
             stored, _ = load(module)
             stored.update({n: s for n, s in statuses.items() if s != "not checked"})
             save(module, stored, len(statuses), reaching_tests(module))  # none run: the count

@@ -5,6 +5,7 @@ runs, and CI's sample — which modules of the core changed since their run, the
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import tomllib
 from pathlib import Path
@@ -118,3 +119,19 @@ def test_the_source_hash_is_gits_and_the_core_is_the_configured_one():
     only_mutate = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
     assert sorted(p.rstrip("/*").replace("/", ".").removesuffix(".py") for p in only_mutate) == sorted(ms.PACKAGES)
     assert {"dots.scoring.extract", "dots.search.pick.pareto", "dots.engines.canary"} <= set(ms.core_modules())
+
+
+def test_results_are_kept_only_for_a_module_whose_mutants_are_of_its_current_source(score):
+    """mutmut writes a module's mutants after copying it into mutants/: a source edited since (newer
+    than that copy) has results of its old source, which the store must not file under the new one."""
+    source = score.ROOT / "dots" / "scoring" / "x.py"
+    mutated = score.ROOT / "mutants" / "dots" / "scoring" / "x.py"
+    mutated.parent.mkdir(parents=True)
+    mutated.write_text("# x.py's mutants\n")
+    os.utime(source, (1000, 1000))
+    os.utime(mutated, (1000, 1000))
+    assert score.mutated_as_it_is("dots.scoring.x")  # copied, not mutated yet
+    os.utime(mutated, (2000, 2000))
+    assert score.mutated_as_it_is("dots.scoring.x")
+    os.utime(source, (3000, 3000))  # edited after mutmut made the mutants
+    assert not score.mutated_as_it_is("dots.scoring.x")
