@@ -35,6 +35,7 @@ import pytest
 from helpers import alive, start_time
 
 import dots.runtime.allocator as allocator
+import dots.runtime.progress as progress
 import dots.runtime.reaper as reaper
 from dots.errors import DotsError
 from dots.runtime.allocator import return_freed_memory, reuse_freed_memory
@@ -227,6 +228,12 @@ def root_logging(monkeypatch):
         monkeypatch.setattr(logger, "propagate", logger.propagate)
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
     handlers, bars = list(root.handlers), (tf.is_progress_bar_enabled(), hub.are_progress_bars_disabled())
+    # what a command run earlier in this process left (the merge command's tests call
+    # quiet_third_party and log_third_party): the held lines' handler, its log file and lines
+    held = progress._HELD
+    root.handlers[:] = [h for h in root.handlers if h is not held]
+    monkeypatch.setattr(held, "target", None)
+    monkeypatch.setattr(held, "buffer", [])
     logging.captureWarnings(False)
     yield root
     logging.captureWarnings(False)
