@@ -7,6 +7,7 @@ scorer, process liveness (the reaper's own), and the one rule for a test whose c
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -353,3 +354,26 @@ def add_perfect_trial(storage: Any, name: str) -> None:
     study.add_trial(
         optuna.trial.create_trial(params={"lambda_sft": 1.0, "lambda_rlvr": 1.0}, distributions=dist, values=[1.0, 1.0])
     )
+
+
+def wandb_records(path: Path):
+    """The protobuf records of a `.wandb` file: LevelDB's log format (32 KiB blocks of chunks, each
+    with a 7-byte header: CRC, length, type) after W&B's 7-byte header ":W&B", 0xBEE1, version)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, chunk = 7, b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if left < 7 or (length == 0 and kind == 0):  # the block's padding
+            pos += left
+            continue
+        chunk += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunk)
+            chunk = b""
+            yield record

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import struct
 import sys
 import threading
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import require_module
+from helpers import require_module, wandb_records
 
 from dots.errors import DotsError
 from dots.options.search import TrackingOptions
@@ -378,29 +377,6 @@ def wandb_tracker(**options: Any):
     tracker = open_tracking(TrackingOptions("wandb", settings)).tracker
     assert tracker is not None
     return tracker
-
-
-def wandb_records(path: Path):
-    """The protobuf records of a `.wandb` file (wandb.proto's `Record`): LevelDB's log format, 32 KiB
-    blocks of chunks with a 7-byte header (CRC, length, type), after W&B's 7-byte file header."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, chunk = 7, b""
-    while pos + 7 <= len(data):
-        left = 32768 - pos % 32768
-        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if left < 7 or (length == 0 and kind == 0):  # the block's padding
-            pos += left
-            continue
-        chunk += data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # FULL or LAST
-            record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]  # (generated code)
-            record.ParseFromString(chunk)
-            chunk = b""
-            yield record
 
 
 def offline_run(run_path: Path) -> dict:

@@ -10,14 +10,22 @@ import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import SMALL_LAB, add_perfect_trial, cli_env, free_port, require_module, run_cli, wait_until_serving
+from helpers import (
+    SMALL_LAB,
+    add_perfect_trial,
+    cli_env,
+    free_port,
+    require_module,
+    run_cli,
+    wait_until_serving,
+    wandb_records,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -193,29 +201,6 @@ def test_a_missing_tracking_package_is_one_line_before_work(tmp_path, monkeypatc
 
 
 # --- W&B, offline -------------------------------------------------------------------------
-
-
-def wandb_records(path: Path):
-    """The protobuf records of a `.wandb` file: LevelDB's log format (32 KiB blocks of chunks, each
-    with a 7-byte header: CRC, length, type) after W&B's 7-byte header ":W&B", 0xBEE1, version)."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, chunk = 7, b""
-    while pos + 7 <= len(data):
-        left = 32768 - pos % 32768
-        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if left < 7 or (length == 0 and kind == 0):  # the block's padding
-            pos += left
-            continue
-        chunk += data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # FULL or LAST
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(chunk)
-            chunk = b""
-            yield record
 
 
 def wandb_run(run_dir: Path) -> dict:
