@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 import dots.merge.__main__ as merge_command
+import dots.runtime.progress as progress
 from dots.errors import DotsError
 from dots.io.checkpoint import Checkpoint
 from dots.io.records import RECORD, read_record
@@ -34,14 +35,20 @@ LAB_POOL = {"kind": "lab", "split": "pool", "size": 256, "skills": ["add", "sub"
 
 
 @pytest.fixture(autouse=True)
-def process_state_restored():
-    """`main` sets the dots logger's level and a SIGTERM handler for the command's process: both are
-    put back after each test, so the rest of the session runs as before."""
-    logger = logging.getLogger("dots")
-    level, handler = logger.level, signal.getsignal(signal.SIGTERM)
+def process_state_restored(monkeypatch):
+    """`main` sets the dots logger's level, a SIGTERM handler and the root logger's terminal for the
+    command's process: all put back after each test, so the rest of the session runs as before. The
+    test starts without the terminal handlers and held lines a command run earlier in this process
+    left (one may write to a stream pytest has closed since)."""
+    logger, root = logging.getLogger("dots"), logging.getLogger()
+    level, handler, handlers = logger.level, signal.getsignal(signal.SIGTERM), list(root.handlers)
+    root.handlers[:] = [h for h in handlers if type(h) is not logging.StreamHandler and h is not progress._HELD]
+    monkeypatch.setattr(progress._HELD, "target", None)
+    monkeypatch.setattr(progress._HELD, "buffer", [])
     yield
     logger.setLevel(level)
     signal.signal(signal.SIGTERM, handler)
+    root.handlers[:] = handlers
 
 
 def load_state(path: Path) -> dict[str, torch.Tensor]:
