@@ -11,7 +11,7 @@
 # it runs the mutants with no result in tests/mutation/ yet.
 #
 #   scripts/mutation.sh [--sample K]  fresh run (removes mutants/) of every K-th mutant of the
-#                                     sorted list (default K=30; K=1: all, 16,516 on 2026-12-07)
+#                                     sorted list (default K=30; K=1: all, 16,527 on 2026-12-07)
 #   scripts/mutation.sh --generate    fresh mutants/ (removes it): every mutant and mutmut's
 #                                     per-test stats, all listed in mutants/sample.txt, none run;
 #                                     then run the core in pieces with NAME... or --resume GLOB...
