@@ -82,9 +82,14 @@ def numbers(text: str) -> list[int]:
     return out
 
 
+def fields(line: str) -> dict[str, str]:
+    """The key=value fields of a store file's header line."""
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
 def header(module: str, store: Path | None = None) -> dict[str, str]:
     path = (store or STORE) / f"{module}.txt"
-    return dict(re.findall(r"(\w+)=(\S+)", path.read_text().split("\n", 1)[0])) if path.exists() else {}
+    return fields(path.read_text().split("\n", 1)[0]) if path.exists() else {}
 
 
 def load(module: str, store: Path | None = None, stale: bool = False) -> tuple[dict[str, str], int | None]:
@@ -94,7 +99,7 @@ def load(module: str, store: Path | None = None, stale: bool = False) -> tuple[d
     if not path.exists():
         return {}, None
     lines = path.read_text().splitlines()
-    head = dict(re.findall(r"(\w+)=(\S+)", lines[0]))
+    head = fields(lines[0])
     if not stale and head.get("source") != blob_hash(source_of(module)):
         return {}, None  # the source changed since: its mutants are other mutants now
     statuses = {}
